@@ -1,0 +1,59 @@
+# The README's two commands: `make demo` and `make test`. Each does its own set-up.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
+# Oversubscribing a 2-core machine is how the MPI tests run; MPICH allows it by default.
+MPIRUN = $(VENV)/bin/mpirun
+MPI_TIMEOUT ?= 900
+
+.PHONY: all setup test test-serial test-mpi demo bench bench-env clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(MAKE) --no-print-directory test-mpi
+	$(MAKE) --no-print-directory test-serial
+
+# The serial suite (single process; collectives run on a world of size 1).
+test-serial: $(STAMP)
+	$(PY) -m pytest -q tests
+
+# Every test marked `mpi` runs again under real ranks, odd counts included.
+test-mpi: $(STAMP)
+	@for K in 2 3 4; do \
+	  echo "== mpirun -np $$K pytest -m mpi"; \
+	  timeout $(MPI_TIMEOUT) $(MPIRUN) -np $$K $(PY) -m pytest -q -m mpi -p no:cacheprovider tests || exit 1; \
+	done
+
+demo: $(STAMP)
+	$(VENV)/bin/mpirun -np 2 $(VENV)/bin/forest-train --demo --verbose --out /tmp/histforest-demo.model
+	$(VENV)/bin/forest-report /tmp/histforest-demo.model
+
+# Anchors (LightGBM, XGBoost, EconML, causalml) live in their own venv: never runtime deps.
+$(BENCH_STAMP): pyproject.toml benchmarks/requirements-anchors.txt
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e . -r benchmarks/requirements-anchors.txt
+	touch $(BENCH_STAMP)
+
+bench-env: $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python benchmarks/bench_histogram.py
+	$(BENCH_VENV)/bin/python benchmarks/bench_collectives.py
+	$(BENCH_VENV)/bin/python benchmarks/bench_gbdt.py
+	$(BENCH_VENV)/bin/python benchmarks/bench_causal.py
+
+clean:
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info

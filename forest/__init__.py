@@ -1,0 +1,1 @@
+"""forest: tree engine, estimators, model files, command-line tools and reports."""

@@ -1,0 +1,117 @@
+"""The communicator seam: point-to-point on numpy buffers, plus abort.
+
+Collectives in :mod:`native.collectives` are written only against this small
+interface, so they run unchanged over MPI (``MPICommunicator``) or inside one
+process (``SelfCommunicator``, size 1). This is the only module that imports
+mpi4py.
+"""
+import sys
+
+import numpy as np
+
+
+class Communicator:
+    """Interface every communicator implements.
+
+    Attributes
+    ----------
+    rank : int
+    size : int
+    """
+
+    rank = 0
+    size = 1
+
+    def send(self, buf, dest, tag=0):
+        """Blocking send of a contiguous numpy array."""
+        raise NotImplementedError
+
+    def recv(self, buf, source, tag=0):
+        """Blocking receive into a contiguous numpy array (shape fixed by caller)."""
+        raise NotImplementedError
+
+    def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
+        """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf`` from ``source``."""
+        raise NotImplementedError
+
+    def barrier(self):
+        raise NotImplementedError
+
+    def abort(self, message, code=1):
+        """Print ``message`` to stderr and bring every rank down."""
+        raise NotImplementedError
+
+
+class SelfCommunicator(Communicator):
+    """A world of one process: collectives become copies, sends to self are invalid."""
+
+    rank = 0
+    size = 1
+
+    def send(self, buf, dest, tag=0):
+        raise RuntimeError("SelfCommunicator has no peer to send to")
+
+    def recv(self, buf, source, tag=0):
+        raise RuntimeError("SelfCommunicator has no peer to receive from")
+
+    def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
+        if dest != 0 or source != 0:
+            raise RuntimeError("SelfCommunicator can only exchange with itself")
+        np.copyto(recvbuf, sendbuf)
+        return recvbuf
+
+    def barrier(self):
+        return None
+
+    def abort(self, message, code=1):
+        sys.stderr.write(f"{message}\n")
+        sys.stderr.flush()
+        raise SystemExit(code)
+
+
+class MPICommunicator(Communicator):
+    """Communicator over an mpi4py communicator (``COMM_WORLD`` by default)."""
+
+    def __init__(self, mpi_comm=None):
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.mpi_comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+        self.rank = self.mpi_comm.Get_rank()
+        self.size = self.mpi_comm.Get_size()
+
+    def send(self, buf, dest, tag=0):
+        self.mpi_comm.Send(np.ascontiguousarray(buf), dest=dest, tag=tag)
+
+    def recv(self, buf, source, tag=0):
+        self.mpi_comm.Recv(buf, source=source, tag=tag)
+        return buf
+
+    def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
+        self.mpi_comm.Sendrecv(np.ascontiguousarray(sendbuf), dest=dest, sendtag=tag,
+                               recvbuf=recvbuf, source=source, recvtag=tag)
+        return recvbuf
+
+    def barrier(self):
+        self.mpi_comm.Barrier()
+
+    def abort(self, message, code=1):
+        sys.stderr.write(f"[rank {self.rank}] {message}\n")
+        sys.stderr.flush()
+        self.mpi_comm.Abort(code)
+
+
+_WORLD = None
+
+
+def world():
+    """The process-wide communicator: MPI ``COMM_WORLD`` (size 1 when not under mpirun).
+
+    Returns
+    -------
+    Communicator
+    """
+    global _WORLD
+    if _WORLD is None:
+        _WORLD = MPICommunicator()
+    return _WORLD

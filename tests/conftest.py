@@ -1,0 +1,42 @@
+"""Shared fixtures.
+
+Tests marked ``mpi`` are written once and run twice by ``make test``: in the serial
+suite (a world of one rank) and under ``mpirun -np K`` for K in 2, 3, 4. Inside such a
+test, ``comm`` is the real world communicator; every rank runs the same test body.
+A test that fails on one rank while others wait in a collective would hang, so mpi
+tests compute first and assert after the last collective (or use ``comm.abort``).
+"""
+import numpy as np
+import pytest
+
+from native.comm import world
+
+
+@pytest.fixture(scope="session")
+def comm():
+    """The world communicator (size 1 outside mpirun)."""
+    return world()
+
+
+def block_slice(n, size, rank):
+    """Contiguous block of ``n`` global rows owned by ``rank`` (sizes differ by <= 1).
+
+    Returns
+    -------
+    slice
+    """
+    base, extra = divmod(n, size)
+    start = rank * base + min(rank, extra)
+    stop = start + base + (1 if rank < extra else 0)
+    return slice(start, stop)
+
+
+@pytest.fixture
+def rank_slice(comm):
+    """``rank_slice(n)`` -> this rank's slice of ``n`` global rows."""
+    return lambda n: block_slice(n, comm.size, comm.rank)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
