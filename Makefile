@@ -21,9 +21,10 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# Serial first: it also fills the Numba cache that the K ranks then share.
 test: $(STAMP)
-	$(MAKE) --no-print-directory test-mpi
 	$(MAKE) --no-print-directory test-serial
+	$(MAKE) --no-print-directory test-mpi
 
 # The serial suite (single process; collectives run on a world of size 1).
 test-serial: $(STAMP)
@@ -33,7 +34,7 @@ test-serial: $(STAMP)
 test-mpi: $(STAMP)
 	@for K in 2 3 4; do \
 	  echo "== mpirun -np $$K pytest -m mpi"; \
-	  timeout $(MPI_TIMEOUT) $(MPIRUN) -np $$K $(PY) -m pytest -q -m mpi -p no:cacheprovider tests || exit 1; \
+	  timeout $(MPI_TIMEOUT) $(MPIRUN) -np $$K tests/mpi_pytest.sh -q -m mpi -p no:cacheprovider tests || exit 1; \
 	done
 
 demo: $(STAMP)
