@@ -30,11 +30,12 @@ test: $(STAMP)
 test-serial: $(STAMP)
 	$(PY) -m pytest -q tests
 
-# Every test marked `mpi` runs again under real ranks, odd counts included.
+# Every test marked `mpi` runs again under real ranks, odd counts included. One Numba
+# thread per rank: K ranks already oversubscribe the 2 cores; threads are covered serially.
 test-mpi: $(STAMP)
 	@for K in 2 3 4; do \
 	  echo "== mpirun -np $$K pytest -m mpi"; \
-	  timeout $(MPI_TIMEOUT) $(MPIRUN) -np $$K tests/mpi_pytest.sh -q -m mpi -p no:cacheprovider tests || exit 1; \
+	  NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout $(MPI_TIMEOUT) $(MPIRUN) -np $$K tests/mpi_pytest.sh -q -m mpi -p no:cacheprovider tests || exit 1; \
 	done
 
 demo: $(STAMP)
