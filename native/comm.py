@@ -41,6 +41,19 @@ class Communicator:
         """Print ``message`` to stderr and bring every rank down."""
         raise NotImplementedError
 
+    def library_allreduce(self, sendbuf, recvbuf):
+        """Sum ``sendbuf`` over ranks into ``recvbuf`` with the MPI library's own Allreduce.
+
+        This is the baseline that :mod:`native.collectives` measures itself against
+        (``algorithm="mpi"``); the project's own collectives never call it.
+
+        Parameters
+        ----------
+        sendbuf, recvbuf : ndarray, shape (n,)
+            Contiguous, same dtype and length.
+        """
+        raise NotImplementedError
+
 
 class SelfCommunicator(Communicator):
     """A world of one process: collectives become copies, sends to self are invalid."""
@@ -68,6 +81,10 @@ class SelfCommunicator(Communicator):
         sys.stderr.flush()
         raise SystemExit(code)
 
+    def library_allreduce(self, sendbuf, recvbuf):
+        np.copyto(recvbuf, sendbuf)
+        return recvbuf
+
 
 class MPICommunicator(Communicator):
     """Communicator over an mpi4py communicator (``COMM_WORLD`` by default)."""
@@ -84,10 +101,12 @@ class MPICommunicator(Communicator):
         self.mpi_comm.Send(np.ascontiguousarray(buf), dest=dest, tag=tag)
 
     def recv(self, buf, source, tag=0):
+        _require_contiguous(buf)
         self.mpi_comm.Recv(buf, source=source, tag=tag)
         return buf
 
     def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
+        _require_contiguous(recvbuf)
         self.mpi_comm.Sendrecv(np.ascontiguousarray(sendbuf), dest=dest, sendtag=tag,
                                recvbuf=recvbuf, source=source, recvtag=tag)
         return recvbuf
@@ -99,6 +118,17 @@ class MPICommunicator(Communicator):
         sys.stderr.write(f"[rank {self.rank}] {message}\n")
         sys.stderr.flush()
         self.mpi_comm.Abort(code)
+
+    def library_allreduce(self, sendbuf, recvbuf):
+        _require_contiguous(recvbuf)
+        self.mpi_comm.Allreduce(np.ascontiguousarray(sendbuf), recvbuf, op=self._MPI.SUM)
+        return recvbuf
+
+
+def _require_contiguous(buf):
+    # MPI writes through the raw pointer: a strided view would be filled wrongly.
+    if not buf.flags.c_contiguous:
+        raise ValueError("receive buffers must be C-contiguous numpy arrays")
 
 
 _WORLD = None

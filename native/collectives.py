@@ -1,0 +1,487 @@
+"""Public collectives of histforest: validation, algorithm choice, check mode, counting.
+
+Every function takes a :class:`native.comm.Communicator` first and is called by all
+ranks in the same order with matching arguments. The algorithms themselves live in
+:mod:`native.algorithms`; this module turns arbitrary arrays into the flat
+contiguous buffers they work on, picks an algorithm, runs the optional check-mode
+handshake (:mod:`native.check`) and counts calls in :data:`STATS`.
+
+Sums (``allreduce``, ``reduce_scatter``) accept float32, float64, int32 and int64.
+Every rank ends with bitwise-identical results: each element is summed at one
+place and then copied (ring, Rabenseifner), or summed symmetrically by partners
+whose IEEE additions commute exactly (recursive doubling).
+
+Algorithm choice (``algorithm="auto"``), alpha-beta model with n bytes, p ranks:
+
+- ring: ``2(p-1) alpha + 2(p-1)/p n beta``;
+- Rabenseifner: ``2 log2(p) alpha + 2(p-1)/p n beta``, plus ``2 alpha + 2 n beta``
+  when p is not a power of two (the fold);
+- recursive doubling: ``log2(p) alpha + log2(p) n beta``.
+
+So doubling wins for tiny buffers, Rabenseifner for everything else when p is a
+power of two, and ring for large buffers when p is not (the fold costs two full
+buffer transfers). The cut-over sizes are below, measured on the development machine
+with ``benchmarks/bench_collectives.py``.
+"""
+import pickle
+import zlib
+
+import numpy as np
+
+from . import check as _check
+from .algorithms.bruck import bruck_allgather
+from .algorithms.halving import (doubling_allreduce, halving_reduce_scatter_blocks,
+                                 rabenseifner_allreduce)
+from .algorithms.ring import ring_allgather, ring_reduce_scatter
+from .algorithms.tree import binomial_bcast
+from .blocks import block_bounds
+from .stats import STATS
+
+__all__ = ["allreduce", "reduce_scatter", "allgather", "allgatherv", "bcast",
+           "bcast_object", "allgather_object", "allreduce_best", "global_row_offset",
+           "choose_allreduce", "STATS", "SUM_DTYPES"]
+
+SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32),
+              np.dtype(np.int64))
+ALLREDUCE_ALGORITHMS = ("auto", "ring", "rabenseifner", "doubling", "mpi")
+REDUCE_SCATTER_ALGORITHMS = ("auto", "ring", "halving")
+ALLGATHER_ALGORITHMS = ("auto", "ring", "bruck")
+
+# Cut-over sizes for algorithm="auto" (bytes of the whole buffer).
+# TODO(measure): provisional values from the alpha-beta model with alpha ~ 20 us
+# (Python + MPI per step) and beta ~ 1 ns/B; replaced by measured ones below.
+DOUBLING_MAX_BYTES = 16 * 1024
+RING_MIN_BYTES_NON_POW2 = 256 * 1024
+BRUCK_MAX_BYTES = 256 * 1024
+
+
+def _is_pow2(p):
+    return p & (p - 1) == 0
+
+
+def choose_allreduce(nbytes, p):
+    """Algorithm ``allreduce(..., algorithm="auto")`` uses for ``nbytes`` on ``p`` ranks.
+
+    Returns
+    -------
+    str
+        ``"doubling"``, ``"rabenseifner"`` or ``"ring"``.
+    """
+    if nbytes <= DOUBLING_MAX_BYTES:
+        return "doubling"
+    if _is_pow2(p) or nbytes < RING_MIN_BYTES_NON_POW2:
+        return "rabenseifner"
+    return "ring"
+
+
+def _choose_reduce_scatter(nbytes, p):
+    return "halving" if _is_pow2(p) or nbytes < RING_MIN_BYTES_NON_POW2 else "ring"
+
+
+def _choose_allgather(nbytes):
+    return "bruck" if nbytes <= BRUCK_MAX_BYTES else "ring"
+
+
+def _begin(comm, op, check, **signature):
+    """Count the call, attribute its bytes to ``op`` and run the check handshake."""
+    STATS.calls[op] += 1
+    STATS._current = op
+    if _check.enabled(check):
+        _check.verify(comm, op, **signature)
+
+
+def _sum_input(buf, name):
+    arr = np.asarray(buf)
+    if arr.dtype not in SUM_DTYPES:
+        raise ValueError(f"{name}: dtype {arr.dtype} is not summable here; use one of "
+                         f"{[d.name for d in SUM_DTYPES]}")
+    return arr
+
+
+def _check_algorithm(name, algorithm, allowed):
+    if algorithm not in allowed:
+        raise ValueError(f"{name}: unknown algorithm {algorithm!r}; choose from {allowed}")
+
+
+def _rows(arr):
+    """``(shape0, elements per axis-0 row, trailing shape)`` of an array with ndim >= 1."""
+    trailing = arr.shape[1:]
+    return arr.shape[0], int(np.prod(trailing, dtype=np.int64)), trailing
+
+
+def allreduce(comm, buf, algorithm="auto", out=None, check=None):
+    """Elementwise sum of ``buf`` over all ranks.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    buf : array_like, any shape
+        float32, float64, int32 or int64; same shape and dtype on every rank.
+    algorithm : {"auto", "ring", "rabenseifner", "doubling", "mpi"}
+        ``"mpi"`` is the MPI library's own ``Allreduce``, kept as a baseline.
+        Ranks must pass the same value.
+    out : ndarray, optional
+        C-contiguous array of ``buf``'s shape and dtype to write into; ``out=buf``
+        reduces in place.
+    check : bool, optional
+        Verify first that all ranks make the same call (default: environment variable
+        ``HISTFOREST_CHECK_COLLECTIVES``).
+
+    Returns
+    -------
+    ndarray, shape of ``buf``
+        The sum (``out`` if given, else a new array), bitwise identical on all ranks.
+    """
+    arr = _sum_input(buf, "allreduce")
+    _check_algorithm("allreduce", algorithm, ALLREDUCE_ALGORITHMS)
+    p = comm.size
+    if algorithm == "auto":
+        algorithm = choose_allreduce(arr.nbytes, p)
+    if out is None:
+        result = np.empty(arr.shape, dtype=arr.dtype) if algorithm == "mpi" \
+            else np.array(arr, order="C", copy=True)
+    else:
+        if out.shape != arr.shape or out.dtype != arr.dtype:
+            raise ValueError(f"allreduce: out has shape {out.shape} dtype {out.dtype}, "
+                             f"buf has shape {arr.shape} dtype {arr.dtype}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("allreduce: out must be a writeable C-contiguous array")
+        result = out
+    _begin(comm, "allreduce", check, algorithm=algorithm, dtype=arr.dtype,
+           n=arr.size, shape0=arr.shape[0] if arr.ndim else 1)
+    if algorithm == "mpi":
+        # MPI needs distinct send and receive buffers; copy only when they alias.
+        send = arr.copy() if out is not None and np.shares_memory(arr, out) else arr
+        STATS.opaque_calls += 1
+        comm.library_allreduce(np.ascontiguousarray(send).reshape(-1), result.reshape(-1))
+        return result
+    if result is not arr and out is not None:
+        np.copyto(result, arr)
+    acc = result.reshape(-1)
+    if p == 1:
+        return result
+    if algorithm == "ring":
+        bounds = block_bounds(acc.size, p)
+        ring_reduce_scatter(comm, acc, bounds)
+        ring_allgather(comm, acc, bounds)
+    elif algorithm == "rabenseifner":
+        rabenseifner_allreduce(comm, acc)
+    else:
+        doubling_allreduce(comm, acc, np.add)
+    return result
+
+
+def reduce_scatter(comm, buf, algorithm="auto", check=None):
+    """Sum ``buf`` over ranks and give each rank only its block of axis 0.
+
+    The blocks are ``native.blocks.block_bounds(buf.shape[0], comm.size)``: contiguous
+    runs of axis-0 rows, lengths differing by at most one, longer ones first. For a
+    1-D buffer they are blocks of elements. Each rank sends about half the bytes of
+    an allreduce.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    buf : array_like, shape (n0, ...)
+        float32, float64, int32 or int64; same shape and dtype on every rank.
+    algorithm : {"auto", "ring", "halving"}
+        ``"halving"`` is recursive halving (with the fold when ``p`` is not a power
+        of two).
+    check : bool, optional
+
+    Returns
+    -------
+    my_block : ndarray, shape (stop - start, ...)
+        The summed rows ``start:stop`` (a new array).
+    (start, stop) : tuple of int
+        This rank's rows of axis 0.
+    """
+    arr = _sum_input(buf, "reduce_scatter")
+    if arr.ndim == 0:
+        raise ValueError("reduce_scatter needs an array with at least one axis")
+    _check_algorithm("reduce_scatter", algorithm, REDUCE_SCATTER_ALGORITHMS)
+    p, r = comm.size, comm.rank
+    if algorithm == "auto":
+        algorithm = _choose_reduce_scatter(arr.nbytes, p)
+    n0, row, trailing = _rows(arr)
+    _begin(comm, "reduce_scatter", check, algorithm=algorithm, dtype=arr.dtype,
+           n=arr.size, shape0=n0, trailing=row)
+    rows = block_bounds(n0, p)
+    start, stop = int(rows[r]), int(rows[r + 1])
+    if p == 1:
+        return np.array(arr, order="C", copy=True), (start, stop)
+    acc = np.array(arr, order="C", copy=True).reshape(-1)
+    bounds = rows * row
+    if algorithm == "ring":
+        ring_reduce_scatter(comm, acc, bounds)
+    else:
+        halving_reduce_scatter_blocks(comm, acc, bounds)
+    mine = acc[bounds[r]:bounds[r + 1]].copy().reshape((stop - start,) + trailing)
+    return mine, (start, stop)
+
+
+def allgather(comm, block, algorithm="auto", check=None):
+    """Concatenate equal-shaped blocks from all ranks along axis 0, in rank order.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    block : array_like, shape (m, ...)
+        Same shape and dtype on every rank (a 0-d block counts as shape (1,)).
+        Any fixed-size dtype.
+    algorithm : {"auto", "ring", "bruck"}
+    check : bool, optional
+
+    Returns
+    -------
+    ndarray, shape (size * m, ...)
+    """
+    arr = np.atleast_1d(np.asarray(block))
+    _check_algorithm("allgather", algorithm, ALLGATHER_ALGORITHMS)
+    _require_fixed_size(arr, "allgather")
+    p, r = comm.size, comm.rank
+    total = arr.nbytes * p
+    if algorithm == "auto":
+        algorithm = _choose_allgather(total)
+    n0, row, trailing = _rows(arr)
+    _begin(comm, "allgather", check, algorithm=algorithm, dtype=arr.dtype, n=arr.size,
+           shape0=n0, trailing=row)
+    out = np.empty((p * n0,) + trailing, dtype=arr.dtype)
+    mine = _as_bytes(arr)
+    out_bytes = out.reshape(-1).view(np.uint8)
+    if algorithm == "bruck" and p > 1:
+        bruck_allgather(comm, mine, out_bytes)
+    else:
+        bounds = np.arange(p + 1, dtype=np.int64) * mine.size
+        out_bytes[bounds[r]:bounds[r + 1]] = mine
+        ring_allgather(comm, out_bytes, bounds)
+    return out
+
+
+def allgatherv(comm, arr, check=None):
+    """Concatenate arrays of varying axis-0 length from all ranks, in rank order.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    arr : array_like, shape (m_rank, ...)
+        ``m_rank`` may differ between ranks (0 allowed); the trailing shape and dtype
+        must not (checked always, since the byte counts depend on them). A 0-d
+        input counts as shape (1,).
+    check : bool, optional
+
+    Returns
+    -------
+    ndarray, shape (sum of m_rank, ...)
+    """
+    a = np.atleast_1d(np.asarray(arr))
+    _require_fixed_size(a, "allgatherv")
+    p, r = comm.size, comm.rank
+    n0, row, trailing = _rows(a)
+    _begin(comm, "allgatherv", check, algorithm="ring", dtype=a.dtype, n=a.size,
+           shape0=n0, trailing=row, free=("n", "shape0"))
+    if p == 1:
+        return np.array(a, order="C", copy=True)
+    shape_crc = zlib.crc32(np.asarray(trailing, dtype=np.int64).tobytes())
+    meta = np.array([n0, a.dtype.itemsize * row, _check._dtype_code(a.dtype), shape_crc],
+                    dtype=np.int64)
+    table = np.empty(p * meta.size, dtype=np.int64)
+    bruck_allgather(comm, meta, table)
+    table = table.reshape(p, meta.size)
+    if not (table[:, 1:] == table[0, 1:]).all():
+        desc = "; ".join(f"rank {i}: {m[0]} rows of {m[1]} bytes, dtype "
+                         f"{_check._dtype_name(m[2])}" for i, m in enumerate(table))
+        raise ValueError("allgatherv: ranks disagree on the trailing shape or dtype "
+                         f"(only axis 0 may differ): {desc}")
+    counts = table[:, 0]
+    bounds = np.zeros(p + 1, dtype=np.int64)
+    np.cumsum(counts * meta[1], out=bounds[1:])
+    out = np.empty((int(counts.sum()),) + trailing, dtype=a.dtype)
+    out_bytes = out.reshape(-1).view(np.uint8)
+    out_bytes[bounds[r]:bounds[r + 1]] = _as_bytes(a)
+    ring_allgather(comm, out_bytes, bounds)
+    return out
+
+
+def bcast(comm, buf, root=0, check=None):
+    """Broadcast an array from ``root`` (binomial tree).
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    buf : ndarray
+        On the root, the data. On other ranks a writeable C-contiguous array of the
+        same shape and dtype, overwritten in place. Any fixed-size dtype.
+    root : int
+    check : bool, optional
+
+    Returns
+    -------
+    ndarray
+        ``buf`` (on the root a contiguous copy if ``buf`` was not contiguous).
+    """
+    _check_root(comm, root, "bcast")
+    if comm.rank == root:
+        buf = np.ascontiguousarray(buf)
+    elif not isinstance(buf, np.ndarray) or not buf.flags.c_contiguous \
+            or not buf.flags.writeable:
+        raise ValueError("bcast: non-root ranks must pass a writeable C-contiguous "
+                         "ndarray of the root's shape and dtype")
+    _require_fixed_size(buf, "bcast")
+    _begin(comm, "bcast", check, algorithm="binomial", dtype=buf.dtype, n=buf.size,
+           root=root)
+    if comm.size > 1:
+        binomial_bcast(comm, buf.reshape(-1).view(np.uint8), root)
+    return buf
+
+
+def bcast_object(comm, obj, root=0, check=None):
+    """Broadcast a small picklable object from ``root``; returns it on every rank.
+
+    Two binomial broadcasts: the pickle's length, then its bytes.
+    """
+    _check_root(comm, root, "bcast_object")
+    _begin(comm, "bcast_object", check, root=root)
+    if comm.size == 1:
+        return obj
+    payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if comm.rank == root else b""
+    length = np.array([len(payload)], dtype=np.int64)
+    binomial_bcast(comm, length, root)
+    data = (np.frombuffer(payload, dtype=np.uint8).copy() if comm.rank == root
+            else np.empty(int(length[0]), dtype=np.uint8))
+    binomial_bcast(comm, data, root)
+    return obj if comm.rank == root else pickle.loads(data.tobytes())
+
+
+def allgather_object(comm, obj, check=None):
+    """Gather one small picklable object per rank; returns the list in rank order."""
+    _begin(comm, "allgather_object", check)
+    p, r = comm.size, comm.rank
+    if p == 1:
+        return [obj]
+    payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
+                            dtype=np.uint8)
+    lengths = np.empty(p, dtype=np.int64)
+    bruck_allgather(comm, np.array([payload.size], dtype=np.int64), lengths)
+    bounds = np.zeros(p + 1, dtype=np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    data = np.empty(int(bounds[-1]), dtype=np.uint8)
+    data[bounds[r]:bounds[r + 1]] = payload
+    ring_allgather(comm, data, bounds)
+    return [pickle.loads(data[bounds[i]:bounds[i + 1]].tobytes()) for i in range(p)]
+
+
+def allreduce_best(comm, records, rtol=0.0, check=None):
+    """Per row, the best record over ranks: maximum gain, ties to the smallest keys.
+
+    Record layout: a float64 array of shape (n, k), k >= 1. Column 0 is the gain;
+    columns 1..k-1 are tie-break keys compared lexicographically, smaller winning
+    (histforest uses ``(gain, feature, bin, missing_left)``, so ties go to the
+    lowest feature, then lowest bin, then missing-right). Row ``i`` of the result is
+    the winner among the ranks' rows ``i``; rows on a rank that has no candidate
+    should carry gain ``-inf``.
+
+    The selection is exact: no arithmetic, so every rank returns the same bits
+    whatever the reduction order (recursive doubling, ``log2 p`` small messages).
+    NaN gains count as ``-inf`` and ``-0.0`` as ``0.0`` (both are rewritten in the
+    returned rows), so equal-ranked rows are bit-identical.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    records : array_like of float64, shape (n, k)
+        Same shape on every rank. Keys must not be NaN.
+    rtol : float, default 0.0
+        Gains within ``rtol * max(|g1|, |g2|)`` of each other count as tied and are
+        decided by the keys. With ``rtol > 0`` the result is still identical on all
+        ranks, but may depend on the number of ranks (near-ties are not transitive).
+    check : bool, optional
+
+    Returns
+    -------
+    ndarray of float64, shape (n, k)
+    """
+    rec = np.array(records, dtype=np.float64, order="C", copy=True)
+    if rec.ndim != 2 or rec.shape[1] < 1:
+        raise ValueError(f"allreduce_best: records must have shape (n, k>=1), got {rec.shape}")
+    if np.isnan(rec[:, 1:]).any():
+        raise ValueError("allreduce_best: tie-break key columns contain NaN")
+    if rtol < 0:
+        raise ValueError(f"allreduce_best: rtol must be >= 0, got {rtol}")
+    gains = rec[:, 0]
+    gains[np.isnan(gains)] = -np.inf
+    rec += 0.0  # turns -0.0 into +0.0, so "compares equal" implies "same bits"
+    n, k = rec.shape
+    _begin(comm, "allreduce_best", check, algorithm="doubling", dtype=rec.dtype,
+           n=rec.size, shape0=n, trailing=k)
+    if comm.size == 1:
+        return rec
+
+    def combine(mine, theirs):
+        a, b = mine.reshape(n, k), theirs.reshape(n, k)
+        take_b = _better(b, a, rtol)
+        return np.where(take_b[:, None], b, a).reshape(-1)
+
+    doubling_allreduce(comm, rec.reshape(-1), combine)
+    return rec
+
+
+def _better(a, b, rtol):
+    """Rows where record ``a`` strictly beats record ``b``. Shapes (n, k) -> (n,)."""
+    ga, gb = a[:, 0], b[:, 0]
+    if rtol > 0:
+        with np.errstate(invalid="ignore"):
+            tied = np.abs(ga - gb) <= rtol * np.maximum(np.abs(ga), np.abs(gb))
+        tied |= ga == gb  # inf == inf
+    else:
+        tied = ga == gb
+    better = ~tied & (ga > gb)
+    decided = ~tied
+    for j in range(1, a.shape[1]):
+        better |= ~decided & (a[:, j] < b[:, j])
+        decided |= a[:, j] != b[:, j]
+    return better
+
+
+def global_row_offset(comm, n_local, check=None):
+    """Position of this rank's rows in the global row order (ranks in order).
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    n_local : int
+        Rows held by this rank (>= 0).
+
+    Returns
+    -------
+    offset : int
+        Global index of this rank's first row (rows of lower ranks come first).
+    n_global : int
+        Total rows over all ranks.
+    """
+    n_local = int(n_local)
+    if n_local < 0:
+        raise ValueError(f"global_row_offset: n_local must be >= 0, got {n_local}")
+    _begin(comm, "global_row_offset", check)
+    counts = np.empty(comm.size, dtype=np.int64)
+    if comm.size == 1:
+        counts[0] = n_local
+    else:
+        bruck_allgather(comm, np.array([n_local], dtype=np.int64), counts)
+    return int(counts[:comm.rank].sum()), int(counts.sum())
+
+
+def _check_root(comm, root, name):
+    if not 0 <= int(root) < comm.size:
+        raise ValueError(f"{name}: root {root} outside 0..{comm.size - 1}")
+
+
+def _require_fixed_size(arr, name):
+    if arr.dtype.hasobject:
+        raise ValueError(f"{name}: object arrays cannot be sent as bytes; use "
+                         "bcast_object / allgather_object")
+
+
+def _as_bytes(arr):
+    """Flat uint8 view (or contiguous copy) of an array's bytes."""
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)

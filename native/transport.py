@@ -1,0 +1,49 @@
+"""The counted point-to-point layer that every algorithm in :mod:`native` sends through.
+
+Keeping one choke point means byte counting (:data:`native.stats.STATS`) cannot be
+forgotten by a new algorithm, and message tags live in one table so that different
+collectives (and the check-mode handshake) can never consume each other's messages.
+"""
+from .stats import STATS
+
+# One tag per message family. Within a family messages between one pair of ranks are
+# matched in order (MPI guarantees non-overtaking for the same source, tag and
+# communicator), so a tag per family is enough.
+TAG_CHECK = 901
+TAG_RING_REDUCE_SCATTER = 911
+TAG_RING_ALLGATHER = 912
+TAG_HALVING = 913
+TAG_DOUBLING = 914
+TAG_FOLD = 915
+TAG_BRUCK = 916
+TAG_BCAST = 917
+TAG_RD_ALLREDUCE = 918
+
+
+def exchange(comm, sendbuf, dest, recvbuf, source, tag):
+    """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf`` from ``source``.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    sendbuf : ndarray, shape (m,)
+        Contiguous; may be empty (a zero-length message still travels, so that both
+        sides stay in step without agreeing on a special case).
+    recvbuf : ndarray, shape (k,)
+        Contiguous, written in place.
+    """
+    STATS._record_send(sendbuf.nbytes)
+    comm.sendrecv(sendbuf, dest, recvbuf, source, tag)
+    return recvbuf
+
+
+def send(comm, buf, dest, tag):
+    """Counted blocking send of a contiguous array."""
+    STATS._record_send(buf.nbytes)
+    comm.send(buf, dest, tag)
+
+
+def recv(comm, buf, source, tag):
+    """Blocking receive into a contiguous array (nothing to count)."""
+    comm.recv(buf, source, tag)
+    return buf
