@@ -1,0 +1,444 @@
+"""Global per-feature bin edges and the raw-float -> uint8 bin-code transform.
+
+This module owns :class:`BinMapper`. Its fitted edges are a pure function of the
+*global* data set, never of how rows are spread across ranks:
+
+* The sample used for quantiles is chosen by a counter-based hash of each row's global
+  id (:func:`histogram.rowhash.uniform`), then gathered from all ranks. The gathered
+  multiset is the same for any rank count, and every computation after the gather
+  sorts first, so edges are bitwise identical for 1, 2, 3, ... ranks.
+* A feature whose sample holds at most ``max_bins`` distinct values gets one bin per
+  distinct value, with thresholds at midpoints. Because a sample can miss rare values
+  of an integer-coded feature, the ranks then look for local values the sample missed
+  and gather those too (one small collective), so such features stay exact.
+* Otherwise thresholds come from a greedy equal-count pass over the sorted distinct
+  values and their sample counts. The target bin size is re-estimated after every cut
+  from the rows and bins left, so a heavy tie (one value holding many rows) takes one
+  bin and the remaining bins still share the rest evenly.
+
+Conventions (the contract in ``docs/ARCHITECTURE.md``):
+
+* value bin ``b`` of feature ``f`` holds ``thresholds[f][b-1] < x <= thresholds[f][b]``,
+  so "bin <= b goes left" is the same test as "x <= thresholds[f][b] goes left";
+* NaN goes to ``missing_bin_ == max_bins``; the histogram bin axis has
+  ``n_bins_ == max_bins + 1`` entries;
+* ``-inf`` and ``+inf`` are ordinary values: they sort below/above every finite value.
+  A threshold between a finite value ``a`` and ``+inf`` is ``a`` itself (a midpoint
+  would be ``inf`` and merge the two); a threshold between ``-inf`` and a finite value
+  is ``-inf`` (only ``-inf`` goes left of it). Thresholds are never ``+inf`` or NaN;
+* a constant feature has one value bin and no thresholds; an all-NaN feature also has
+  one value bin (unused during fitting; any finite value seen later lands in it).
+
+The fitted state is plain numpy arrays and Python scalars (see
+:meth:`BinMapper.get_state`), so model files can store it without pickle.
+"""
+import numpy as np
+from numba import njit, prange
+
+from . import _dist
+from .dtypes import BIN_DTYPE, MAX_VALUE_BINS, X_DTYPE
+from .rowhash import uniform
+
+#: rowhash stream used to choose the binning sample ("BIN" in ASCII).
+BINNING_STREAM = 0x42494E
+
+
+class BinMapper:
+    """Map raw float features to ``uint8`` bin codes with globally agreed edges.
+
+    Parameters
+    ----------
+    max_bins : int, default=255
+        Most value bins per feature (2..255). The missing-value bin comes on top.
+    subsample : int or None, default=200_000
+        Expected number of rows (over all ranks) used to find quantiles. ``None``
+        uses every row. When the global row count is at most ``subsample`` every row
+        is used.
+    random_state : int, default=0
+        Seed for the row-id hash that picks the sample.
+
+    Attributes
+    ----------
+    n_features_in_ : int
+    missing_bin_ : int
+        Bin code of NaN, equal to ``max_bins``.
+    n_bins_ : int
+        Length of the histogram bin axis, ``max_bins + 1``.
+    n_bins_non_missing_ : ndarray of int64, shape (n_features,)
+        Value bins actually used per feature (at least 1).
+    bin_thresholds_ : list of ndarray of float64
+        ``bin_thresholds_[f]`` has shape ``(n_bins_non_missing_[f] - 1,)``; read-only
+        views into ``thresholds_flat_``.
+    thresholds_flat_ : ndarray of float64, shape (sum(n_bins_non_missing_ - 1),)
+        All thresholds, feature after feature.
+    threshold_offsets_ : ndarray of int64, shape (n_features + 1,)
+        Feature ``f`` owns ``thresholds_flat_[threshold_offsets_[f]:threshold_offsets_[f+1]]``.
+    is_exact_ : ndarray of bool, shape (n_features,)
+        True where every distinct value of the feature got its own bin.
+    n_samples_fit_ : int
+        Number of rows (over all ranks) in the gathered sample.
+    """
+
+    def __init__(self, max_bins=MAX_VALUE_BINS, subsample=200_000, random_state=0):
+        self.max_bins = max_bins
+        self.subsample = subsample
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, comm=None):
+        """Find global bin thresholds from the rows of all ranks.
+
+        Every rank of ``comm`` must call ``fit`` (it runs collectives) with its own
+        rows; all ranks end with identical thresholds.
+
+        Parameters
+        ----------
+        X : array-like, shape (n_local, n_features)
+            This rank's rows. float32/float64/int are accepted and converted to
+            float64. NaN means missing; +/-inf are ordinary values.
+        comm : native.comm.Communicator or None
+            ``None`` means :func:`native.comm.world`.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        X = _as_float_matrix(X)
+        if comm is None:
+            from native.comm import world
+            comm = world()
+        n_local, n_features = X.shape
+
+        # One tiny collective gives every rank's (n_features, n_rows): the feature
+        # check and this rank's global row offset both come from it.
+        meta = _dist.allgatherv(comm, np.array([[n_features, n_local]], dtype=np.int64))
+        if np.any(meta[:, 0] != n_features):
+            raise ValueError(
+                f"BinMapper.fit: ranks disagree on the number of features "
+                f"(per rank: {meta[:, 0].tolist()})")
+        offset = int(meta[:comm.rank, 1].sum())
+        n_global = int(meta[:, 1].sum())
+        if n_global == 0:
+            raise ValueError("BinMapper.fit: X has no rows on any rank")
+
+        use_all = self.subsample is None or n_global <= self.subsample
+        if use_all:
+            local_sample = X
+        else:
+            ids = np.arange(offset, offset + n_local, dtype=np.int64)
+            keep = uniform(self.random_state, BINNING_STREAM, ids) < self.subsample / n_global
+            local_sample = X[keep]
+        sample = _dist.allgatherv(comm, local_sample)
+
+        per_feature = []
+        candidates = []  # features that look exact on the sample: verify on full data
+        for f in range(n_features):
+            col = sample[:, f]
+            values, counts = np.unique(col[~np.isnan(col)], return_counts=True)
+            per_feature.append((values, counts))
+            if values.shape[0] <= self.max_bins and not use_all:
+                candidates.append(f)
+
+        extras = {}
+        if candidates:
+            extras = self._gather_missed_values(comm, X, candidates, per_feature)
+
+        thresholds = []
+        is_exact = np.zeros(n_features, dtype=bool)
+        for f in range(n_features):
+            values, counts = per_feature[f]
+            if values.shape[0] <= self.max_bins:
+                union = np.union1d(values, extras.get(f, values[:0]))
+                if union.shape[0] <= self.max_bins:
+                    values = union
+                    is_exact[f] = True
+                # else: the sample saw <= max_bins values but the data has more; the
+                # sample's own distinct values are the best max_bins-sized summary.
+                thresholds.append(_midpoints(values[:-1], values[1:]))
+            else:
+                cuts = _greedy_cuts(counts.astype(np.int64), self.max_bins)
+                thresholds.append(_midpoints(values[cuts], values[cuts + 1]))
+
+        self.n_features_in_ = n_features
+        self.missing_bin_ = int(self.max_bins)
+        self.n_bins_ = int(self.max_bins) + 1
+        self.thresholds_flat_ = (np.concatenate(thresholds) if thresholds
+                                 else np.zeros(0, dtype=X_DTYPE)).astype(X_DTYPE)
+        lengths = np.array([t.shape[0] for t in thresholds], dtype=np.int64)
+        self.threshold_offsets_ = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        self.n_bins_non_missing_ = lengths + 1
+        self.is_exact_ = is_exact
+        self.n_samples_fit_ = int(sample.shape[0])
+        return self
+
+    def _gather_missed_values(self, comm, X, candidates, per_feature):
+        """Values of candidate features present locally but absent from the sample.
+
+        Returns
+        -------
+        dict int -> ndarray of float64
+            Sorted distinct values missed by the sample, over all ranks, per feature.
+        """
+        blocks = []
+        for f in candidates:
+            values = per_feature[f][0]
+            col = X[:, f]
+            col = col[~np.isnan(col)]
+            if values.shape[0] == 0:
+                missed = col
+            else:
+                pos = np.searchsorted(values, col)
+                pos[pos == values.shape[0]] = values.shape[0] - 1
+                missed = col[values[pos] != col]
+            # More than max_bins + 1 missed values already proves the feature is not
+            # exact; sending more would only cost bytes.
+            missed = np.unique(missed)[: self.max_bins + 1]
+            blocks.append(np.column_stack((np.full(missed.shape[0], f, dtype=X_DTYPE),
+                                           missed)))
+        local = np.concatenate(blocks) if blocks else np.zeros((0, 2), dtype=X_DTYPE)
+        gathered = _dist.allgatherv(comm, np.ascontiguousarray(local, dtype=X_DTYPE))
+        out = {}
+        for f in candidates:
+            vals = gathered[gathered[:, 0] == f, 1]
+            if vals.shape[0]:
+                out[f] = np.unique(vals)
+        return out
+
+    def _validate_params(self):
+        mb = self.max_bins
+        if not isinstance(mb, (int, np.integer)) or not 2 <= mb <= MAX_VALUE_BINS:
+            raise ValueError(f"max_bins must be an int in [2, {MAX_VALUE_BINS}], got {mb!r}")
+        ss = self.subsample
+        if ss is not None and (not isinstance(ss, (int, np.integer)) or ss < 1):
+            raise ValueError(f"subsample must be a positive int or None, got {ss!r}")
+        if not isinstance(self.random_state, (int, np.integer)):
+            raise ValueError(f"random_state must be an int, got {self.random_state!r}")
+
+    # ------------------------------------------------------------ transform
+    def transform(self, X):
+        """Bin raw features.
+
+        Parameters
+        ----------
+        X : array-like, shape (n_rows, n_features)
+
+        Returns
+        -------
+        binned : ndarray of uint8, shape (n_features, n_rows), C-contiguous
+            Feature-major codes; NaN -> ``missing_bin_``.
+        """
+        self._check_fitted()
+        X = _as_float_matrix(X)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"BinMapper.transform: X has {X.shape[1]} features, "
+                             f"fitted with {self.n_features_in_}")
+        out = np.empty((X.shape[1], X.shape[0]), dtype=BIN_DTYPE)
+        _transform_numba(X, self.thresholds_flat_, self.threshold_offsets_,
+                         np.uint8(self.missing_bin_), out)
+        return out
+
+    def fit_transform(self, X, comm=None):
+        """``fit(X, comm)`` then ``transform(X)``."""
+        return self.fit(X, comm=comm).transform(X)
+
+    def bin_to_threshold(self, feature, bin_index):
+        """Raw-float threshold equivalent to "bin <= bin_index goes left".
+
+        Parameters
+        ----------
+        feature : int
+        bin_index : int
+            A value bin ``0 <= bin_index < n_bins_non_missing_[feature] - 1``.
+
+        Returns
+        -------
+        float
+        """
+        t = self.bin_thresholds_[feature]
+        if not 0 <= bin_index < t.shape[0]:
+            raise ValueError(f"bin {bin_index} of feature {feature} has no threshold "
+                             f"(feature has {t.shape[0] + 1} value bins)")
+        return float(t[bin_index])
+
+    @property
+    def bin_thresholds_(self):
+        self._check_fitted()
+        out = []
+        for f in range(self.n_features_in_):
+            v = self.thresholds_flat_[self.threshold_offsets_[f]:self.threshold_offsets_[f + 1]]
+            v = v.view()
+            v.flags.writeable = False
+            out.append(v)
+        return out
+
+    # ---------------------------------------------------------------- state
+    _STATE_KEYS = ("max_bins", "subsample", "random_state", "n_features_in_",
+                   "missing_bin_", "n_bins_", "n_bins_non_missing_", "thresholds_flat_",
+                   "threshold_offsets_", "is_exact_", "n_samples_fit_")
+
+    def get_state(self):
+        """Fitted state as plain numpy arrays and Python scalars (no pickle needed).
+
+        Returns
+        -------
+        dict
+            Keys are ``BinMapper._STATE_KEYS``; ``subsample`` may be None.
+        """
+        self._check_fitted()
+        state = {}
+        for k in self._STATE_KEYS:
+            v = getattr(self, k)
+            if isinstance(v, np.ndarray):
+                state[k] = v.copy()
+            elif isinstance(v, (np.integer,)):
+                state[k] = int(v)
+            else:
+                state[k] = v
+        return state
+
+    @classmethod
+    def from_state(cls, state):
+        """Rebuild a fitted BinMapper from :meth:`get_state` output."""
+        missing = [k for k in cls._STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"BinMapper.from_state: missing keys {missing}")
+        bm = cls(max_bins=int(state["max_bins"]), subsample=state["subsample"],
+                 random_state=int(state["random_state"]))
+        for k in cls._STATE_KEYS[3:]:
+            v = state[k]
+            setattr(bm, k, np.array(v) if isinstance(v, (np.ndarray, list)) else v)
+        bm.thresholds_flat_ = np.ascontiguousarray(bm.thresholds_flat_, dtype=X_DTYPE)
+        bm.threshold_offsets_ = np.ascontiguousarray(bm.threshold_offsets_, dtype=np.int64)
+        bm.n_bins_non_missing_ = np.asarray(bm.n_bins_non_missing_, dtype=np.int64)
+        bm.is_exact_ = np.asarray(bm.is_exact_, dtype=bool)
+        if bm.threshold_offsets_.shape[0] != bm.n_features_in_ + 1 or \
+                bm.threshold_offsets_[-1] != bm.thresholds_flat_.shape[0]:
+            raise ValueError("BinMapper.from_state: threshold offsets do not match thresholds")
+        return bm
+
+    def _check_fitted(self):
+        if not hasattr(self, "thresholds_flat_"):
+            raise ValueError("This BinMapper is not fitted yet; call fit first")
+
+
+# ---------------------------------------------------------------------- helpers
+def _as_float_matrix(X):
+    """Validate and convert to a C-contiguous float64 matrix (n_rows, n_features)."""
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n_rows, n_features), got shape {X.shape}")
+    if X.dtype.kind not in "fiub":
+        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+    if X.shape[1] == 0:
+        raise ValueError("X has no features")
+    return np.ascontiguousarray(X, dtype=X_DTYPE)
+
+
+def _midpoints(lo, hi):
+    """Thresholds ``t`` with ``lo <= t < hi`` elementwise, midway where representable.
+
+    ``lo/2 + hi/2`` cannot overflow for finite inputs; where it is not strictly below
+    ``hi`` (``hi`` is +inf, or ``lo`` and ``hi`` are adjacent floats) or is NaN
+    (``-inf`` to ``+inf``), ``lo`` itself is used, which still separates the two.
+    """
+    lo = np.asarray(lo, dtype=X_DTYPE)
+    hi = np.asarray(hi, dtype=X_DTYPE)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mid = lo * 0.5 + hi * 0.5
+        ok = (mid >= lo) & (mid < hi)
+    return np.where(ok, mid, lo)
+
+
+@njit(cache=True)
+def _greedy_cuts(counts, max_bins):
+    """Equal-count cut points over sorted distinct values.
+
+    Parameters
+    ----------
+    counts : ndarray of int64, shape (n_distinct,)
+        Sample count of each distinct value, in increasing value order.
+    max_bins : int
+
+    Returns
+    -------
+    ndarray of int64, shape (n_cuts,), n_cuts <= max_bins - 1
+        Cut after distinct value ``i`` (between values ``i`` and ``i + 1``).
+    """
+    n = counts.shape[0]
+    cuts = np.empty(max_bins - 1, dtype=np.int64)
+    n_cuts = 0
+    rest_rows = 0.0
+    for i in range(n):
+        rest_rows += counts[i]
+    rest_bins = max_bins
+    acc = 0.0
+    for i in range(n - 1):
+        if rest_bins <= 1:
+            break
+        target = rest_rows / rest_bins
+        acc += counts[i]
+        # Cut when the bin is full, or when adding the next value would land further
+        # from the target than stopping here (this also gives a heavy tie its own bin).
+        if acc >= target or (acc + counts[i + 1] - target) > (target - acc):
+            cuts[n_cuts] = i
+            n_cuts += 1
+            rest_rows -= acc
+            rest_bins -= 1
+            acc = 0.0
+    return cuts[:n_cuts]
+
+
+@njit(cache=True, parallel=True)
+def _transform_numba(X, thresholds, offsets, missing_bin, out):
+    """out[f, i] = number of feature-f thresholds < X[i, f]; NaN -> missing_bin.
+
+    Parallel over row blocks; each thread writes its own columns of ``out``.
+    """
+    n_rows, n_features = X.shape
+    block = 4096
+    n_blocks = (n_rows + block - 1) // block
+    for blk in prange(n_blocks):
+        start = blk * block
+        stop = min(start + block, n_rows)
+        for f in range(n_features):
+            lo0 = offsets[f]
+            n_t = offsets[f + 1] - lo0
+            for i in range(start, stop):
+                x = X[i, f]
+                if x != x:
+                    out[f, i] = missing_bin
+                    continue
+                # lower_bound: first threshold index with thresholds >= x
+                lo = 0
+                hi = n_t
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if thresholds[lo0 + mid] < x:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                out[f, i] = lo
+
+
+def transform_reference(X, bin_thresholds, missing_bin):
+    """NumPy reference for :meth:`BinMapper.transform` (tests compare against it).
+
+    Parameters
+    ----------
+    X : ndarray, shape (n_rows, n_features)
+    bin_thresholds : list of ndarray
+    missing_bin : int
+
+    Returns
+    -------
+    ndarray of uint8, shape (n_features, n_rows)
+    """
+    X = _as_float_matrix(X)
+    out = np.empty((X.shape[1], X.shape[0]), dtype=BIN_DTYPE)
+    for f, t in enumerate(bin_thresholds):
+        col = X[:, f]
+        codes = np.searchsorted(t, col, side="left")
+        codes[np.isnan(col)] = missing_bin
+        out[f] = codes
+    return out

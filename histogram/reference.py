@@ -1,0 +1,44 @@
+"""Slow, obviously correct NumPy histogram kernel: the oracle for the fast ones.
+
+Every fast kernel (Numba CPU in :mod:`histogram.cpu_kernels`, Numba CUDA in
+:mod:`histogram.cuda_kernels`) is tested against :func:`build_histograms_numpy`.
+"""
+import numpy as np
+
+from .dtypes import CHANNEL_DTYPE
+
+
+def build_histograms_numpy(binned, channels, rows, node_starts, n_bins, out=None):
+    """Per (node, feature, bin) sums of every channel, one ``np.bincount`` at a time.
+
+    Parameters
+    ----------
+    binned : ndarray of uint8, shape (n_features, n_rows)
+    channels : ndarray of float64, shape (n_rows, n_channels)
+    rows : ndarray of int, shape (m,)
+        Local row ids grouped by node.
+    node_starts : ndarray of int64, shape (n_nodes + 1,)
+        Node ``i`` owns ``rows[node_starts[i]:node_starts[i + 1]]``.
+    n_bins : int
+    out : ndarray of float64, shape (n_nodes, n_features, n_bins, n_channels), optional
+
+    Returns
+    -------
+    ndarray of float64, shape (n_nodes, n_features, n_bins, n_channels)
+    """
+    n_features = binned.shape[0]
+    n_channels = channels.shape[1]
+    n_nodes = node_starts.shape[0] - 1
+    shape = (n_nodes, n_features, n_bins, n_channels)
+    if out is None:
+        out = np.zeros(shape, dtype=CHANNEL_DTYPE)
+    else:
+        out[...] = 0.0
+    for node in range(n_nodes):
+        idx = rows[node_starts[node]:node_starts[node + 1]]
+        for f in range(n_features):
+            codes = binned[f, idx]
+            for c in range(n_channels):
+                out[node, f, :, c] = np.bincount(codes, weights=channels[idx, c],
+                                                 minlength=n_bins)
+    return out
