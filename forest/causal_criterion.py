@@ -1,0 +1,411 @@
+"""The causal-forest (GRF) splitting criterion, evaluated exactly from histograms.
+
+This module owns the channel layout of the causal forest (:class:`CausalChannels`) and
+the split criterion (:class:`CausalCriterion`), plus slow per-row NumPy references
+(:func:`pseudo_outcomes_reference`, :func:`split_gain_reference`) that tests compare
+the histogram version against.
+
+GRF's gradient criterion
+------------------------
+At a node ``P`` (rows of the tree's split half, weights ``g``) with centered treatment
+``W~`` (K-vector) and outcome ``Y~`` (M-vector), let ``wbar, ybar`` be the weighted
+means, ``M_P = sum g (W~-wbar)(W~-wbar)^T``, ``tau_P = M_P^{-1} sum g (W~-wbar)(Y~-ybar)^T``
+(K x M). GRF relabels each row with the pseudo-outcome
+
+    rho_i = A^{-1} (W~_i - wbar) ((Y~_i - ybar) - tau_P^T (W~_i - wbar))^T      (K x M)
+
+where ``A = I`` for a single treatment (GRF's ``causal_forest``) and ``A = M_P / sum g``
+for ``K > 1`` (GRF's multi-arm forest), and scores a split by
+``|sum_L g rho|^2 / sum_L g + |sum_R g rho|^2 / sum_R g`` (the parent's ``sum g rho``
+is zero by construction of ``tau_P``, so this is already the improvement).
+
+Why channels suffice
+--------------------
+``rho`` is bilinear in ``(W~, Y~)`` with node constants, so for any child ``L``
+
+    sum_L g (W~-wbar)(Y~-ybar)^T = S_wy - S_w ybar^T - wbar S_y^T + S_g wbar ybar^T
+    sum_L g (W~-wbar)(W~-wbar)^T = S_ww - S_w wbar^T - wbar S_w^T + S_g wbar wbar^T
+    sum_L g rho = A^{-1} (first - second tau_P)
+
+with ``S_*`` the child's sums of the node-independent per-row channels
+``g, g W~, g Y~, g W~ Y~^T, g W~ W~^T``. Per-bin histograms of these channels give
+every candidate split of every node exactly (up to rounding), and the parent's own
+``wbar, ybar, tau_P`` come from the parent's channel sums; subtraction still works.
+
+Constraints (GRF's, in histogram form)
+--------------------------------------
+* each child has at least ``min_samples_leaf`` rows *of every arm* (control included)
+  for a categorical treatment. GRF counts rows on each side of the parent's mean
+  centered treatment, which is node dependent and not available from per-bin sums;
+  raw arm counts are the histogram-computable version (for a binary treatment with
+  constant propensity they coincide). For a continuous treatment the proxy is the
+  count of rows with ``W~_k > 0`` and with ``W~_k <= 0``, for each component ``k``;
+* ``alpha``: each child's treatment spread ``S_ww,kk - S_w,k^2 / S_g`` is at least
+  ``alpha`` times the parent's, for each component ``k``;
+* ``imbalance_penalty``: the score loses ``penalty * sum_k (1/size_L,k + 1/size_R,k)``
+  (for ``K = 1`` exactly GRF's penalty); with a penalty, a child of zero spread fails.
+
+Leaf values
+-----------
+``node_value`` returns the leaf's moments divided by its row count
+``(g, gW~, gY~, gW~Y~^T, gW~W~^T)/n`` followed by ``n`` itself. The forest averages
+these per tree and solves ``theta(x) = A(x)^{-1} b(x)`` (see :mod:`forest.inference`),
+which equals GRF's estimate with its forest weights.
+"""
+import numpy as np
+
+from .criteria import Criterion
+
+#: Constraint kinds: raw arm counts (categorical) or sign of the centered treatment.
+CONSTRAINTS = ("arms", "sign")
+
+
+class CausalChannels:
+    """Channel layout for ``K`` treatments and ``M`` outcomes.
+
+    Channel order (``C = n_moments + 1 + K``)::
+
+        0                 g
+        1 .. K            g W~_k
+        next M            g Y~_m
+        next K*M          g W~_k Y~_m          (k-major: index k*M + m)
+        next K(K+1)/2     g W~_i W~_j, i <= j   (upper triangle, row-major)
+        next 1            1 (row count)
+        next K            constraint counts: 1[arm == k+1] ("arms") or 1[W~_k > 0] ("sign")
+
+    Parameters
+    ----------
+    n_treatments : int
+        ``K``.
+    n_outcomes : int
+        ``M``.
+    """
+
+    def __init__(self, n_treatments=1, n_outcomes=1):
+        k, m = int(n_treatments), int(n_outcomes)
+        if k < 1 or m < 1:
+            raise ValueError(f"need n_treatments >= 1 and n_outcomes >= 1, got {k}, {m}")
+        self.K, self.M = k, m
+        self.n_tri = k * (k + 1) // 2
+        self.i_g = 0
+        self.s_w = slice(1, 1 + k)
+        self.s_y = slice(1 + k, 1 + k + m)
+        self.s_wy = slice(1 + k + m, 1 + k + m + k * m)
+        self.s_ww = slice(self.s_wy.stop, self.s_wy.stop + self.n_tri)
+        self.n_moments = self.s_ww.stop
+        self.i_count = self.n_moments
+        self.s_arm = slice(self.i_count + 1, self.i_count + 1 + k)
+        self.n_channels = self.s_arm.stop
+        iu, ju = np.triu_indices(k)
+        full = np.empty((k, k), dtype=np.int64)
+        full[iu, ju] = np.arange(self.n_tri)
+        full[ju, iu] = np.arange(self.n_tri)
+        self._tri_to_full = full
+        self._iu, self._ju = iu, ju
+
+    def make(self, w_centered, y_centered, sample_weight, indicator):
+        """Per-row channels.
+
+        Parameters
+        ----------
+        w_centered : ndarray, shape (n, K)
+            ``W - e(X)``.
+        y_centered : ndarray, shape (n, M)
+            ``Y - m(X)``.
+        sample_weight : ndarray, shape (n,)
+        indicator : ndarray, shape (n, K)
+            Constraint indicators (arm membership, or ``W~ > 0``), 0/1.
+
+        Returns
+        -------
+        ndarray of float64, shape (n, C), C-contiguous
+        """
+        w = np.asarray(w_centered, dtype=np.float64).reshape(len(w_centered), -1)
+        y = np.asarray(y_centered, dtype=np.float64).reshape(len(y_centered), -1)
+        g = np.asarray(sample_weight, dtype=np.float64)
+        ind = np.asarray(indicator, dtype=np.float64).reshape(len(indicator), -1)
+        n = w.shape[0]
+        if w.shape[1] != self.K or y.shape[1] != self.M or ind.shape[1] != self.K:
+            raise ValueError(f"channel inputs disagree with K={self.K}, M={self.M}: "
+                             f"w {w.shape}, y {y.shape}, indicator {ind.shape}")
+        if y.shape[0] != n or g.shape != (n,) or ind.shape[0] != n:
+            raise ValueError("channel inputs must have the same number of rows")
+        out = np.empty((n, self.n_channels), dtype=np.float64)
+        gw = g[:, None] * w
+        out[:, 0] = g
+        out[:, self.s_w] = gw
+        out[:, self.s_y] = g[:, None] * y
+        out[:, self.s_wy] = (gw[:, :, None] * y[:, None, :]).reshape(n, -1)
+        out[:, self.s_ww] = gw[:, self._iu] * w[:, self._ju]
+        out[:, self.i_count] = 1.0
+        out[:, self.s_arm] = ind
+        return out
+
+    def moments(self, stats):
+        """Split a moment vector (channels or averaged moments) into its parts.
+
+        Parameters
+        ----------
+        stats : ndarray, shape (..., >= n_moments)
+
+        Returns
+        -------
+        tuple
+            ``g (...)``, ``w (..., K)``, ``y (..., M)``, ``wy (..., K, M)``,
+            ``ww (..., K, K)`` (symmetric).
+        """
+        lead = stats.shape[:-1]
+        g = stats[..., self.i_g]
+        w = stats[..., self.s_w]
+        y = stats[..., self.s_y]
+        wy = stats[..., self.s_wy].reshape(lead + (self.K, self.M))
+        ww = stats[..., self.s_ww][..., self._tri_to_full]
+        return g, w, y, wy, ww
+
+
+def _safe_div(num, den):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+
+
+class CausalCriterion(Criterion):
+    """GRF's causal splitting rule on histogram channel sums (module docstring).
+
+    Parameters
+    ----------
+    n_treatments : int, default 1
+        ``K``: 1 for a binary or scalar continuous treatment, the number of arms
+        (besides control) for a categorical one, or the treatment vector's length.
+    n_outcomes : int, default 1
+        ``M``.
+    min_samples_leaf : int, default 5
+        Fewest rows per child, and per arm (or per sign of ``W~``) in each child.
+    alpha : float, default 0.05
+        Fewest treatment spread per child, as a fraction of the parent's.
+    imbalance_penalty : float, default 0.0
+    constraint : {"arms", "sign"}, default "arms"
+        How the per-arm counts are read (see :class:`CausalChannels`).
+    precondition : bool or None, default None
+        Multiply pseudo-outcomes by ``A^{-1}``; ``None`` means ``K > 1`` (GRF).
+    """
+
+    def __init__(self, n_treatments=1, n_outcomes=1, min_samples_leaf=5, alpha=0.05,
+                 imbalance_penalty=0.0, constraint="arms", precondition=None):
+        if constraint not in CONSTRAINTS:
+            raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {constraint!r}")
+        if not 0.0 <= alpha < 0.5:
+            raise ValueError(f"alpha must be in [0, 0.5), got {alpha}")
+        if imbalance_penalty < 0:
+            raise ValueError(f"imbalance_penalty must be >= 0, got {imbalance_penalty}")
+        self.layout = CausalChannels(n_treatments, n_outcomes)
+        self.K, self.M = self.layout.K, self.layout.M
+        self.n_channels = self.layout.n_channels
+        self.n_outputs = self.layout.n_moments + 1
+        self.min_samples_leaf = max(int(min_samples_leaf), 1)
+        self.alpha = float(alpha)
+        self.imbalance_penalty = float(imbalance_penalty)
+        self.constraint = constraint
+        self.precondition = (self.K > 1) if precondition is None else bool(precondition)
+
+    def make_channels(self, w_centered, y_centered, sample_weight, indicator):
+        """See :meth:`CausalChannels.make`."""
+        return self.layout.make(w_centered, y_centered, sample_weight, indicator)
+
+    # ------------------------------------------------------------------ parent terms
+    def _parent_terms(self, parent):
+        """Node constants: ``wbar, ybar, tau_P``, ``A^{-1}``, spreads and validity."""
+        L = self.layout
+        g, w, y, wy, ww = L.moments(parent)
+        wbar = _safe_div(w, g[..., None])
+        ybar = _safe_div(y, g[..., None])
+        # Centered second moments of the parent: M_P and C_P.
+        Mp = ww - w[..., :, None] * wbar[..., None, :]
+        Cp = wy - w[..., :, None] * ybar[..., None, :]
+        spread = np.diagonal(Mp, axis1=-2, axis2=-1)
+        scale = np.maximum(np.diagonal(ww, axis1=-2, axis2=-1).sum(-1), 1e-300)
+        if self.K == 1:
+            valid = (g > 0) & (Mp[..., 0, 0] > 1e-12 * scale)
+            safe = np.where(valid[..., None, None], Mp, 1.0)
+            tau = Cp / safe
+            a_inv = _safe_div(g, Mp[..., 0, 0])[..., None, None] if self.precondition else None
+        else:
+            eig = np.linalg.eigvalsh(Mp)
+            valid = (g > 0) & (eig[..., 0] > 1e-12 * scale)
+            safe = np.where(valid[..., None, None], Mp, np.eye(self.K))
+            tau = np.linalg.solve(safe, Cp)
+            a_inv = np.linalg.inv(safe) * g[..., None, None] if self.precondition else None
+        return wbar, ybar, tau, a_inv, spread, valid
+
+    def _child_sum_rho(self, child, wbar, ybar, tau, a_inv):
+        """``sum_child g rho`` (..., K, M) from the child's channel sums."""
+        g, w, y, wy, ww = self.layout.moments(child)
+        gg = g[..., None, None]
+        cross = (wy - w[..., :, None] * ybar[..., None, :] - wbar[..., :, None] * y[..., None, :]
+                 + gg * (wbar[..., :, None] * ybar[..., None, :]))
+        wc = w - g[..., None] * wbar
+        # sum g (W-wbar)(W-wbar)^T = S_ww - S_w wbar^T - wbar S_w^T + S_g wbar wbar^T
+        #                          = S_ww - wc wbar^T - wbar S_w^T
+        mw = ww - wc[..., :, None] * wbar[..., None, :] - wbar[..., :, None] * w[..., None, :]
+        v = cross - mw @ tau
+        if a_inv is not None:
+            v = a_inv @ v
+        return v
+
+    def _score_scalar(self, child, wbar, ybar, tau, a_inv):
+        """Fast path for ``K = M = 1``: returns ``(sum g rho)`` (...)."""
+        L = self.layout
+        g = child[..., 0]
+        w = child[..., 1]
+        y = child[..., 2]
+        wy = child[..., 3]
+        ww = child[..., 4]
+        wb, yb, t = wbar[..., 0], ybar[..., 0], tau[..., 0, 0]
+        s = wy - yb * w - wb * y + wb * yb * g - t * (ww - 2.0 * wb * w + wb * wb * g)
+        if a_inv is not None:
+            s = s * a_inv[..., 0, 0]
+        assert L.n_moments == 5
+        return s
+
+    def gain(self, left, right, parent, parent_count=None):
+        """Split improvement; ``-inf`` where a constraint fails.
+
+        Parameters
+        ----------
+        left, right : ndarray, shape (..., C)
+        parent : ndarray, broadcastable to ``left``, shape (..., C)
+        parent_count : ignored (the count is a channel)
+
+        Returns
+        -------
+        ndarray of float64, shape (...)
+        """
+        left = np.asarray(left, dtype=np.float64)
+        right = np.asarray(right, dtype=np.float64)
+        parent = np.asarray(parent, dtype=np.float64)
+        L = self.layout
+        wbar, ybar, tau, a_inv, spread_p, valid_p = self._parent_terms(parent)
+        gl, gr = left[..., 0], right[..., 0]
+        if self.K == 1 and self.M == 1:
+            sl = self._score_scalar(left, wbar, ybar, tau, a_inv)
+            sr = self._score_scalar(right, wbar, ybar, tau, a_inv)
+            score = _safe_div(sl * sl, gl) + _safe_div(sr * sr, gr)
+        else:
+            vl = self._child_sum_rho(left, wbar, ybar, tau, a_inv)
+            vr = self._child_sum_rho(right, wbar, ybar, tau, a_inv)
+            score = _safe_div((vl * vl).sum(axis=(-2, -1)), gl) + _safe_div((vr * vr).sum(axis=(-2, -1)), gr)
+        ok = valid_p & (gl > 0) & (gr > 0)
+        ok = ok & self._counts_ok(left) & self._counts_ok(right)
+        size_l = self._spread(left)
+        size_r = self._spread(right)
+        floor = self.alpha * spread_p
+        ok = ok & np.all(size_l >= floor, axis=-1) & np.all(size_r >= floor, axis=-1)
+        if self.imbalance_penalty > 0:
+            ok = ok & np.all(size_l > 0, axis=-1) & np.all(size_r > 0, axis=-1)
+            pen = (_safe_div(1.0, size_l) + _safe_div(1.0, size_r)).sum(axis=-1)
+            score = score - self.imbalance_penalty * pen
+        return np.where(ok, score, -np.inf)
+
+    def _spread(self, stats):
+        """``S_ww,kk - S_w,k^2 / S_g`` per component, shape (..., K)."""
+        L = self.layout
+        g = stats[..., 0]
+        w = stats[..., L.s_w]
+        diag_idx = L._tri_to_full[np.arange(self.K), np.arange(self.K)] + L.s_ww.start
+        wwd = stats[..., diag_idx]
+        return wwd - _safe_div(w * w, g[..., None])
+
+    def _counts_ok(self, stats):
+        L = self.layout
+        n = stats[..., L.i_count]
+        ind = stats[..., L.s_arm]
+        m = self.min_samples_leaf
+        ok = (n >= m) & np.all(ind >= m, axis=-1)
+        if self.constraint == "arms":
+            ok &= (n - ind.sum(axis=-1)) >= m
+        else:
+            ok &= np.all((n[..., None] - ind) >= m, axis=-1)
+        return ok
+
+    # ------------------------------------------------------------------ nodes
+    def node_value(self, stats):
+        """Leaf moments per row, then the row count.
+
+        Parameters
+        ----------
+        stats : ndarray, shape (..., C)
+
+        Returns
+        -------
+        ndarray, shape (..., n_moments + 1)
+            ``stats[..., :n_moments] / n`` (zeros where ``n == 0``) and ``n``.
+        """
+        stats = self._check_stats(stats)
+        L = self.layout
+        n = stats[..., L.i_count]
+        out = np.empty(stats.shape[:-1] + (self.n_outputs,), dtype=np.float64)
+        out[..., :L.n_moments] = _safe_div(stats[..., :L.n_moments], n[..., None])
+        out[..., L.n_moments] = n
+        return out
+
+    def node_weight(self, stats):
+        """Row count, shape (...)."""
+        return self._check_stats(stats)[..., self.layout.i_count]
+
+
+# ---------------------------------------------------------------------- references
+def pseudo_outcomes_reference(w, y, g, precondition=None):
+    """GRF pseudo-outcomes of one node, computed row by row (slow reference).
+
+    Parameters
+    ----------
+    w : ndarray, shape (n, K)
+        Centered treatment of the node's rows.
+    y : ndarray, shape (n, M)
+        Centered outcome.
+    g : ndarray, shape (n,)
+        Sample weights.
+    precondition : bool or None
+        Multiply by ``A^{-1}``, ``A = M_P / sum g``; ``None`` means ``K > 1``.
+
+    Returns
+    -------
+    ndarray, shape (n, K, M)
+    """
+    w = np.asarray(w, dtype=np.float64).reshape(len(w), -1)
+    y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+    g = np.asarray(g, dtype=np.float64)
+    k = w.shape[1]
+    precondition = (k > 1) if precondition is None else precondition
+    sg = g.sum()
+    wc = w - (g @ w) / sg
+    yc = y - (g @ y) / sg
+    mp = (g[:, None] * wc).T @ wc
+    tau = np.linalg.solve(mp, (g[:, None] * wc).T @ yc)
+    resid = yc - wc @ tau
+    rho = wc[:, :, None] * resid[:, None, :]
+    if precondition:
+        rho = np.einsum("ij,njm->nim", np.linalg.inv(mp / sg), rho)
+    return rho
+
+
+def split_gain_reference(w, y, g, goes_left, precondition=None):
+    """GRF split score of one partition of one node, from row-wise pseudo-outcomes.
+
+    Parameters
+    ----------
+    w, y, g : see :func:`pseudo_outcomes_reference`
+    goes_left : ndarray of bool, shape (n,)
+
+    Returns
+    -------
+    float
+        ``|sum_L g rho|^2 / sum_L g + |sum_R g rho|^2 / sum_R g`` (no constraints).
+    """
+    rho = pseudo_outcomes_reference(w, y, g, precondition)
+    g = np.asarray(g, dtype=np.float64)
+    grho = g[:, None, None] * rho
+    total = 0.0
+    for side in (goes_left, ~goes_left):
+        s = grho[side].sum(axis=0)
+        total += float((s * s).sum() / g[side].sum())
+    return total
