@@ -1,0 +1,421 @@
+"""Sharded reading of tabular training and prediction data (parquet or CSV).
+
+This module owns how a data set named on the command line becomes each rank's
+rows:
+
+1. :func:`open_source` resolves the name (a parquet file, a directory of parquet
+   files, a glob, or a CSV file) and reads only the parquet *footers*: the schema of
+   every file (checked to agree) and the row count of every row group. The result,
+   a :class:`DataSource`, is small and picklable, so one rank can build it and
+   broadcast it.
+2. :func:`assign_row_groups` gives every rank a contiguous run of row groups,
+   balanced by rows. Contiguous runs in file order mean that concatenating the
+   ranks' rows in rank order gives the rows in file order, so the global row id of
+   a row (rank offset + local index) does not depend on the number of ranks, and
+   predictions written in rank order keep the input order. A rank may get no row
+   group at all (fewer row groups than ranks); it then holds zero rows and still
+   takes part in every collective.
+3. :func:`read_shard` reads the rank's row groups one at a time with pyarrow and
+   copies the requested columns straight into preallocated float64 arrays, so the
+   only transient copy is one row group's Arrow table. It never opens a row group
+   outside the rank's assignment; :class:`ReadStats` records which row groups and
+   how many column-chunk bytes were read.
+
+Nothing here communicates: callers combine the per-rank error strings and
+statistics (see :mod:`forest.cli.common`), which keeps this module testable on one
+process for any simulated rank count.
+
+CSV is meant for small data: every rank parses the whole CSV file and keeps a
+contiguous block of its rows.
+"""
+import glob
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from histogram.dtypes import X_DTYPE
+
+
+class DataError(ValueError):
+    """Bad input data: the message names the file or column and the problem."""
+
+
+@dataclass
+class DataSource:
+    """What :func:`open_source` learned from the footers.
+
+    Attributes
+    ----------
+    paths : list of str
+        Files in reading order.
+    kind : {"parquet", "csv"}
+    columns : list of str
+        Column names (identical in every file).
+    types : dict of str -> str
+        Arrow type name per column.
+    numeric : dict of str -> bool
+        Whether each column can be read as float64 (integer, float, boolean).
+    groups : list of (int, int, int)
+        ``(file index, row-group index, n_rows)`` for every row group, in reading
+        order. A CSV file counts as one group.
+    """
+
+    paths: list
+    kind: str
+    columns: list
+    types: dict
+    numeric: dict
+    groups: list = field(default_factory=list)
+
+    @property
+    def n_rows(self):
+        """Total rows over all files."""
+        return int(sum(g[2] for g in self.groups))
+
+
+@dataclass
+class ReadStats:
+    """What one rank actually read.
+
+    Attributes
+    ----------
+    row_groups : list of (int, int)
+        ``(file index, row-group index)`` pairs read, in order.
+    bytes_read : int
+        Compressed bytes of the column chunks read (parquet), or the file size (CSV).
+    """
+
+    row_groups: list = field(default_factory=list)
+    bytes_read: int = 0
+
+
+@dataclass
+class Shard:
+    """One rank's rows of the requested columns.
+
+    Attributes
+    ----------
+    columns : dict of str -> ndarray, shape (n_local,)
+        float64 copies of the numeric columns asked for.
+    keep : pyarrow.Table or None
+        Columns kept as they are (ids to carry into prediction output), n_local rows.
+    n_local : int
+    stats : ReadStats
+    """
+
+    columns: dict
+    keep: object
+    n_local: int
+    stats: ReadStats
+
+
+def _is_numeric(arrow_type):
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+                or pa.types.is_boolean(arrow_type) or pa.types.is_decimal(arrow_type))
+
+
+def resolve_paths(spec):
+    """Expand a data argument into a sorted list of files.
+
+    Parameters
+    ----------
+    spec : str
+        A file, a directory (all ``*.parquet`` / ``*.parq`` / ``*.csv`` files in it),
+        or a glob pattern.
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    DataError
+        When nothing matches.
+    """
+    if os.path.isdir(spec):
+        paths = sorted(p for p in glob.glob(os.path.join(spec, "*"))
+                       if os.path.isfile(p) and p.lower().endswith((".parquet", ".parq", ".csv")))
+        if not paths:
+            raise DataError(f"directory {spec!r} holds no .parquet or .csv files")
+        return paths
+    if os.path.isfile(spec):
+        return [spec]
+    if any(ch in spec for ch in "*?["):
+        paths = sorted(p for p in glob.glob(spec) if os.path.isfile(p))
+        if not paths:
+            raise DataError(f"no files match {spec!r}")
+        return paths
+    raise DataError(f"data file {spec!r} does not exist")
+
+
+def _kind_of(path):
+    return "csv" if path.lower().endswith((".csv", ".csv.gz")) else "parquet"
+
+
+def open_source(spec):
+    """Read the footers (schema, row-group sizes) of every file named by ``spec``.
+
+    Parameters
+    ----------
+    spec : str
+        See :func:`resolve_paths`.
+
+    Returns
+    -------
+    DataSource
+
+    Raises
+    ------
+    DataError
+        Unreadable file, mixed parquet and CSV, or schemas that differ across files.
+    """
+    import pyarrow as pa
+
+    paths = resolve_paths(spec)
+    kinds = {_kind_of(p) for p in paths}
+    if len(kinds) > 1:
+        raise DataError(f"{spec!r} mixes parquet and CSV files; use one format")
+    kind = kinds.pop()
+    if kind == "csv":
+        if len(paths) > 1:
+            raise DataError(f"{spec!r} names {len(paths)} CSV files; CSV input must be a single file")
+        table = _read_csv(paths[0])
+        schema = table.schema
+        groups = [(0, 0, table.num_rows)]
+        schemas = [schema]
+    else:
+        import pyarrow.parquet as pq
+
+        groups, schemas = [], []
+        for i, path in enumerate(paths):
+            try:
+                meta = pq.ParquetFile(path).metadata
+                schema = meta.schema.to_arrow_schema()
+            except (pa.ArrowException, OSError) as exc:
+                raise DataError(f"cannot read parquet file {path!r}: {_first_line(exc)}") from None
+            schemas.append(schema)
+            for g in range(meta.num_row_groups):
+                groups.append((i, g, int(meta.row_group(g).num_rows)))
+    first = schemas[0]
+    for path, schema in zip(paths[1:], schemas[1:]):
+        if schema.names != first.names:
+            missing = [n for n in first.names if n not in schema.names]
+            extra = [n for n in schema.names if n not in first.names]
+            what = (f"lacks columns {missing}" if missing else
+                    f"has extra columns {extra}" if extra else "orders its columns differently")
+            raise DataError(f"mismatched schema across files: {path!r} {what} compared with {paths[0]!r}")
+        for name in first.names:
+            if not schema.field(name).type.equals(first.field(name).type):
+                raise DataError(
+                    f"mismatched schema across files: column {name!r} is {schema.field(name).type} in "
+                    f"{path!r} but {first.field(name).type} in {paths[0]!r}")
+    return DataSource(
+        paths=list(paths), kind=kind, columns=list(first.names),
+        types={f.name: str(f.type) for f in first},
+        numeric={f.name: _is_numeric(f.type) for f in first},
+        groups=groups,
+    )
+
+
+def _first_line(exc):
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _read_csv(path):
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    try:
+        return pacsv.read_csv(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"cannot read CSV file {path!r}: {_first_line(exc)}") from None
+
+
+def check_columns(source, numeric=(), any_type=()):
+    """Check that columns exist and that ``numeric`` ones hold numbers.
+
+    Parameters
+    ----------
+    source : DataSource
+    numeric : sequence of str
+        Columns that will be read as float64.
+    any_type : sequence of str
+        Columns only carried through (``--keep``).
+
+    Raises
+    ------
+    DataError
+        Naming the first missing or non-numeric column.
+    """
+    for name in list(numeric) + list(any_type):
+        if name not in source.types:
+            raise DataError(f"missing column {name!r} in {source.paths[0]!r} "
+                            f"(columns: {', '.join(source.columns)})")
+    for name in numeric:
+        if not source.numeric[name]:
+            raise DataError(f"non-numeric column {name!r} (type {source.types[name]}); "
+                            f"features, treatment, outcome and weight must be numbers")
+
+
+def assign_row_groups(group_rows, size):
+    """Split row groups into ``size`` contiguous runs balanced by rows.
+
+    Group ``g`` goes to the rank whose share of the global rows contains the group's
+    middle row, so runs are contiguous, in order, and within one group of the ideal
+    split.
+
+    Parameters
+    ----------
+    group_rows : sequence of int, shape (n_groups,)
+    size : int
+        Number of ranks.
+
+    Returns
+    -------
+    list of (int, int)
+        ``(first group, stop group)`` per rank; empty runs have ``first == stop``.
+    """
+    rows = np.asarray(group_rows, dtype=np.int64)
+    total = int(rows.sum())
+    if total == 0 or rows.size == 0:
+        return [(0, 0)] * size
+    starts = np.concatenate([[0], np.cumsum(rows)[:-1]])
+    # 2 * middle * size // (2 * total): integer arithmetic, no float rounding.
+    owner = np.minimum((2 * starts + rows) * size // (2 * total), size - 1)
+    runs = []
+    for r in range(size):
+        idx = np.flatnonzero(owner == r)
+        runs.append((int(idx[0]), int(idx[-1]) + 1) if idx.size else (0, 0))
+    return runs
+
+
+def read_shard(source, run, numeric=(), keep=()):
+    """Read this rank's row groups into float64 columns.
+
+    Parameters
+    ----------
+    source : DataSource
+    run : (int, int)
+        ``(first group, stop group)`` from :func:`assign_row_groups`.
+    numeric : sequence of str
+        Columns converted to float64 (nulls become NaN).
+    keep : sequence of str
+        Columns kept as Arrow data, unchanged.
+
+    Returns
+    -------
+    Shard
+
+    Raises
+    ------
+    DataError
+        When a row group cannot be read.
+    """
+    import pyarrow as pa
+
+    first, stop = run
+    groups = source.groups[first:stop]
+    n_local = int(sum(g[2] for g in groups))
+    out = {name: np.empty(n_local, dtype=X_DTYPE) for name in numeric}
+    keep_parts = []
+    stats = ReadStats()
+    wanted = list(dict.fromkeys(list(numeric) + list(keep)))
+    pos = 0
+    if source.kind == "csv":
+        table = _read_csv(source.paths[0])
+        lo = 0
+        for g in source.groups[:first]:
+            lo += g[2]
+        table = table.slice(lo, n_local).select(wanted)
+        stats.row_groups = [(0, 0)] if n_local and first < stop else []
+        stats.bytes_read = os.path.getsize(source.paths[0])
+        _fill(out, table, 0)
+        return Shard(columns=out, keep=table.select(list(keep)) if keep else None,
+                     n_local=n_local, stats=stats)
+
+    import pyarrow.parquet as pq
+
+    current_file, handle = None, None
+    for file_index, group_index, n in groups:
+        path = source.paths[file_index]
+        try:
+            if file_index != current_file:
+                handle = pq.ParquetFile(path)
+                current_file = file_index
+            table = handle.read_row_group(group_index, columns=wanted)
+        except (pa.ArrowException, OSError) as exc:
+            raise DataError(f"cannot read row group {group_index} of {path!r}: {_first_line(exc)}") from None
+        if table.num_rows != n:
+            raise DataError(f"row group {group_index} of {path!r} has {table.num_rows} rows, "
+                            f"its footer says {n}")
+        meta = handle.metadata.row_group(group_index)
+        names = [meta.column(c).path_in_schema for c in range(meta.num_columns)]
+        stats.bytes_read += sum(meta.column(c).total_compressed_size
+                                for c, name in enumerate(names) if name in wanted)
+        stats.row_groups.append((file_index, group_index))
+        _fill(out, table, pos)
+        if keep:
+            keep_parts.append(table.select(list(keep)))
+        pos += n
+        del table  # one row group's Arrow table alive at a time
+    keep_table = None
+    if keep:
+        keep_table = (pa.concat_tables(keep_parts) if keep_parts
+                      else pa.table({k: pa.array([], type=_arrow_type(source, k)) for k in keep}))
+    return Shard(columns=out, keep=keep_table, n_local=n_local, stats=stats)
+
+
+def _arrow_type(source, name):
+    import pyarrow as pa
+
+    # Only needed for zero-row ranks: rebuild the type from its name where simple.
+    text = source.types[name]
+    try:
+        return pa.type_for_alias(text)
+    except (ValueError, KeyError):
+        return pa.string()
+
+
+def _fill(out, table, pos):
+    """Copy each numeric column of ``table`` into ``out[name][pos:pos + n]`` as float64."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    for name, dest in out.items():
+        col = table.column(name)
+        if pa.types.is_boolean(col.type) or pa.types.is_decimal(col.type):
+            col = pc.cast(col, pa.float64())
+        # to_numpy on a chunked column with nulls yields float NaN for nulls once cast.
+        if col.null_count:
+            col = pc.cast(col, pa.float64())
+        values = col.to_numpy()
+        dest[pos:pos + n] = values
+
+
+def bad_values(name, values, first_row=0):
+    """Describe NaN or infinite values in a column that must be finite.
+
+    Parameters
+    ----------
+    name : str
+    values : ndarray, shape (n,)
+    first_row : int
+        Global row id of ``values[0]`` (for the message).
+
+    Returns
+    -------
+    str or None
+        A one-line error, or None when every value is finite.
+    """
+    finite = np.isfinite(values)
+    if finite.all():
+        return None
+    bad = np.flatnonzero(~finite)
+    what = "NaN" if np.isnan(values[bad[0]]) else "infinite value"
+    return (f"column {name!r} has {bad.size} NaN/infinite value(s) "
+            f"(first: {what} at row {first_row + int(bad[0])}); it must be finite")
