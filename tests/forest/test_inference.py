@@ -1,0 +1,152 @@
+"""Leaf-moment estimates, BLB variance, AIPW and the row-sampling scheme."""
+import numpy as np
+import pytest
+
+from forest import simulate
+from forest.causal_criterion import CausalChannels
+from forest.inference import (_psi, aipw_scores, average_effect, average_effect_sums, blb_variance,
+                              local_treatment_cov, solve_theta)
+from forest.subsample import (BOTH, ESTIMATION, OUT, STRUCTURE, tree_row_codes,
+                              tree_row_codes_reference)
+
+
+def _moments(layout, w, y, g):
+    ind = np.zeros_like(w)
+    from forest.causal_criterion import CausalCriterion
+    ch = CausalCriterion(layout.K, layout.M).make_channels(w, y, g, ind)
+    return ch[:, :layout.n_moments].mean(axis=0)
+
+
+@pytest.mark.parametrize("K,M", [(1, 1), (2, 1), (2, 2)])
+def test_solve_theta_is_weighted_regression_with_intercept(K, M):
+    rng = np.random.default_rng(K + M)
+    n = 300
+    w = rng.normal(size=(n, K)) + 1.0
+    beta = rng.normal(size=(K, M))
+    y = 3.0 + w @ beta + 0.1 * rng.normal(size=(n, M))
+    g = rng.uniform(0.5, 2, size=n)
+    layout = CausalChannels(K, M)
+    theta, _ = solve_theta(_moments(layout, w, y, g)[None], layout)
+    design = np.column_stack([np.ones(n), w]) * np.sqrt(g)[:, None]
+    coef = np.linalg.lstsq(design, y * np.sqrt(g)[:, None], rcond=None)[0][1:]
+    np.testing.assert_allclose(theta[0], coef, rtol=1e-9)
+    cov = local_treatment_cov(_moments(layout, w, y, g)[None], layout)[0]
+    np.testing.assert_allclose(cov, np.cov(w.T, aweights=g, bias=True).reshape(K, K), rtol=1e-9)
+
+
+def test_solve_theta_singular_gives_nan():
+    layout = CausalChannels(1, 1)
+    m = _moments(layout, np.ones((10, 1)), np.arange(10.0)[:, None], np.ones(10))
+    theta, _ = solve_theta(m[None], layout)
+    assert np.isnan(theta).all()
+
+
+def test_psi_averages_to_zero():
+    rng = np.random.default_rng(0)
+    layout = CausalChannels(2, 2)
+    B = 12
+    tree_m = np.stack([_moments(layout, rng.normal(size=(30, 2)), rng.normal(size=(30, 2)),
+                                rng.uniform(1, 2, 30)) for _ in range(B)])[None]
+    mbar = tree_m.mean(axis=1)
+    theta, _ = solve_theta(mbar, layout)
+    u = _psi(tree_m, mbar, theta, layout)
+    np.testing.assert_allclose(u.mean(axis=1), 0.0, atol=1e-12)
+
+
+def _synthetic_trees(rng, n_points, G, L, sd_between, sd_within):
+    """K=M=1 leaf moments with g=1, w=0, ww=1, y=0 so that theta_b = wy_b exactly."""
+    layout = CausalChannels(1, 1)
+    tm = np.zeros((n_points, G * L, layout.n_moments + 1))
+    tm[..., 0] = 1.0
+    tm[..., layout.s_ww] = 1.0
+    h = rng.normal(scale=sd_between, size=(n_points, G, 1))
+    e = rng.normal(scale=sd_within, size=(n_points, G, L))
+    tm[..., layout.s_wy.start] = (2.0 + h + e).reshape(n_points, G * L)
+    tm[..., layout.n_moments] = 10
+    return layout, tm
+
+
+def test_blb_variance_recovers_between_group_variance():
+    rng = np.random.default_rng(1)
+    layout, tm = _synthetic_trees(rng, 20, 1000, 2, sd_between=0.5, sd_within=1.0)
+    theta, var = blb_variance(tm, layout, 2)
+    np.testing.assert_allclose(theta[:, 0, 0], tm[..., layout.s_wy.start].mean(axis=1), rtol=1e-12)
+    # truth 0.25: within-group noise (1/L = 0.5 added to between) must be removed
+    assert abs(var.mean() - 0.25) < 0.025
+    assert var.min() > 0.15
+
+
+def test_blb_variance_is_small_and_positive_without_signal():
+    rng = np.random.default_rng(2)
+    layout, tm = _synthetic_trees(rng, 50, 500, 2, sd_between=0.0, sd_within=1.0)
+    _, var = blb_variance(tm, layout, 2)
+    assert np.all(var >= 0)
+    assert var.mean() < 0.05          # the naive between-group variance would be 0.5
+
+
+def test_blb_variance_skips_groups_with_empty_leaves():
+    rng = np.random.default_rng(3)
+    layout, tm = _synthetic_trees(rng, 3, 200, 2, 0.3, 1.0)
+    tm[0, 0, :] = 0.0                 # empty leaf in group 0 of point 0
+    tm[0, 0, layout.s_wy.start] = 1e6
+    theta, var = blb_variance(tm, layout, 2)
+    assert abs(theta[0, 0, 0] - 2.0) < 0.2
+    with pytest.raises(ValueError, match="ci_group_size"):
+        blb_variance(tm, layout, 1)
+
+
+def test_aipw_binary_doubly_robust_with_true_nuisances():
+    d = simulate.constant_effect(20000, seed=5)
+    n = len(d.y)
+    for tau_guess in (d.tau, np.zeros(n)):          # a wrong CATE is corrected by the weights
+        G = aipw_scores("binary", tau_guess.reshape(n, 1, 1), d.t, d.y[:, None], d.m[:, None], d.e[:, None])
+        est, se = average_effect(average_effect_sums(G))
+        assert abs(est[0, 0] - 2.0) < 3 * se[0, 0] + 0.02, (est, se)
+        assert 0.01 < se[0, 0] < 0.1
+
+
+def test_aipw_multi_arm_and_continuous():
+    d = simulate.multi_arm(30000, n_arms=2, seed=6)
+    n = len(d.y)
+    G = aipw_scores("categorical", np.zeros((n, 2, 1)), d.t, d.y[:, None], d.m[:, None], d.e)
+    est, se = average_effect(average_effect_sums(G))
+    truth = d.tau.mean(axis=0)
+    assert np.all(np.abs(est[:, 0] - truth) < 3.5 * se[:, 0] + 0.02), (est, truth, se)
+    c = simulate.continuous_treatment(30000, seed=7)
+    cov = np.ones((n, 1, 1))                           # W = x0 + N(0,1): Var(W|x) = 1
+    G = aipw_scores("continuous", np.zeros((n, 1, 1)), c.t, c.y[:, None], c.m[:, None], c.e[:, None], cov)
+    est, se = average_effect(average_effect_sums(G))
+    assert abs(est[0, 0] - c.tau.mean()) < 3.5 * se[0, 0] + 0.02
+    with pytest.raises(ValueError, match="local_cov"):
+        aipw_scores("continuous", np.zeros((n, 1, 1)), c.t, c.y, c.m, c.e)
+
+
+def test_average_effect_sums_are_additive_and_match_numpy():
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=(101, 2, 1))
+    est, se = average_effect(average_effect_sums(s[:40]) + average_effect_sums(s[40:]))
+    np.testing.assert_allclose(est, s.mean(0))
+    np.testing.assert_allclose(se, s.std(0, ddof=1) / np.sqrt(101))
+
+
+@pytest.mark.parametrize("group,frac,honest", [(1, 0.5, True), (2, 0.5, True), (2, 0.3, False), (1, 0.7, False)])
+def test_tree_row_codes_match_reference_and_rates(group, frac, honest):
+    gids = np.arange(5000, dtype=np.int64) * 7 + 3
+    trees = np.arange(6)
+    kw = dict(sample_fraction=frac, ci_group_size=group, honest=honest, honesty_fraction=0.5)
+    fast = tree_row_codes(42, trees, gids, **kw)
+    np.testing.assert_array_equal(fast, tree_row_codes_reference(42, trees, gids, **kw))
+    kept = (fast != OUT).mean()
+    assert abs(kept - frac) < 0.03
+    if honest:
+        assert abs((fast == STRUCTURE).mean() - frac / 2) < 0.03
+        assert set(np.unique(fast)) <= {OUT, STRUCTURE, ESTIMATION}
+    else:
+        assert set(np.unique(fast)) <= {OUT, BOTH}
+    if group == 2 and frac == 0.5:
+        # a group's trees share a half-sample: with fraction 1/2 each takes all of it
+        np.testing.assert_array_equal(fast[0] != OUT, fast[1] != OUT)
+        assert (fast[0] != fast[1]).any()
+    # codes depend on the global id only, not on the position in the local array
+    perm = np.random.default_rng(0).permutation(len(gids))
+    np.testing.assert_array_equal(tree_row_codes(42, trees, gids[perm], **kw), fast[:, perm])
