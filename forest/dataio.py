@@ -37,6 +37,10 @@ import numpy as np
 from histogram.dtypes import X_DTYPE
 
 
+#: Rows per virtual row group of a CSV file (CSV has no row groups of its own).
+CSV_GROUP_ROWS = 1024
+
+
 class DataError(ValueError):
     """Bad input data: the message names the file or column and the problem."""
 
@@ -56,9 +60,11 @@ class DataSource:
         Arrow type name per column.
     numeric : dict of str -> bool
         Whether each column can be read as float64 (integer, float, boolean).
+    schema : bytes
+        The Arrow schema, serialized (so the plan stays picklable and small).
     groups : list of (int, int, int)
         ``(file index, row-group index, n_rows)`` for every row group, in reading
-        order. A CSV file counts as one group.
+        order. A CSV file is cut into virtual groups of ``CSV_GROUP_ROWS`` rows.
     """
 
     paths: list
@@ -66,7 +72,14 @@ class DataSource:
     columns: list
     types: dict
     numeric: dict
+    schema: bytes = b""
     groups: list = field(default_factory=list)
+
+    def arrow_schema(self):
+        """The files' schema as a ``pyarrow.Schema``."""
+        import pyarrow as pa
+
+        return pa.ipc.read_schema(pa.py_buffer(self.schema))
 
     @property
     def n_rows(self):
@@ -183,9 +196,10 @@ def open_source(spec):
         if len(paths) > 1:
             raise DataError(f"{spec!r} names {len(paths)} CSV files; CSV input must be a single file")
         table = _read_csv(paths[0])
-        schema = table.schema
-        groups = [(0, 0, table.num_rows)]
-        schemas = [schema]
+        schemas = [table.schema]
+        # Virtual row groups, so that ranks share a CSV file's rows too.
+        groups = [(0, k, min(CSV_GROUP_ROWS, table.num_rows - start))
+                  for k, start in enumerate(range(0, table.num_rows, CSV_GROUP_ROWS))]
     else:
         import pyarrow.parquet as pq
 
@@ -216,6 +230,7 @@ def open_source(spec):
         paths=list(paths), kind=kind, columns=list(first.names),
         types={f.name: str(f.type) for f in first},
         numeric={f.name: _is_numeric(f.type) for f in first},
+        schema=first.serialize().to_pybytes(),
         groups=groups,
     )
 
@@ -331,7 +346,7 @@ def read_shard(source, run, numeric=(), keep=()):
         for g in source.groups[:first]:
             lo += g[2]
         table = table.slice(lo, n_local).select(wanted)
-        stats.row_groups = [(0, 0)] if n_local and first < stop else []
+        stats.row_groups = [(0, g[1]) for g in groups]
         stats.bytes_read = os.path.getsize(source.paths[0])
         _fill(out, table, 0)
         return Shard(columns=out, keep=table.select(list(keep)) if keep else None,
@@ -365,19 +380,8 @@ def read_shard(source, run, numeric=(), keep=()):
     keep_table = None
     if keep:
         keep_table = (pa.concat_tables(keep_parts) if keep_parts
-                      else pa.table({k: pa.array([], type=_arrow_type(source, k)) for k in keep}))
+                      else source.arrow_schema().empty_table().select(list(keep)))
     return Shard(columns=out, keep=keep_table, n_local=n_local, stats=stats)
-
-
-def _arrow_type(source, name):
-    import pyarrow as pa
-
-    # Only needed for zero-row ranks: rebuild the type from its name where simple.
-    text = source.types[name]
-    try:
-        return pa.type_for_alias(text)
-    except (ValueError, KeyError):
-        return pa.string()
 
 
 def _fill(out, table, pos):

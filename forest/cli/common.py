@@ -1,0 +1,165 @@
+"""What the three tools share: rank-aware parsing and printing, agreed errors, data loading.
+
+Error policy under ``mpirun``
+-----------------------------
+A bad input must end every rank with a non-zero exit code and one message, never a
+hang. Every check that could fail differently on different ranks (reading a row
+group, NaN in the outcome, ...) is turned into an error string on the rank that
+saw it; :func:`agree` then all-gathers those strings, so every rank learns the
+first one (in rank order) at the same collective and raises :class:`CLIError`
+together. :func:`run_tool` prints that message on rank 0 only and exits with
+status 2 on every rank. Anything else that escapes (a bug, a crash mid-training)
+goes to :func:`native.errors.abort_on_uncaught`, which aborts the whole job with
+the failing rank's message.
+
+The rank is taken from the launcher's environment (``PMI_RANK`` and friends) for
+``--help`` and argument errors, so those answer before MPI is even started.
+"""
+import argparse
+import os
+import sys
+
+EXIT_BAD_INPUT = 2
+
+#: Environment variables launchers set to the process's rank (MPICH/Hydra, Open MPI, Slurm).
+_RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID", "SLURM_PROCID")
+
+
+class CLIError(Exception):
+    """An input problem every rank agrees on; the message is printed once."""
+
+
+def env_rank():
+    """This process's rank according to the launcher's environment (0 when not launched)."""
+    for var in _RANK_VARS:
+        value = os.environ.get(var)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser that prints help and usage errors on rank 0 only."""
+
+    def _print_message(self, message, file=None):
+        if env_rank() == 0:
+            super()._print_message(message, file)
+
+    def exit(self, status=0, message=None):
+        if message and env_rank() == 0:
+            sys.stderr.write(message)
+        sys.exit(status)
+
+
+def world():
+    """The world communicator; installs the job-wide abort on uncaught exceptions."""
+    from native.comm import world as _world
+    from native.errors import abort_on_uncaught
+
+    comm = _world()
+    abort_on_uncaught(comm)
+    return comm
+
+
+def agree(comm, message):
+    """Raise :class:`CLIError` on every rank if any rank has an error message.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    message : str or None
+        This rank's error, or None.
+
+    Raises
+    ------
+    CLIError
+        With the first message in rank order, on every rank.
+    """
+    from native import collectives as col
+
+    messages = col.allgather_object(comm, message)
+    for m in messages:
+        if m is not None:
+            raise CLIError(m)
+
+
+def guarded(fn, *args, **kwargs):
+    """Call ``fn`` and return ``(result, None)``, or ``(None, message)`` on a ValueError/OSError.
+
+    Used around per-rank work whose failure must be agreed on with :func:`agree`.
+    """
+    try:
+        return fn(*args, **kwargs), None
+    except (ValueError, OSError) as exc:
+        return None, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def run_tool(prog, body, argv=None):
+    """Run a tool's ``body(argv)`` with the shared error policy; return its exit status.
+
+    Parameters
+    ----------
+    prog : str
+        Tool name, the prefix of error lines.
+    body : callable
+        ``body(argv) -> int``.
+    argv : list of str, optional
+    """
+    try:
+        return body(argv)
+    except CLIError as exc:
+        if env_rank() == 0:
+            sys.stderr.write(f"{prog}: error: {exc}\n")
+            sys.stderr.flush()
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+def load_rows(comm, spec, numeric, keep=(), require_rows=True):
+    """Plan on rank 0, then read this rank's row groups; errors are agreed on.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    spec : str
+        Data argument (file, directory, glob, CSV).
+    numeric : list of str or callable
+        Columns read as float64, or ``numeric(source) -> list of str`` to choose them
+        from the schema (run on rank 0; may raise ``DataError``).
+    keep : list of str
+        Columns carried through unchanged (Arrow).
+    require_rows : bool
+        Fail when the data holds no rows at all.
+
+    Returns
+    -------
+    source : forest.dataio.DataSource
+    numeric : list of str
+        The columns read as float64.
+    shard : forest.dataio.Shard
+    offset : int
+        Global row id of this rank's first row.
+    """
+    from forest import dataio
+    from native import collectives as col
+
+    plan, message = None, None
+    if comm.rank == 0:
+        def _plan():
+            source = dataio.open_source(spec)
+            names = list(numeric(source) if callable(numeric) else numeric)
+            dataio.check_columns(source, numeric=names, any_type=keep)
+            if require_rows and source.n_rows == 0:
+                raise dataio.DataError(f"{spec!r} holds no rows (empty file)")
+            return source, names
+        plan, message = guarded(_plan)
+    plan, message = col.bcast_object(comm, (plan, message), root=0)
+    if message is not None:
+        raise CLIError(message)
+    source, names = plan
+    runs = dataio.assign_row_groups([g[2] for g in source.groups], comm.size)
+    shard, message = guarded(dataio.read_shard, source, runs[comm.rank], numeric=names, keep=keep)
+    agree(comm, message)
+    offset = sum(g[2] for g in source.groups[:runs[comm.rank][0]])
+    return source, names, shard, offset

@@ -1,0 +1,315 @@
+"""``forest-train``: fit an estimator on sharded parquet/CSV data, under ``mpirun`` or alone.
+
+Every rank reads its own row groups (:mod:`forest.dataio`), checks them, agrees
+with the others on the first error (:mod:`forest.cli.common`), then calls the
+estimator's ``fit`` with its shard and the world communicator; every rank ends
+with the same model and rank 0 writes it atomically (:mod:`forest.model_io`).
+
+Heavy imports (numpy, Numba, MPI, the estimators) happen inside :func:`main` after
+the arguments are parsed, so ``forest-train --help`` answers at once.
+"""
+import sys
+import time
+
+from forest.cli.common import CLIError, Parser, agree, guarded, load_rows, run_tool, world
+
+PROG = "forest-train"
+
+#: ``--model`` choices -> (module, class).
+MODELS = {
+    "causal": ("forest.causal_forest", "CausalForest"),
+    "regression": ("forest.regression_forest", "RegressionForest"),
+    "gbdt-regressor": ("forest.gbdt", "GBDTRegressor"),
+    "gbdt-classifier": ("forest.gbdt", "GBDTClassifier"),
+}
+
+#: Named model options -> estimator parameter name (passed only when given).
+PARAM_OPTIONS = (
+    ("--n-estimators", "n_estimators", int, "number of trees (forests) or boosting iterations"),
+    ("--max-depth", "max_depth", int, "maximum tree depth"),
+    ("--max-leaf-nodes", "max_leaf_nodes", int, "maximum leaves per tree (GBDT)"),
+    ("--min-samples-leaf", "min_samples_leaf", int, "minimum rows per leaf"),
+    ("--max-features", "max_features", None, "features tried per split (int, float fraction, 'sqrt')"),
+    ("--learning-rate", "learning_rate", float, "shrinkage (GBDT)"),
+    ("--max-bins", "max_bins", int, "value bins per feature (<= 255)"),
+    ("--random-state", "random_state", int, "seed of every random choice"),
+)
+
+
+def build_parser():
+    """The argument parser of ``forest-train``."""
+    p = Parser(
+        prog=PROG,
+        description="Train a causal forest, regression forest or gradient-boosted trees on "
+                    "parquet/CSV data. Run it under `mpirun -np K` to train on K ranks: each "
+                    "rank reads only its share of the row groups and all ranks produce the "
+                    "same model.",
+        epilog="examples:\n"
+               "  mpirun -np 32 forest-train data/ --treatment t --outcome y --out cf.model\n"
+               "  forest-train train.csv --model gbdt-regressor --outcome y --n-estimators 200 --out gb.model\n"
+               "  mpirun -np 2 forest-train --demo --verbose --out /tmp/demo.model",
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
+    )
+    p.add_argument("data", nargs="?", help="parquet file, directory of parquet files, glob, or CSV file")
+    p.add_argument("--demo", action="store_true",
+                   help="train a causal forest on the embedded demo data set (no DATA needed)")
+    p.add_argument("--model", choices=sorted(MODELS), default="causal", help="estimator (default: causal)")
+    p.add_argument("--treatment", help="treatment column (causal model)")
+    p.add_argument("--outcome", help="outcome column")
+    p.add_argument("--features", nargs="+", metavar="COL",
+                   help="feature columns (default: every other numeric column)")
+    p.add_argument("--weight", metavar="COL", help="sample-weight column")
+    p.add_argument("--out", required=True, metavar="MODEL", help="model file to write")
+    g = p.add_argument_group("model parameters (default: the estimator's own)")
+    for flag, dest, _, text in PARAM_OPTIONS:
+        g.add_argument(flag, dest=dest, default=None, help=text)
+    g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="any other estimator parameter, e.g. --param honesty=false (repeatable)")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="print a per-phase timing table and bytes communicated at the end")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def parse_value(text):
+    """Parse a ``--param`` value: int, float, true/false, none, or the string itself."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def collect_params(args):
+    """Estimator parameters the user set, as a dict (validated against the estimator later)."""
+    params = {}
+    for flag, dest, kind, _ in PARAM_OPTIONS:
+        raw = getattr(args, dest)
+        if raw is None:
+            continue
+        try:
+            params[dest] = kind(raw) if kind is not None else parse_value(raw)
+        except ValueError:
+            raise CLIError(f"{flag} expects {kind.__name__}, got {raw!r}") from None
+    for item in args.param:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise CLIError(f"--param expects NAME=VALUE, got {item!r}")
+        params[name.strip().replace("-", "_")] = parse_value(value)
+    return params
+
+
+def make_estimator(kind, params):
+    """Instantiate the estimator class of ``--model kind`` with the given parameters."""
+    import importlib
+
+    module, name = MODELS[kind]
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise CLIError(f"model {kind!r} is not available in this installation ({exc})") from None
+    known = cls().get_params(deep=False)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise CLIError(f"model {kind!r} ({name}) has no parameter {unknown[0]!r}; "
+                       f"its parameters: {', '.join(sorted(known))}")
+    return cls(**params)
+
+
+def _resolve_columns(args):
+    """Fill in demo defaults and check the column options that do not need the data."""
+    if args.demo:
+        from forest.data import DEMO_FEATURES, DEMO_OUTCOME, DEMO_PATH, DEMO_TREATMENT
+
+        if args.data is not None:
+            raise CLIError("give either DATA or --demo, not both")
+        args.data = DEMO_PATH
+        args.treatment = args.treatment or DEMO_TREATMENT
+        args.outcome = args.outcome or DEMO_OUTCOME
+        args.features = args.features or list(DEMO_FEATURES)
+    if args.data is None:
+        raise CLIError("no DATA given (a parquet file, directory, glob or CSV file; or --demo)")
+    if args.outcome is None:
+        raise CLIError("--outcome COL is required")
+    if args.model == "causal" and args.treatment is None:
+        raise CLIError("--treatment COL is required for the causal model")
+    if args.model != "causal" and args.treatment is not None:
+        raise CLIError(f"--treatment is only used by the causal model, not {args.model!r}")
+    targets = [c for c in (args.treatment, args.outcome, args.weight) if c is not None]
+    if len(set(targets)) != len(targets):
+        raise CLIError("treatment, outcome and weight must be different columns")
+    if args.features is not None:
+        clash = sorted(set(args.features) & set(targets))
+        if clash:
+            raise CLIError(f"column {clash[0]!r} is both a feature and the treatment/outcome/weight")
+        if len(set(args.features)) != len(args.features):
+            raise CLIError("a feature column is listed twice")
+    return targets
+
+
+def _validate_shard(args, shard, offset):
+    """This rank's data problems as one message (or None), plus its treatment values."""
+    import numpy as np
+
+    from forest.dataio import bad_values
+
+    for name in (args.treatment, args.outcome, args.weight):
+        if name is None:
+            continue
+        message = bad_values(name, shard.columns[name], offset)
+        if message is not None:
+            return message, None
+    if args.weight is not None and (shard.columns[args.weight] < 0).any():
+        return f"weight column {args.weight!r} has negative values", None
+    arms = None
+    if args.treatment is not None:
+        # At most three distinct values are needed to know whether there are >= 2 arms.
+        arms = np.unique(shard.columns[args.treatment])[:3].tolist()
+    return None, arms
+
+
+class TreeProgress:
+    """Progress bar over trees on rank 0 (a no-op elsewhere); passed as ``progress=``.
+
+    The estimator calls it as ``progress(n_done, n_total)`` after each finished tree
+    (or batch of trees).
+    """
+
+    def __init__(self, enabled, desc):
+        self.enabled = enabled
+        self.desc = desc
+        self.bar = None
+
+    def __call__(self, n_done, n_total=None):
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=n_total, desc=self.desc, unit="tree", file=sys.stderr,
+                            dynamic_ncols=True, leave=True)
+        if n_total is not None and self.bar.total != n_total:
+            self.bar.total = n_total
+        self.bar.update(int(n_done) - self.bar.n)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _fit(est, kind, X, shard, args, comm, progress):
+    t = shard.columns[args.treatment] if args.treatment else None
+    y = shard.columns[args.outcome]
+    w = shard.columns[args.weight] if args.weight else None
+    if kind == "causal":
+        return est.fit(X, t, y, sample_weight=w, comm=comm, progress=progress)
+    return est.fit(X, y, sample_weight=w, comm=comm, progress=progress)
+
+
+def _body(argv):
+    args = build_parser().parse_args(argv)
+    targets = _resolve_columns(args)
+    params = collect_params(args)
+    t_start = time.perf_counter()
+
+    import numpy as np
+
+    from forest import model_io
+    from forest.profiling import TIMER
+    from native import collectives as col
+    from native.stats import STATS
+
+    comm = world()
+    est, message = None, None
+    try:
+        est = make_estimator(args.model, params)
+    except CLIError as exc:
+        message = str(exc)
+    if comm.rank == 0 and message is None:
+        _, message = guarded(model_io.check_writable, args.out)
+    agree(comm, message)
+
+    def choose(source):
+        if args.features is not None:
+            return list(args.features) + targets
+        feats = [c for c in source.columns if source.numeric[c] and c not in targets]
+        if not feats:
+            raise ValueError(f"{args.data!r} has no numeric feature columns besides {targets}")
+        return feats + targets
+
+    t_read = time.perf_counter()
+    source, names, shard, offset = load_rows(comm, args.data, choose)
+    features = names[:len(names) - len(targets)]
+    message, arms = _validate_shard(args, shard, offset)
+    gathered = col.allgather_object(comm, (message, arms))
+    for m, _ in gathered:
+        if m is not None:
+            raise CLIError(m)
+    if args.treatment is not None:
+        values = sorted({v for _, a in gathered for v in a})
+        if len(values) < 2:
+            raise CLIError(f"treatment column {args.treatment!r} has a single arm "
+                           f"(every row is {values[0] if values else '?'}); a causal model needs "
+                           f"treated and control rows")
+    # One (n_local, n_features) float64 block per rank: the estimators bin it
+    # themselves; the per-column copies are dropped as soon as they are stacked.
+    X = np.empty((shard.n_local, len(features)), dtype=np.float64)
+    for j, name in enumerate(features):
+        X[:, j] = shard.columns.pop(name)
+    read_seconds = time.perf_counter() - t_read
+
+    TIMER.reset()
+    STATS.reset()
+    progress = TreeProgress(comm.rank == 0 and not args.no_progress, f"{PROG} [{comm.size} rank(s)]")
+    t_fit = time.perf_counter()
+    try:
+        _fit(est, args.model, X, shard, args, comm, progress)
+    finally:
+        progress.close()
+    fit_seconds = time.perf_counter() - t_fit
+
+    metadata = {
+        "model": args.model, "feature_names": features, "treatment": args.treatment,
+        "outcome": args.outcome, "weight": args.weight, "n_rows": source.n_rows,
+        "n_ranks": comm.size, "data": [str(p) for p in source.paths],
+    }
+    message = None
+    if comm.rank == 0:
+        _, message = guarded(model_io.save, est, args.out, metadata)
+    agree(comm, message)
+
+    sent = col.allgather_object(comm, int(STATS.bytes_sent))
+    if comm.rank == 0:
+        print(f"{PROG}: trained {type(est).__name__} on {source.n_rows} rows x {len(features)} features "
+              f"with {comm.size} rank(s) in {fit_seconds:.2f} s; wrote {args.out}", file=sys.stderr)
+        if args.verbose:
+            rows = [("read data", f"{read_seconds:.3f}"), ("fit (wall)", f"{fit_seconds:.3f}"),
+                    ("total (wall)", f"{time.perf_counter() - t_start:.3f}"),
+                    ("bytes sent", _human_bytes(sum(sent))),
+                    ("per rank max", _human_bytes(max(sent)))]
+            print("per-phase time on rank 0 (seconds):", file=sys.stderr)
+            print(TIMER.table(extra_rows=rows), file=sys.stderr)
+    return 0
+
+
+def _human_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024.0
+    return f"{n} B"
+
+
+def main(argv=None):
+    """Console entry point of ``forest-train``."""
+    return run_tool(PROG, _body, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
