@@ -147,8 +147,9 @@ def allreduce(comm, buf, algorithm="auto", out=None, check=None):
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("allreduce: out must be a writeable C-contiguous array")
         result = out
-    _begin(comm, "allreduce", check, algorithm=algorithm, dtype=arr.dtype,
-           n=arr.size, shape0=arr.shape[0] if arr.ndim else 1)
+    n0, row, _ = _rows(arr.reshape(1) if arr.ndim == 0 else arr)
+    _begin(comm, "allreduce", check, algorithm=algorithm, dtype=arr.dtype, n=arr.size,
+           shape0=n0, trailing=row)
     if algorithm == "mpi":
         # MPI needs distinct send and receive buffers; copy only when they alias.
         send = arr.copy() if out is not None and np.shares_memory(arr, out) else arr

@@ -1,0 +1,94 @@
+"""Whole-job behaviour watched from outside: crash, mismatch, and the K = 5 run.
+
+These tests start their own ``mpirun`` and so are not marked ``mpi``; inside an
+mpirun job (size > 1) they skip rather than nest launches.
+"""
+import re
+import sys
+
+import pytest
+
+from native_mpirun import REPO, run_mpirun, run_script
+
+CRASH = """
+import numpy as np
+from native.comm import world
+from native import collectives as col
+from native.errors import abort_on_uncaught
+abort_on_uncaught()
+comm = world()
+if comm.rank == 1:
+    raise ValueError("rank one fails on purpose")
+col.allreduce(comm, np.ones(4))  # the others would wait here forever
+print("rank", comm.rank, "passed the collective", flush=True)
+"""
+
+MISMATCH = """
+import os
+import numpy as np
+from native.comm import world
+from native import collectives as col
+from native.errors import CollectiveMismatchError
+comm = world()
+n = 11 if comm.rank == 1 else 10
+try:
+    col.allreduce(comm, np.ones(n), algorithm="ring", check=True)
+    print(f"rank {comm.rank}: first call passed", flush=True)
+except CollectiveMismatchError as exc:
+    print(f"rank {comm.rank}: caught1 {exc}", flush=True)
+# Second case through the environment variable: a different collective on rank 1.
+os.environ["HISTFOREST_CHECK_COLLECTIVES"] = "1"
+try:
+    if comm.rank == 1:
+        col.bcast(comm, np.ones(3, dtype=np.int64))
+    else:
+        col.allreduce(comm, np.ones(3, dtype=np.int64))
+    print(f"rank {comm.rank}: second call passed", flush=True)
+except CollectiveMismatchError as exc:
+    print(f"rank {comm.rank}: caught2 {exc}", flush=True)
+# The ranks are still in step afterwards.
+total = col.allreduce(comm, np.ones(2))
+print(f"rank {comm.rank}: after {total.tolist()}", flush=True)
+"""
+
+
+@pytest.fixture(autouse=True)
+def not_nested(comm):
+    if comm.size > 1:
+        pytest.skip("launches its own mpirun; run from the serial suite")
+
+
+def test_uncaught_exception_on_one_rank_ends_the_job_fast(tmp_path):
+    rc, out, elapsed = run_script(3, CRASH, tmp_path, timeout=60)
+    assert rc is not None, f"job hung for {elapsed:.0f} s:\n{out}"
+    assert rc != 0, out
+    assert elapsed < 20, f"abort took {elapsed:.1f} s"
+    assert "[rank 1]" in out and "rank one fails on purpose" in out, out
+    assert "passed the collective" not in out
+
+
+def test_check_mode_turns_mismatch_into_error_on_every_rank(tmp_path):
+    rc, out, elapsed = run_script(3, MISMATCH, tmp_path, timeout=60)
+    assert rc == 0, out
+    assert elapsed < 30
+    for r in range(3):
+        first = re.search(rf"rank {r}: caught1 (.*)", out)
+        assert first, f"rank {r} raised no error for the size mismatch:\n{out}"
+        assert f"rank {r}: caught2 ranks disagree on collective" in out, out
+        assert f"rank {r}: after [3.0, 3.0]" in out, out
+    # the message names the collective, every rank's size and dtype
+    assert "allreduce(algorithm=ring, n=10" in out and "n=11" in out, out
+    assert "dtype=float64" in out
+    assert re.search(r"rank 1 \(collective call #2\): bcast", out), out
+
+
+def test_native_mpi_tests_pass_on_five_ranks():
+    # `make test` runs the mpi suite for K = 2, 3, 4; the issue also asks for K = 5.
+    # Only tests/native (about 10 s on 5 ranks oversubscribing 2 cores).
+    rc, out, elapsed = run_mpirun(
+        5, [REPO / "tests" / "mpi_pytest.sh", "-q", "-m", "mpi", "-p", "no:cacheprovider",
+            REPO / "tests" / "native"],
+        timeout=300, env={"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                          "PYTHON": sys.executable})
+    assert rc == 0, out[-4000:]
+    assert re.search(r"\d+ passed", out), out[-2000:]
