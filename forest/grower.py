@@ -1,0 +1,599 @@
+"""Tree growth from histograms: level-wise batches of trees and leaf-wise single trees.
+
+This module owns the growth loops shared by every model in ``forest``:
+
+:func:`grow_levelwise`
+    Grows a *batch* of trees at once, level by level (forests: regression and causal).
+    Each tree has its own local row set (int32 local row ids, e.g. the split half of its
+    subsample on this rank). Per level, the histograms of all frontier nodes of all
+    trees are built in ONE ``build_histograms`` call and reduced across ranks in ONE
+    collective; of each pair of children only the one with the smaller *global* weight
+    (from the reduced parent histogram, so every rank picks the same child) is built,
+    the sibling is parent minus child. Per-node feature subsampling (mtry) is a pure
+    function of ``(seed, tree index, node id)``. Stops at ``max_depth``, at nodes whose
+    weight is below ``min_samples_split``, and where no split has ``gain > min_gain``.
+:class:`LeafwiseGrower`
+    Grows one tree best-first (gradient boosting): the leaf with the largest gain is
+    split next until ``max_leaf_nodes`` leaves (optionally also ``max_depth``). Per
+    step one collective carries the smaller child's histogram and its exact row count.
+:func:`reestimate_leaves`
+    Routes another row set per tree (the honest estimation half) through the grown
+    trees on binned data, sums the channels per node, reduces all trees' sums in ONE
+    collective and sets every node's value from its sums (a user function).
+
+Coordinator choice: every rank finds the splits itself from the identical reduced
+histograms (the collectives leave bitwise-identical buffers on all ranks, and split
+finding is a deterministic function of them), instead of rank 0 choosing and
+broadcasting the split records. This costs no message at all, where rank 0 + bcast
+adds one latency-bound collective per level/step on the critical path while the other
+ranks idle; the split search itself is small next to the histogram pass, so repeating
+it on every rank is cheaper than waiting for it.
+
+Split modes (``split_mode``)
+    ``"allreduce"``: each rank gets the full reduced histograms (default).
+    ``"reduce_scatter"``: LightGBM's data-parallel scheme: histograms are
+    reduce-scattered by blocks of features (half the bytes of an allreduce), each rank
+    searches its feature block and the per-node best records are combined with
+    ``native.collectives.allreduce_best`` (gain, then lowest feature, bin,
+    missing-right), carrying the children's channel sums as payload. Both modes grow
+    the same trees.
+
+Histogram memory: a level holds the histograms of its frontier,
+``n_frontier * n_features * n_bins * C * 8`` bytes; callers size tree batches with it.
+"""
+import numpy as np
+
+from native import collectives as col
+from native.blocks import block_range
+from native.comm import world
+
+from .partition import partition_rows, sum_channels_by_node
+from .predictor import predict_leaves_binned
+from .profiling import phase
+from .splitting import SplitResult, find_best_splits, mtry_feature_mask
+from .tree import Tree
+
+SPLIT_MODES = ("allreduce", "reduce_scatter")
+
+#: Gains within this relative distance count as tied everywhere in growth.
+REL_TOL = 1e-12
+
+
+class BinInfo:
+    """The parts of a fitted :class:`histogram.binning.BinMapper` that growers use.
+
+    Parameters
+    ----------
+    n_bins : int
+        Histogram bin-axis length (value bins plus the missing bin).
+    missing_bin : int
+    n_bins_non_missing : array-like of int, shape (n_features,)
+    bin_thresholds : list of ndarray of float64
+        ``bin_thresholds[f]`` has shape ``(n_bins_non_missing[f] - 1,)``; value bin
+        ``b`` holds ``thresholds[b-1] < x <= thresholds[b]``.
+    """
+
+    def __init__(self, n_bins, missing_bin, n_bins_non_missing, bin_thresholds):
+        self.n_bins = int(n_bins)
+        self.missing_bin = int(missing_bin)
+        self.n_bins_non_missing = np.asarray(n_bins_non_missing, dtype=np.int64)
+        self.bin_thresholds = [np.asarray(t, dtype=np.float64) for t in bin_thresholds]
+        self.n_features = len(self.n_bins_non_missing)
+
+    @classmethod
+    def from_mapper(cls, mapper):
+        """From a fitted BinMapper (or anything with the same attributes)."""
+        if isinstance(mapper, BinInfo):
+            return mapper
+        return cls(mapper.n_bins_, mapper.missing_bin_, mapper.n_bins_non_missing_, mapper.bin_thresholds_)
+
+    def threshold(self, feature, bin_index):
+        """Raw threshold of "bin <= bin_index goes left" (``+inf``: every value left)."""
+        t = self.bin_thresholds[feature]
+        return float(t[bin_index]) if bin_index < len(t) else np.inf
+
+
+def _build(binned, channels, rows, node_starts, n_bins, backend):
+    from histogram.kernels import build_histograms
+
+    with phase("histogram"):
+        return build_histograms(binned, channels, rows, np.asarray(node_starts, dtype=np.int64), n_bins,
+                                backend=backend)
+
+
+def _gather_segments(rows, lo, hi):
+    """Concatenate ``rows[lo[i]:hi[i]]`` and return ``(gathered int32, node_starts int64)``."""
+    lengths = (hi - lo).astype(np.int64)
+    starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    idx = np.arange(starts[-1], dtype=np.int64) + np.repeat(lo.astype(np.int64) - starts[:-1], lengths)
+    return np.ascontiguousarray(rows[idx], dtype=np.int32), starts
+
+
+class HistogramReducer:
+    """Combines local histograms across ranks and finds splits in one of two modes.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    n_features : int
+    split_mode : {"allreduce", "reduce_scatter"}
+    algorithm : str
+        Passed to the collectives (``"auto"`` lets ``native`` choose).
+
+    Attributes
+    ----------
+    f0, f1 : int
+        The features whose histograms this rank holds after :meth:`reduce`
+        (all features in allreduce mode).
+    """
+
+    def __init__(self, comm, n_features, split_mode="allreduce", algorithm="auto"):
+        if split_mode not in SPLIT_MODES:
+            raise ValueError(f"split_mode must be one of {SPLIT_MODES}, got {split_mode!r}")
+        self.comm = comm
+        self.split_mode = split_mode
+        self.algorithm = algorithm
+        self.n_features = n_features
+        if split_mode == "reduce_scatter" and comm.size > 1:
+            self.f0, self.f1 = block_range(n_features, comm.size, comm.rank)
+        else:
+            self.f0, self.f1 = 0, n_features
+
+    @property
+    def scattered(self):
+        return self.split_mode == "reduce_scatter" and self.comm.size > 1
+
+    def reduce(self, local_hist, extra):
+        """Sum histograms (and a small vector of extra values) over ranks.
+
+        Parameters
+        ----------
+        local_hist : ndarray of float64, shape (n_nodes, n_features, n_bins, C)
+        extra : ndarray of float64, shape (k,)
+            Small values reduced along (row counts, channel totals).
+
+        Returns
+        -------
+        hist : ndarray of float64, shape (n_nodes, f1 - f0, n_bins, C)
+            This rank's features of the reduced histograms.
+        extra : ndarray of float64, shape (k,)
+        """
+        extra = np.ascontiguousarray(extra, dtype=np.float64)
+        with phase("communication"):
+            if self.comm.size == 1:
+                return local_hist, extra
+            if not self.scattered:
+                # One fused buffer: histograms and the extras travel in one collective.
+                buf = np.concatenate([local_hist.reshape(-1), extra])
+                red = col.allreduce(self.comm, buf, algorithm=self.algorithm)
+                n = local_hist.size
+                return red[:n].reshape(local_hist.shape), red[n:]
+            by_feature = np.ascontiguousarray(local_hist.transpose(1, 0, 2, 3))
+            alg = self.algorithm if self.algorithm in ("ring", "halving") else "auto"
+            block, (start, stop) = col.reduce_scatter(self.comm, by_feature, algorithm=alg)
+            assert (start, stop) == (self.f0, self.f1)
+            red_extra = col.allreduce(self.comm, extra) if extra.size else extra
+            return np.ascontiguousarray(block.transpose(1, 0, 2, 3)), red_extra
+
+    def find(self, hist, parent, criterion, bin_info, feature_mask=None, parent_count=None, min_gain=0.0):
+        """Best split per node from this rank's reduced histograms.
+
+        Parameters
+        ----------
+        hist : ndarray, shape (n_nodes, f1 - f0, n_bins, C)
+        parent : ndarray, shape (n_nodes, C)
+        criterion : forest.criteria.Criterion
+        bin_info : BinInfo
+        feature_mask : ndarray of bool, shape (n_nodes, n_features), optional
+            Over all features (sliced here).
+        parent_count : ndarray, shape (n_nodes,), optional
+        min_gain : float
+
+        Returns
+        -------
+        SplitResult
+            Identical on all ranks.
+        """
+        f0, f1 = self.f0, self.f1
+        with phase("split"):
+            res = find_best_splits(hist, parent, criterion, bin_info.n_bins_non_missing[f0:f1], bin_info.missing_bin,
+                                   feature_mask=None if feature_mask is None else feature_mask[:, f0:f1],
+                                   parent_count=parent_count, min_gain=min_gain, rel_tol=REL_TOL, feature_offset=f0)
+        if not self.scattered:
+            return res
+        n, c = res.left_stats.shape
+        rec = np.empty((n, 4 + 2 * c))
+        rec[:, 0] = res.gain
+        rec[:, 1] = np.where(res.valid, res.feature, self.n_features)
+        rec[:, 2] = res.bin
+        rec[:, 3] = res.missing_left
+        rec[:, 4:4 + c] = res.left_stats
+        rec[:, 4 + c:] = res.right_stats
+        with phase("communication"):
+            best = col.allreduce_best(self.comm, rec, rtol=REL_TOL)
+        valid = np.isfinite(best[:, 0]) & (best[:, 1] < self.n_features)
+        return SplitResult(np.where(valid, best[:, 1], -1).astype(np.int32), best[:, 2].astype(np.int32),
+                           best[:, 3] != 0, np.where(valid, best[:, 0], -np.inf),
+                           best[:, 4:4 + c].copy(), best[:, 4 + c:].copy())
+
+
+def _check_binned(binned, channels, bin_info):
+    binned = np.asarray(binned)
+    if binned.ndim != 2 or binned.dtype != np.uint8:
+        raise ValueError(f"binned must be uint8 of shape (n_features, n_rows), got {binned.dtype} {binned.shape}")
+    channels = np.ascontiguousarray(channels, dtype=np.float64)
+    if channels.ndim != 2 or channels.shape[0] != binned.shape[1]:
+        raise ValueError(f"channels must have shape (n_rows={binned.shape[1]}, C), got {channels.shape}")
+    if binned.shape[0] != bin_info.n_features:
+        raise ValueError(f"binned has {binned.shape[0]} features, the bin mapper {bin_info.n_features}")
+    return binned, channels
+
+
+def _add_child(tree, criterion, stats, depth, shrinkage=1.0, count=None):
+    return tree.add_node(depth, float(criterion.node_weight(stats)), criterion.node_value(stats) * shrinkage,
+                         float(criterion.node_objective(stats)), count=count)
+
+
+def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_indices=None, max_depth=None,
+                   min_samples_split=2.0, min_gain=0.0, mtry=None, seed=0, comm=None, backend="auto",
+                   split_mode="allreduce", algorithm="auto"):
+    """Grow a batch of trees level by level.
+
+    Parameters
+    ----------
+    binned : ndarray of uint8, shape (n_features, n_rows)
+        This rank's binned rows (feature-major).
+    channels : ndarray of float64, shape (n_rows, C)
+        The criterion's per-row channels.
+    tree_rows : sequence of ndarray of int32
+        Per tree, the local row ids it grows on (may be empty on some ranks).
+    criterion : forest.criteria.Criterion
+    bin_mapper : BinMapper or BinInfo
+    tree_indices : array-like of int, shape (n_trees,), optional
+        Global index of each tree in the forest (keys mtry); default ``0..n_trees-1``.
+    max_depth : int or None
+        Root has depth 0; ``None`` means unlimited.
+    min_samples_split : float, default 2.0
+        A node is split only if ``criterion.node_weight`` of its rows (all ranks) is at
+        least this.
+    min_gain : float, default 0.0
+    mtry : int or None
+        Features tried per node.
+    seed : int
+        Seed of the mtry draw.
+    comm : native.comm.Communicator, optional
+        ``None`` means ``native.comm.world()``.
+    backend : str
+        Histogram backend.
+    split_mode : {"allreduce", "reduce_scatter"}
+    algorithm : str
+        Collective algorithm.
+
+    Returns
+    -------
+    list of Tree
+        Node values are ``criterion.node_value`` of the growing rows; identical on all
+        ranks.
+    """
+    comm = world() if comm is None else comm
+    bin_info = BinInfo.from_mapper(bin_mapper)
+    binned, channels = _check_binned(binned, channels, bin_info)
+    n_trees = len(tree_rows)
+    if n_trees == 0:
+        return []
+    if channels.shape[1] != criterion.n_channels:
+        raise ValueError(f"criterion expects {criterion.n_channels} channels, got {channels.shape[1]}")
+    tree_indices = np.arange(n_trees) if tree_indices is None else np.asarray(tree_indices, dtype=np.int64)
+    if tree_indices.shape != (n_trees,):
+        raise ValueError(f"tree_indices must have shape ({n_trees},)")
+    max_depth = np.iinfo(np.int32).max if max_depth is None else int(max_depth)
+    reducer = HistogramReducer(comm, bin_info.n_features, split_mode, algorithm)
+    n_bins = bin_info.n_bins
+
+    lengths = np.array([len(r) for r in tree_rows], dtype=np.int64)
+    rows = np.concatenate([np.asarray(r, dtype=np.int32) for r in tree_rows]) if lengths.sum() else \
+        np.zeros(0, dtype=np.int32)
+    rows = np.ascontiguousarray(rows, dtype=np.int32)
+    scratch = np.empty_like(rows)
+    starts = np.zeros(n_trees + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+
+    # Roots: one build, one collective (histograms + each root's channel totals).
+    local_hist = _build(binned, channels, rows, starts, n_bins, backend)
+    local_tot = sum_channels_by_node(channels, rows, np.repeat(np.arange(n_trees), lengths), n_trees)
+    hist, tot = reducer.reduce(local_hist, local_tot.ravel())
+    stats = tot.reshape(n_trees, -1)
+    trees = [Tree(criterion.n_outputs) for _ in range(n_trees)]
+    for t in range(n_trees):
+        _add_child(trees[t], criterion, stats[t], 0)
+
+    f_tree = np.arange(n_trees)
+    f_node = np.zeros(n_trees, dtype=np.int64)
+    f_lo, f_hi = starts[:-1].copy(), starts[1:].copy()
+    depth = 0
+    keep = (criterion.node_weight(stats) >= min_samples_split) & (depth < max_depth)
+    f_tree, f_node, f_lo, f_hi, stats, hist = (f_tree[keep], f_node[keep], f_lo[keep], f_hi[keep], stats[keep],
+                                               hist[keep])
+    while len(f_tree):
+        mask = None if mtry is None else mtry_feature_mask(seed, tree_indices[f_tree], f_node, bin_info.n_features,
+                                                           mtry)
+        res = reducer.find(hist, stats, criterion, bin_info, feature_mask=mask, min_gain=min_gain)
+        split = np.flatnonzero(res.valid)
+        if len(split) == 0:
+            break
+        with phase("partition"):
+            n_left = partition_rows(rows, scratch, f_lo[split], f_hi[split], binned, res.feature[split],
+                                    res.bin[split], res.missing_left[split].astype(np.uint8), bin_info.missing_bin)
+        # Record the splits and children (left id, right id) in tree order.
+        child_depth = depth + 1
+        left_ids = np.empty(len(split), dtype=np.int64)
+        right_ids = np.empty(len(split), dtype=np.int64)
+        for j, i in enumerate(split):
+            tree = trees[f_tree[i]]
+            lid = _add_child(tree, criterion, res.left_stats[i], child_depth)
+            rid = _add_child(tree, criterion, res.right_stats[i], child_depth)
+            f, b = int(res.feature[i]), int(res.bin[i])
+            tree.set_split(int(f_node[i]), f, b, bin_info.threshold(f, b), bool(res.missing_left[i]),
+                           float(res.gain[i]), lid, rid)
+            left_ids[j], right_ids[j] = lid, rid
+        lo, hi = f_lo[split], f_hi[split]
+        mid = lo + n_left
+        lw = criterion.node_weight(res.left_stats[split])
+        rw = criterion.node_weight(res.right_stats[split])
+        can_l = (lw >= min_samples_split) & (child_depth < max_depth)
+        can_r = (rw >= min_samples_split) & (child_depth < max_depth)
+        need = can_l | can_r
+        if not need.any():
+            break
+        p = np.flatnonzero(need)
+        build_left = lw[p] <= rw[p]  # smaller child by global weight; ties build the left
+        b_lo = np.where(build_left, lo[p], mid[p])
+        b_hi = np.where(build_left, mid[p], hi[p])
+        gathered, g_starts = _gather_segments(rows, b_lo, b_hi)
+        child_local = _build(binned, channels, gathered, g_starts, n_bins, backend)
+        child_hist, _ = reducer.reduce(child_local, np.zeros(0))
+        sib_hist = hist[split[p]] - child_hist
+        left_hist = np.where(build_left[:, None, None, None], child_hist, sib_hist)
+        right_hist = np.where(build_left[:, None, None, None], sib_hist, child_hist)
+        # Next frontier: interleave (left, right) per split, keep the splittable ones.
+        tp = f_tree[split[p]]
+        n_tree = np.stack([tp, tp], axis=1).ravel()
+        n_node = np.stack([left_ids[p], right_ids[p]], axis=1).ravel()
+        n_lo = np.stack([lo[p], mid[p]], axis=1).ravel()
+        n_hi = np.stack([mid[p], hi[p]], axis=1).ravel()
+        n_stats = np.stack([res.left_stats[split[p]], res.right_stats[split[p]]], axis=1).reshape(-1, stats.shape[1])
+        n_hist = np.stack([left_hist, right_hist], axis=1).reshape((-1,) + hist.shape[1:])
+        n_keep = np.stack([can_l[p], can_r[p]], axis=1).ravel()
+        f_tree, f_node, f_lo, f_hi = n_tree[n_keep], n_node[n_keep], n_lo[n_keep], n_hi[n_keep]
+        stats, hist = n_stats[n_keep], n_hist[n_keep]
+        depth = child_depth
+    return trees
+
+
+class GrownTree:
+    """A tree from :class:`LeafwiseGrower` plus where its training rows ended.
+
+    Attributes
+    ----------
+    tree : Tree
+    rows : ndarray of int32, shape (m,)
+        The local training rows, grouped by leaf.
+    leaf_nodes : ndarray of int64, shape (n_leaves,)
+    leaf_starts, leaf_stops : ndarray of int64, shape (n_leaves,)
+        Leaf ``leaf_nodes[i]`` owns ``rows[leaf_starts[i]:leaf_stops[i]]``.
+    """
+
+    def __init__(self, tree, rows, leaf_nodes, leaf_starts, leaf_stops):
+        self.tree = tree
+        self.rows = rows
+        self.leaf_nodes = leaf_nodes
+        self.leaf_starts = leaf_starts
+        self.leaf_stops = leaf_stops
+
+
+class LeafwiseGrower:
+    """Best-first growth of one tree at a time (gradient boosting).
+
+    Parameters
+    ----------
+    binned : ndarray of uint8, shape (n_features, n_rows)
+    bin_mapper : BinMapper or BinInfo
+    criterion : forest.criteria.Criterion
+    max_leaf_nodes : int or None, default 31
+        ``None`` means unlimited (then ``max_depth`` should be set).
+    max_depth : int or None
+    min_gain : float
+    comm : native.comm.Communicator, optional
+    backend : str
+    split_mode : {"allreduce", "reduce_scatter"}
+    algorithm : str
+    """
+
+    def __init__(self, binned, bin_mapper, criterion, *, max_leaf_nodes=31, max_depth=None, min_gain=0.0,
+                 comm=None, backend="auto", split_mode="allreduce", algorithm="auto"):
+        self.bin_info = BinInfo.from_mapper(bin_mapper)
+        self.binned = np.asarray(binned)
+        if self.binned.ndim != 2 or self.binned.dtype != np.uint8 or self.binned.shape[0] != self.bin_info.n_features:
+            raise ValueError(f"binned must be uint8 of shape ({self.bin_info.n_features}, n_rows), "
+                             f"got {self.binned.dtype} {self.binned.shape}")
+        if max_leaf_nodes is not None and max_leaf_nodes < 2:
+            raise ValueError(f"max_leaf_nodes must be >= 2 or None, got {max_leaf_nodes}")
+        if max_leaf_nodes is None and max_depth is None:
+            raise ValueError("set max_leaf_nodes or max_depth")
+        self.criterion = criterion
+        self.max_leaf_nodes = np.iinfo(np.int64).max if max_leaf_nodes is None else int(max_leaf_nodes)
+        self.max_depth = np.iinfo(np.int32).max if max_depth is None else int(max_depth)
+        self.min_gain = float(min_gain)
+        self.comm = world() if comm is None else comm
+        self.backend = backend
+        self.reducer = HistogramReducer(self.comm, self.bin_info.n_features, split_mode, algorithm)
+        self._scratch = None
+
+    def _splittable(self, depth, count):
+        min_leaf = getattr(self.criterion, "min_samples_leaf", 1)
+        return (depth < self.max_depth) & (count >= 2 * min_leaf)
+
+    def grow(self, channels, rows=None, shrinkage=1.0):
+        """Grow one tree.
+
+        Parameters
+        ----------
+        channels : ndarray of float64, shape (n_rows, C)
+        rows : ndarray of int32, shape (m,), optional
+            Local training rows (all rows when omitted); not modified.
+        shrinkage : float
+            Multiplies every node value (the learning rate).
+
+        Returns
+        -------
+        GrownTree
+        """
+        crit, info, red = self.criterion, self.bin_info, self.reducer
+        binned = self.binned
+        channels = np.ascontiguousarray(channels, dtype=np.float64)
+        if channels.shape != (binned.shape[1], crit.n_channels):
+            raise ValueError(f"channels must have shape ({binned.shape[1]}, {crit.n_channels}), got {channels.shape}")
+        identity = rows is None
+        rows = np.arange(binned.shape[1], dtype=np.int32) if identity else np.array(rows, dtype=np.int32)
+        if self._scratch is None or len(self._scratch) < len(rows):
+            self._scratch = np.empty(len(rows), dtype=np.int32)
+        scratch = self._scratch
+        n_local = len(rows)
+
+        local = _build(binned, channels, None if identity else rows, np.array([0, n_local]), info.n_bins, self.backend)
+        local_tot = channels.sum(axis=0) if identity else channels[rows].sum(axis=0)
+        hist, extra = red.reduce(local, np.concatenate([local_tot, [n_local]]))
+        root_stats, root_count = extra[:-1], extra[-1]
+        tree = Tree(crit.n_outputs)
+        _add_child(tree, crit, root_stats, 0, shrinkage, root_count)
+        # Per leaf: [lo, hi, depth, count, stats, hist, split]; split None = not splittable.
+        leaves = {0: [0, n_local, 0, root_count, root_stats, hist[0], None]}
+        if self._splittable(0, root_count):
+            leaves[0][6] = self._find([hist[0]], [root_stats], [root_count], 0)
+        n_leaves = 1
+        while n_leaves < self.max_leaf_nodes:
+            node = self._pick(leaves)
+            if node is None:
+                break
+            lo, hi, depth, count, stats, phist, sp = leaves.pop(node)
+            f, b, ml = int(sp.feature[0]), int(sp.bin[0]), bool(sp.missing_left[0])
+            with phase("partition"):
+                n_left = int(partition_rows(rows, scratch, np.array([lo]), np.array([hi]), binned, np.array([f]),
+                                            np.array([b]), np.array([ml], np.uint8), info.missing_bin)[0])
+            mid = lo + n_left
+            ls, rs = sp.left_stats[0], sp.right_stats[0]
+            lw, rw = float(crit.node_weight(ls)), float(crit.node_weight(rs))
+            # Counts are estimated from the weight share until the collective brings the exact one.
+            tot_w = lw + rw
+            l_est = count * lw / tot_w if tot_w > 0 else count / 2
+            lid = _add_child(tree, crit, ls, depth + 1, shrinkage, l_est)
+            rid = _add_child(tree, crit, rs, depth + 1, shrinkage, count - l_est)
+            tree.set_split(node, f, b, info.threshold(f, b), ml, float(sp.gain[0]), lid, rid)
+            n_leaves += 1
+            can_l = bool(self._splittable(depth + 1, l_est))
+            can_r = bool(self._splittable(depth + 1, count - l_est))
+            last = n_leaves >= self.max_leaf_nodes
+            if last or not (can_l or can_r):
+                leaves[lid] = [lo, mid, depth + 1, l_est, ls, None, None]
+                leaves[rid] = [mid, hi, depth + 1, count - l_est, rs, None, None]
+                continue
+            build_left = lw <= rw
+            b_lo, b_hi = (lo, mid) if build_left else (mid, hi)
+            local = _build(binned, channels, rows[b_lo:b_hi], np.array([0, b_hi - b_lo]), info.n_bins, self.backend)
+            small, extra = red.reduce(local, np.array([float(b_hi - b_lo)]))
+            small = small[0]
+            sib = phist - small
+            small_count = float(extra[0])
+            lh, rh = (small, sib) if build_left else (sib, small)
+            lc, rc = (small_count, count - small_count) if build_left else (count - small_count, small_count)
+            tree._arrays["count"][lid] = lc
+            tree._arrays["count"][rid] = rc
+            leaves[lid] = [lo, mid, depth + 1, lc, ls, lh, None]
+            leaves[rid] = [mid, hi, depth + 1, rc, rs, rh, None]
+            todo = [i for i, c in ((lid, lc), (rid, rc)) if self._splittable(depth + 1, c)]
+            if todo:
+                res = self._find([leaves[i][5] for i in todo], [leaves[i][4] for i in todo],
+                                 [leaves[i][3] for i in todo], depth + 1)
+                for j, i in enumerate(todo):
+                    leaves[i][6] = res.take([j])
+            for i in (lid, rid):
+                leaves[i][5] = None if leaves[i][6] is None else leaves[i][5]
+        leaf_nodes = np.array(sorted(leaves), dtype=np.int64)
+        leaf_starts = np.array([leaves[i][0] for i in leaf_nodes], dtype=np.int64)
+        leaf_stops = np.array([leaves[i][1] for i in leaf_nodes], dtype=np.int64)
+        return GrownTree(tree, rows, leaf_nodes, leaf_starts, leaf_stops)
+
+    def _find(self, hists, stats, counts, depth):
+        res = self.reducer.find(np.stack(hists), np.stack(stats), self.criterion, self.bin_info,
+                                parent_count=np.asarray(counts, dtype=np.float64), min_gain=self.min_gain)
+        return res
+
+    @staticmethod
+    def _pick(leaves):
+        """Leaf to split next: largest gain; gains within REL_TOL tie to the lowest node id."""
+        cands = [(node, float(v[6].gain[0])) for node, v in leaves.items() if v[6] is not None and v[6].valid[0]]
+        if not cands:
+            return None
+        best = max(g for _, g in cands)
+        return min(node for node, g in cands if g >= best - REL_TOL * abs(best))
+
+
+def reestimate_leaves(trees, binned, channels, tree_rows, value_fn, missing_bin, comm=None, algorithm="auto"):
+    """Set node values from another row set per tree (honest estimation).
+
+    Parameters
+    ----------
+    trees : sequence of Tree
+        Modified in place: ``value`` becomes ``value_fn(sums)``.
+    binned : ndarray of uint8, shape (n_features, n_rows)
+    channels : ndarray of float64, shape (n_rows, C)
+        Channels to sum (any ``C``; need not be the growing criterion's).
+    tree_rows : sequence of ndarray of int
+        Per tree, this rank's local estimation rows.
+    value_fn : callable
+        ``value_fn(sums (n_nodes, C)) -> (n_nodes, n_outputs)``; it is called once per
+        tree with the global sums of every node (inner nodes sum their leaves).
+    missing_bin : int
+    comm : native.comm.Communicator, optional
+    algorithm : str
+
+    Returns
+    -------
+    list of ndarray of float64, shape (n_nodes_t, C)
+        The global channel sums of every node of every tree (identical on all ranks).
+    """
+    comm = world() if comm is None else comm
+    trees = list(trees)
+    if len(tree_rows) != len(trees):
+        raise ValueError(f"got {len(tree_rows)} row sets for {len(trees)} trees")
+    channels = np.ascontiguousarray(channels, dtype=np.float64)
+    if channels.ndim != 2 or channels.shape[0] != np.asarray(binned).shape[1]:
+        raise ValueError(f"channels must have shape ({np.asarray(binned).shape[1]}, C), got {channels.shape}")
+    c = channels.shape[1]
+    sizes = np.array([t.node_count for t in trees], dtype=np.int64)
+    offsets = np.zeros(len(trees) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    local = np.zeros((int(offsets[-1]), c))
+    with phase("leaves"):
+        for t, (tree, rws) in enumerate(zip(trees, tree_rows)):
+            rws = np.asarray(rws, dtype=np.int64)
+            if len(rws) == 0:
+                continue
+            leaf = predict_leaves_binned(tree, binned, missing_bin, rows=rws)[:, 0]
+            local[offsets[t]:offsets[t + 1]] = sum_channels_by_node(channels, rws, leaf, tree.node_count)
+    with phase("communication"):
+        total = col.allreduce(comm, local, algorithm=algorithm) if comm.size > 1 else local
+    out = []
+    with phase("leaves"):
+        for t, tree in enumerate(trees):
+            sums = total[offsets[t]:offsets[t + 1]].copy()
+            # Inner nodes sum their children, deepest level first.
+            inner = tree.feature >= 0
+            depth = tree.depth
+            for d in range(int(depth.max()) - 1, -1, -1):
+                nodes = np.flatnonzero(inner & (depth == d))
+                sums[nodes] = sums[tree.left[nodes]] + sums[tree.right[nodes]]
+            tree.value = np.asarray(value_fn(sums), dtype=np.float64).reshape(tree.node_count, -1)
+            out.append(sums)
+    return out

@@ -1,0 +1,196 @@
+"""Row partition and per-leaf accumulation kernels used by the growers.
+
+This module owns the row-level Numba loops of tree growth that are not histogram
+builds: moving a node's local row ids to its two children (a stable partition, so
+that row order inside a node never depends on anything but the split), and summing
+channels per node for leaf re-estimation. Each kernel has a slow NumPy reference
+next to it; tests compare them.
+"""
+import numba
+import numpy as np
+
+#: Segments longer than this are partitioned by several threads (two passes).
+_PARALLEL_MIN_ROWS = 1 << 16
+
+
+@numba.njit(cache=True, inline="always")
+def _goes_left(code, thr, missing_left, missing_bin):
+    if code == missing_bin:
+        return missing_left != 0
+    return code <= thr
+
+
+@numba.njit(cache=True, parallel=True)
+def _partition_segments(rows, scratch, starts, stops, binned, features, thresholds, missing_left, missing_bin,
+                        n_left):
+    for s in numba.prange(starts.shape[0]):
+        lo, hi = starts[s], stops[s]
+        f = features[s]
+        thr = thresholds[s]
+        ml = missing_left[s]
+        nl = 0
+        nr = 0
+        # Left rows are compacted in place (the write index never passes the read
+        # index); right rows wait in the scratch slots of the same range.
+        for i in range(lo, hi):
+            r = rows[i]
+            if _goes_left(np.int32(binned[f, r]), thr, ml, missing_bin):
+                rows[lo + nl] = r
+                nl += 1
+            else:
+                scratch[lo + nr] = r
+                nr += 1
+        for j in range(nr):
+            rows[lo + nl + j] = scratch[lo + j]
+        n_left[s] = nl
+
+
+@numba.njit(cache=True, parallel=True)
+def _partition_one_parallel(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin, n_chunks):
+    # Pass 1: per-chunk left counts; pass 2: each chunk writes its rows at its offsets.
+    n = hi - lo
+    chunk = (n + n_chunks - 1) // n_chunks
+    counts = np.zeros(n_chunks, dtype=np.int64)
+    for c in numba.prange(n_chunks):
+        a = lo + c * chunk
+        b = min(hi, a + chunk)
+        k = 0
+        for i in range(a, b):
+            if _goes_left(np.int32(binned[f, rows[i]]), thr, ml, missing_bin):
+                k += 1
+        counts[c] = k
+    left_off = np.zeros(n_chunks, dtype=np.int64)
+    right_off = np.zeros(n_chunks, dtype=np.int64)
+    total_left = 0
+    acc_right = 0
+    for c in range(n_chunks):
+        a = lo + c * chunk
+        b = min(hi, a + chunk)
+        left_off[c] = total_left
+        total_left += counts[c]
+        right_off[c] = acc_right
+        acc_right += max(b - a, 0) - counts[c]
+    for c in numba.prange(n_chunks):
+        a = lo + c * chunk
+        b = min(hi, a + chunk)
+        pl = lo + left_off[c]
+        pr = lo + total_left + right_off[c]
+        for i in range(a, b):
+            r = rows[i]
+            if _goes_left(np.int32(binned[f, r]), thr, ml, missing_bin):
+                scratch[pl] = r
+                pl += 1
+            else:
+                scratch[pr] = r
+                pr += 1
+    for i in numba.prange(lo, hi):
+        rows[i] = scratch[i]
+    return total_left
+
+
+def partition_rows(rows, scratch, starts, stops, binned, features, bin_thresholds, missing_left, missing_bin):
+    """Stable in-place partition of node segments of ``rows`` into left | right.
+
+    Parameters
+    ----------
+    rows : ndarray of int32, shape (m,)
+        Local row ids grouped by node; modified in place.
+    scratch : ndarray of int32, shape (m,)
+        Work space.
+    starts, stops : ndarray of int64, shape (s,)
+        Segments ``rows[starts[i]:stops[i]]`` to split (disjoint).
+    binned : ndarray of uint8, shape (n_features, n_rows)
+    features, bin_thresholds : ndarray of int32, shape (s,)
+    missing_left : ndarray of uint8, shape (s,)
+    missing_bin : int
+
+    Returns
+    -------
+    ndarray of int64, shape (s,)
+        Rows that went left in each segment (they now occupy the segment's front).
+    """
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    stops = np.ascontiguousarray(stops, dtype=np.int64)
+    features = np.ascontiguousarray(features, dtype=np.int32)
+    bin_thresholds = np.ascontiguousarray(bin_thresholds, dtype=np.int32)
+    missing_left = np.ascontiguousarray(missing_left, dtype=np.uint8)
+    n_left = np.zeros(len(starts), dtype=np.int64)
+    # One long segment (boosting's usual case) is split across threads instead.
+    if len(starts) == 1 and stops[0] - starts[0] >= _PARALLEL_MIN_ROWS and numba.get_num_threads() > 1:
+        n_left[0] = _partition_one_parallel(rows, scratch, starts[0], stops[0], binned, features[0],
+                                            bin_thresholds[0], missing_left[0], int(missing_bin),
+                                            4 * numba.get_num_threads())
+        return n_left
+    _partition_segments(rows, scratch, starts, stops, binned, features, bin_thresholds, missing_left,
+                        int(missing_bin), n_left)
+    return n_left
+
+
+def partition_rows_reference(rows, starts, stops, binned, features, bin_thresholds, missing_left, missing_bin):
+    """NumPy reference of :func:`partition_rows` (returns new rows and left counts)."""
+    rows = np.array(rows, copy=True)
+    n_left = np.zeros(len(starts), dtype=np.int64)
+    for s in range(len(starts)):
+        seg = rows[starts[s]:stops[s]]
+        codes = binned[features[s], seg].astype(np.int64)
+        left = np.where(codes == missing_bin, bool(missing_left[s]), codes <= bin_thresholds[s])
+        rows[starts[s]:stops[s]] = np.concatenate([seg[left], seg[~left]])
+        n_left[s] = left.sum()
+    return rows, n_left
+
+
+@numba.njit(cache=True)
+def _sum_by_node(channels, rows, nodes, n_nodes):
+    out = np.zeros((n_nodes, channels.shape[1]))
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        node = nodes[i]
+        for c in range(channels.shape[1]):
+            out[node, c] += channels[r, c]
+    return out
+
+
+def sum_channels_by_node(channels, rows, nodes, n_nodes):
+    """Channel sums per node.
+
+    Parameters
+    ----------
+    channels : ndarray of float64, shape (n_rows, C)
+    rows : ndarray of int, shape (m,)
+        Local row ids.
+    nodes : ndarray of int, shape (m,)
+        Node of each of those rows, in ``[0, n_nodes)``.
+    n_nodes : int
+
+    Returns
+    -------
+    ndarray of float64, shape (n_nodes, C)
+    """
+    channels = np.ascontiguousarray(channels, dtype=np.float64)
+    return _sum_by_node(channels, np.ascontiguousarray(rows, dtype=np.int64),
+                        np.ascontiguousarray(nodes, dtype=np.int64), int(n_nodes))
+
+
+@numba.njit(cache=True, parallel=True)
+def _add_leaf_values(raw, rows, seg_starts, seg_stops, values):
+    k = values.shape[1]
+    for s in numba.prange(seg_starts.shape[0]):
+        for i in range(seg_starts[s], seg_stops[s]):
+            r = rows[i]
+            for j in range(k):
+                raw[r, j] += values[s, j]
+
+
+def add_leaf_values(raw, rows, seg_starts, seg_stops, values):
+    """``raw[rows[a:b]] += values[s]`` for every leaf segment ``s = (a, b)``.
+
+    Parameters
+    ----------
+    raw : ndarray of float64, shape (n_rows, K)
+        Updated in place.
+    rows : ndarray of int32, shape (m,)
+    seg_starts, seg_stops : ndarray of int64, shape (s,)
+    values : ndarray of float64, shape (s, K)
+    """
+    _add_leaf_values(raw, rows, np.ascontiguousarray(seg_starts, dtype=np.int64),
+                     np.ascontiguousarray(seg_stops, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64))

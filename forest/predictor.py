@@ -1,0 +1,270 @@
+"""Tree-ensemble prediction: Numba kernels over the packed-forest layout.
+
+This module owns routing rows through trees, for every model in ``forest``:
+
+* on raw float features ``X`` of shape ``(n, n_features)``: an innerNode sends a row
+  left when ``x <= threshold``, and a NaN by ``missing_left``;
+* on binned features ``binned`` of shape ``(n_features, n)`` (uint8, feature-major,
+  as :class:`histogram.binning.BinMapper` produces): left when
+  ``code <= bin_threshold``, the missing bin by ``missing_left``. The two agree
+  because ``x <= bin_thresholds_[f][b]`` exactly when ``bin(x) <= b``.
+
+Results are either the leaf reached in every tree (``(n, n_trees)`` tree-local node
+ids, for leaf statistics such as the causal forest's moment averages) or the sum of
+the reached leaves' output vectors (``(n, n_outputs)``, for boosting and regression).
+Kernels run in parallel over rows (``numba.prange``); a forest goes in as the dict
+of :func:`forest.tree.pack_trees`. :func:`predict_reference` is a plain-Python
+traversal used by tests.
+"""
+import numba
+import numpy as np
+
+from .profiling import phase
+from .tree import Tree, pack_trees
+
+_PACKED_KEYS = ("feature", "threshold", "bin_threshold", "missing_left", "left", "right", "value", "tree_offsets")
+
+
+@numba.njit(cache=True, inline="always")
+def _walk_raw(X, i, node, feature, threshold, missing_left, left, right):
+    while feature[node] >= 0:
+        x = X[i, feature[node]]
+        if np.isnan(x):
+            go_left = missing_left[node] != 0
+        else:
+            go_left = x <= threshold[node]
+        node = left[node] if go_left else right[node]
+    return node
+
+
+@numba.njit(cache=True, inline="always")
+def _walk_binned(binned, i, node, feature, bin_threshold, missing_left, left, right, missing_bin):
+    while feature[node] >= 0:
+        code = np.int32(binned[feature[node], i])
+        if code == missing_bin:
+            go_left = missing_left[node] != 0
+        else:
+            go_left = code <= bin_threshold[node]
+        node = left[node] if go_left else right[node]
+    return node
+
+
+@numba.njit(cache=True, parallel=True)
+def _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out):
+    n_trees = offsets.shape[0] - 1
+    for i in numba.prange(X.shape[0]):
+        for t in range(n_trees):
+            root = offsets[t]
+            out[i, t] = _walk_raw(X, i, root, feature, threshold, missing_left, left, right) - root
+
+
+@numba.njit(cache=True, parallel=True)
+def _values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out):
+    n_trees = offsets.shape[0] - 1
+    k = value.shape[1]
+    for i in numba.prange(X.shape[0]):
+        for t in range(n_trees):
+            leaf = _walk_raw(X, i, offsets[t], feature, threshold, missing_left, left, right)
+            for j in range(k):
+                out[i, j] += value[leaf, j]
+
+
+@numba.njit(cache=True, parallel=True)
+def _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, missing_bin, out):
+    n_trees = offsets.shape[0] - 1
+    for r in numba.prange(rows.shape[0]):
+        i = rows[r]
+        for t in range(n_trees):
+            root = offsets[t]
+            out[r, t] = _walk_binned(binned, i, root, feature, bin_threshold, missing_left, left, right,
+                                     missing_bin) - root
+
+
+@numba.njit(cache=True, parallel=True)
+def _values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
+                   out):
+    n_trees = offsets.shape[0] - 1
+    k = value.shape[1]
+    for r in numba.prange(rows.shape[0]):
+        i = rows[r]
+        for t in range(n_trees):
+            leaf = _walk_binned(binned, i, offsets[t], feature, bin_threshold, missing_left, left, right,
+                                missing_bin)
+            for j in range(k):
+                out[r, j] += value[leaf, j]
+
+
+def as_packed(forest):
+    """Accept a packed dict, a Tree, or a sequence of Trees; return the packed dict."""
+    if isinstance(forest, Tree):
+        return pack_trees([forest])
+    if isinstance(forest, dict):
+        missing = [k for k in _PACKED_KEYS if k not in forest]
+        if missing:
+            raise ValueError(f"packed forest lacks {missing}")
+        return forest
+    return pack_trees(list(forest))
+
+
+def _arrays(packed):
+    return (np.ascontiguousarray(packed["feature"], dtype=np.int32),
+            np.ascontiguousarray(packed["threshold"], dtype=np.float64),
+            np.ascontiguousarray(packed["bin_threshold"], dtype=np.int32),
+            np.ascontiguousarray(packed["missing_left"], dtype=np.uint8),
+            np.ascontiguousarray(packed["left"], dtype=np.int32),
+            np.ascontiguousarray(packed["right"], dtype=np.int32),
+            np.ascontiguousarray(packed["value"], dtype=np.float64),
+            np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64))
+
+
+def _check_X(X, packed):
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
+    feature = np.asarray(packed["feature"])
+    if feature.size and X.shape[1] <= int(feature.max()):
+        raise ValueError(f"X has {X.shape[1]} features but the forest splits on feature {int(feature.max())}")
+    return X
+
+
+def _check_binned(binned, rows, packed):
+    binned = np.asarray(binned)
+    if binned.ndim != 2 or binned.dtype != np.uint8:
+        raise ValueError(f"binned must be uint8 of shape (n_features, n_rows), got {binned.dtype} {binned.shape}")
+    feature = np.asarray(packed["feature"])
+    if feature.size and binned.shape[0] <= int(feature.max()):
+        raise ValueError(f"binned has {binned.shape[0]} features but the forest splits on feature {int(feature.max())}")
+    rows = np.arange(binned.shape[1], dtype=np.int64) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    return binned, rows
+
+
+def predict_leaves(forest, X):
+    """Leaf reached by each row in each tree, from raw features.
+
+    Parameters
+    ----------
+    forest : dict (packed), Tree or sequence of Tree
+    X : array-like of float, shape (n, n_features)
+        NaN means missing.
+
+    Returns
+    -------
+    ndarray of int32, shape (n, n_trees)
+        Tree-local node ids (add ``tree_offsets[t]`` for packed ids).
+    """
+    packed = as_packed(forest)
+    X = _check_X(X, packed)
+    feature, threshold, _, missing_left, left, right, _, offsets = _arrays(packed)
+    out = np.empty((X.shape[0], len(offsets) - 1), dtype=np.int32)
+    with phase("prediction"):
+        _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out)
+    return out
+
+
+def predict_values(forest, X, out=None):
+    """Sum over trees of the output vector of the leaf each row reaches.
+
+    Parameters
+    ----------
+    forest : dict (packed), Tree or sequence of Tree
+    X : array-like of float, shape (n, n_features)
+    out : ndarray of float64, shape (n, n_outputs), optional
+        Added to in place (e.g. a baseline prediction); zeros when omitted.
+
+    Returns
+    -------
+    ndarray of float64, shape (n, n_outputs)
+    """
+    packed = as_packed(forest)
+    X = _check_X(X, packed)
+    feature, threshold, _, missing_left, left, right, value, offsets = _arrays(packed)
+    if out is None:
+        out = np.zeros((X.shape[0], value.shape[1]), dtype=np.float64)
+    elif out.shape != (X.shape[0], value.shape[1]) or out.dtype != np.float64 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float64 of shape {(X.shape[0], value.shape[1])}")
+    with phase("prediction"):
+        _values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out)
+    return out
+
+
+def predict_leaves_binned(forest, binned, missing_bin, rows=None):
+    """Leaf reached by each row in each tree, from binned features.
+
+    Parameters
+    ----------
+    forest : dict (packed), Tree or sequence of Tree
+    binned : ndarray of uint8, shape (n_features, n_rows)
+    missing_bin : int
+    rows : array-like of int, shape (m,), optional
+        Which columns of ``binned`` to route (all when omitted).
+
+    Returns
+    -------
+    ndarray of int32, shape (m, n_trees)
+        Tree-local node ids.
+    """
+    packed = as_packed(forest)
+    binned, rows = _check_binned(binned, rows, packed)
+    feature, _, bin_threshold, missing_left, left, right, _, offsets = _arrays(packed)
+    out = np.empty((rows.shape[0], len(offsets) - 1), dtype=np.int32)
+    with phase("prediction"):
+        _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, int(missing_bin), out)
+    return out
+
+
+def predict_values_binned(forest, binned, missing_bin, rows=None, out=None):
+    """Summed leaf output vectors from binned features.
+
+    Parameters
+    ----------
+    forest : dict (packed), Tree or sequence of Tree
+    binned : ndarray of uint8, shape (n_features, n_rows)
+    missing_bin : int
+    rows : array-like of int, shape (m,), optional
+    out : ndarray of float64, shape (m, n_outputs), optional
+        Added to in place.
+
+    Returns
+    -------
+    ndarray of float64, shape (m, n_outputs)
+    """
+    packed = as_packed(forest)
+    binned, rows = _check_binned(binned, rows, packed)
+    feature, _, bin_threshold, missing_left, left, right, value, offsets = _arrays(packed)
+    if out is None:
+        out = np.zeros((rows.shape[0], value.shape[1]), dtype=np.float64)
+    elif out.shape != (rows.shape[0], value.shape[1]) or out.dtype != np.float64 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float64 of shape {(rows.shape[0], value.shape[1])}")
+    with phase("prediction"):
+        _values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets,
+                       int(missing_bin), out)
+    return out
+
+
+def predict_reference(trees, X):
+    """Plain-Python traversal (tests only).
+
+    Parameters
+    ----------
+    trees : sequence of Tree
+    X : ndarray of float, shape (n, n_features)
+
+    Returns
+    -------
+    leaves : ndarray of int, shape (n, n_trees)
+    values : ndarray of float64, shape (n, n_outputs)
+    """
+    X = np.asarray(X, dtype=np.float64)
+    trees = list(trees)
+    leaves = np.zeros((X.shape[0], len(trees)), dtype=np.int64)
+    values = np.zeros((X.shape[0], trees[0].n_outputs))
+    for i in range(X.shape[0]):
+        for t, tree in enumerate(trees):
+            node = 0
+            while tree.feature[node] >= 0:
+                x = X[i, tree.feature[node]]
+                left = bool(tree.missing_left[node]) if np.isnan(x) else x <= tree.threshold[node]
+                node = tree.left[node] if left else tree.right[node]
+            leaves[i, t] = node
+            values[i] += tree.value[node]
+    return leaves, values

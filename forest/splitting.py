@@ -1,0 +1,282 @@
+"""Best split per node from reduced histograms.
+
+This module owns split *finding*: given the globally reduced histograms of a set of
+nodes (shape ``(n_nodes, n_features, n_bins, C)``, the last bin being the missing
+bin) and a criterion (:mod:`forest.criteria`), it returns each node's best split.
+
+Candidates
+    For feature ``f`` with ``nb_f`` value bins and threshold bin ``b``, value bins
+    ``<= b`` go left. Thresholds ``b = 0 .. nb_f - 2`` are tried with the missing bin
+    on the right and on the left; ``b = nb_f - 1`` (every value left) is tried with
+    missing on the right only, i.e. the split "missing vs not". Left sums come from a
+    cumulative sum over bins; right sums are the feature's total minus left.
+Ties
+    Gains within a relative tolerance ``rel_tol`` (default ``1e-12``) of the node's
+    best gain count as equal, and the first in (feature, bin, missing-right before
+    missing-left) order wins. Every rank evaluates this on bitwise-identical reduced
+    histograms, and the tolerance means summation-order noise between rank counts
+    cannot flip which of two equally good splits is chosen.
+Missing direction when a node saw no missing values for the chosen feature
+    Both directions score the same; rows with NaN at prediction time are sent to the
+    child with more weight (as scikit-learn does), which is deterministic too.
+
+:func:`find_best_splits` is the vectorised NumPy implementation used by the growers;
+:func:`find_best_splits_reference` is a slow loop over candidates used by tests.
+"""
+import numpy as np
+
+#: Upper bound on the float64 elements of one candidate block (per chunk of nodes),
+#: which bounds the temporaries of the vectorised search (~64 MiB).
+_CHUNK_ELEMENTS = 8_000_000
+
+
+class SplitResult:
+    """Best split per node.
+
+    Attributes
+    ----------
+    feature : ndarray of int32, shape (n_nodes,)
+        Global feature index, ``-1`` where the node has no admissible split.
+    bin : ndarray of int32, shape (n_nodes,)
+        Threshold bin: value bins ``<= bin`` go left.
+    missing_left : ndarray of bool, shape (n_nodes,)
+    gain : ndarray of float64, shape (n_nodes,)
+        ``-inf`` where there is no admissible split.
+    left_stats, right_stats : ndarray of float64, shape (n_nodes, C)
+        Channel sums of the two children.
+    """
+
+    def __init__(self, feature, bin, missing_left, gain, left_stats, right_stats):
+        self.feature = feature
+        self.bin = bin
+        self.missing_left = missing_left
+        self.gain = gain
+        self.left_stats = left_stats
+        self.right_stats = right_stats
+
+    def __len__(self):
+        return len(self.feature)
+
+    @property
+    def valid(self):
+        """ndarray of bool, shape (n_nodes,): nodes with an admissible split."""
+        return self.feature >= 0
+
+    @classmethod
+    def empty(cls, n_nodes, n_channels):
+        return cls(np.full(n_nodes, -1, np.int32), np.zeros(n_nodes, np.int32), np.zeros(n_nodes, bool),
+                   np.full(n_nodes, -np.inf), np.zeros((n_nodes, n_channels)), np.zeros((n_nodes, n_channels)))
+
+    def take(self, index):
+        """Subset of nodes (``index`` is an int array or bool mask)."""
+        return SplitResult(self.feature[index], self.bin[index], self.missing_left[index], self.gain[index],
+                           self.left_stats[index], self.right_stats[index])
+
+
+def _check_inputs(hist, parent, n_bins_non_missing, missing_bin, feature_mask):
+    hist = np.asarray(hist)
+    if hist.ndim != 4:
+        raise ValueError(f"hist must have shape (n_nodes, n_features, n_bins, C), got {hist.shape}")
+    n_nodes, n_features, n_bins, n_channels = hist.shape
+    if not 0 < missing_bin < n_bins:
+        raise ValueError(f"missing_bin={missing_bin} must index the bin axis of length {n_bins}")
+    parent = np.asarray(parent, dtype=np.float64).reshape(n_nodes, n_channels)
+    nb = np.asarray(n_bins_non_missing, dtype=np.int64)
+    if nb.shape != (n_features,):
+        raise ValueError(f"n_bins_non_missing must have shape ({n_features},), got {nb.shape}")
+    if np.any(nb > missing_bin):
+        raise ValueError("n_bins_non_missing exceeds the number of value bins")
+    if feature_mask is not None:
+        feature_mask = np.asarray(feature_mask, dtype=bool)
+        if feature_mask.shape != (n_nodes, n_features):
+            raise ValueError(f"feature_mask must have shape ({n_nodes}, {n_features}), got {feature_mask.shape}")
+    return hist, parent, nb, feature_mask
+
+
+def _candidate_valid(nb, n_value_bins):
+    """(n_features, n_value_bins, 2) mask of admissible (bin, direction) pairs."""
+    b = np.arange(n_value_bins)[None, :]
+    both = b <= (nb[:, None] - 2)
+    right_only = b == (nb[:, None] - 1)
+    valid = np.empty((len(nb), n_value_bins, 2), dtype=bool)
+    valid[:, :, 0] = both | right_only
+    valid[:, :, 1] = both
+    return valid
+
+
+def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, feature_mask=None,
+                     parent_count=None, min_gain=0.0, rel_tol=1e-12, feature_offset=0):
+    """Best split of every node, vectorised over nodes, features, bins and directions.
+
+    Parameters
+    ----------
+    hist : ndarray of float64, shape (n_nodes, n_features, n_bins, C)
+        Reduced histograms; bin ``missing_bin`` holds the missing values.
+    parent : ndarray of float64, shape (n_nodes, C)
+        Channel sums of each node (all its rows).
+    criterion : forest.criteria.Criterion
+    n_bins_non_missing : array-like of int, shape (n_features,)
+        Value bins in use per feature (features with fewer than 1 bin never split).
+    missing_bin : int
+        Index of the missing-value bin (value bins are ``0 .. missing_bin - 1``).
+    feature_mask : ndarray of bool, shape (n_nodes, n_features), optional
+        Features each node may split on (mtry); all when omitted.
+    parent_count : ndarray, shape (n_nodes,), optional
+        Exact row count of each node, passed to the criterion.
+    min_gain : float, default 0.0
+        A split must have ``gain > min_gain``.
+    rel_tol : float, default 1e-12
+        Relative tolerance of the tie test (see the module docstring).
+    feature_offset : int, default 0
+        Added to the returned feature indices (the first global feature of ``hist``,
+        when a rank searches only its block of features).
+
+    Returns
+    -------
+    SplitResult
+    """
+    hist, parent, nb, feature_mask = _check_inputs(hist, parent, n_bins_non_missing, missing_bin, feature_mask)
+    n_nodes, n_features, n_bins, n_channels = hist.shape
+    result = SplitResult.empty(n_nodes, n_channels)
+    if n_nodes == 0 or n_features == 0:
+        return result
+    valid = _candidate_valid(nb, missing_bin)
+    per_node = n_features * missing_bin * 2 * n_channels * 6
+    chunk = max(1, _CHUNK_ELEMENTS // max(per_node, 1))
+    for lo in range(0, n_nodes, chunk):
+        hi = min(n_nodes, lo + chunk)
+        _search_chunk(hist[lo:hi], parent[lo:hi], criterion, valid, missing_bin,
+                      None if feature_mask is None else feature_mask[lo:hi],
+                      None if parent_count is None else np.asarray(parent_count, dtype=np.float64)[lo:hi],
+                      min_gain, rel_tol, result, lo)
+    result.feature[result.feature >= 0] += feature_offset
+    return result
+
+
+def _search_chunk(hist, parent, criterion, valid, missing_bin, feature_mask, parent_count, min_gain, rel_tol,
+                  result, offset):
+    n_nodes, n_features, _, n_channels = hist.shape
+    nv = missing_bin
+    cum = np.cumsum(hist[:, :, :nv, :], axis=2)                       # (N, F, nv, C)
+    miss = hist[:, :, missing_bin, :]                                 # (N, F, C)
+    total = cum[:, :, nv - 1, :] + miss                               # (N, F, C)
+    left = np.empty((n_nodes, n_features, nv, 2, n_channels))
+    left[:, :, :, 0, :] = cum
+    left[:, :, :, 1, :] = cum + miss[:, :, None, :]
+    right = total[:, :, None, None, :] - left
+    kwargs = {}
+    if parent_count is not None:
+        kwargs["parent_count"] = parent_count.reshape(n_nodes, 1, 1, 1)
+    gains = criterion.gain(left, right, parent.reshape(n_nodes, 1, 1, 1, n_channels), **kwargs)
+    gains = np.where(valid[None], gains, -np.inf)
+    if feature_mask is not None:
+        gains = np.where(feature_mask[:, :, None, None], gains, -np.inf)
+    flat = gains.reshape(n_nodes, -1)
+    best = flat.max(axis=1)
+    ok = np.isfinite(best) & (best > min_gain)
+    tol = rel_tol * np.abs(best)
+    with np.errstate(invalid="ignore"):
+        near = flat >= (best - tol)[:, None]
+    idx = np.argmax(near, axis=1)
+    f, rest = np.divmod(idx, nv * 2)
+    b, d = np.divmod(rest, 2)
+    rows = np.arange(n_nodes)
+    lstats = left[rows, f, b, d]
+    rstats = right[rows, f, b, d]
+    miss_left = d.astype(bool)
+    # No missing rows for the chosen feature in this node: send future NaNs to the
+    # heavier child (both directions scored the same, so this changes no gain).
+    no_missing = criterion.node_weight(miss[rows, f]) == 0
+    heavier_left = criterion.node_weight(lstats) >= criterion.node_weight(rstats)
+    miss_left = np.where(no_missing, heavier_left, miss_left)
+    sl = slice(offset, offset + n_nodes)
+    result.feature[sl] = np.where(ok, f, -1)
+    result.bin[sl] = np.where(ok, b, 0)
+    result.missing_left[sl] = ok & miss_left
+    result.gain[sl] = np.where(ok, best, -np.inf)
+    result.left_stats[sl] = np.where(ok[:, None], lstats, 0.0)
+    result.right_stats[sl] = np.where(ok[:, None], rstats, 0.0)
+
+
+def find_best_splits_reference(hist, parent, criterion, n_bins_non_missing, missing_bin, feature_mask=None,
+                               parent_count=None, min_gain=0.0, rel_tol=1e-12):
+    """Slow reference of :func:`find_best_splits`: explicit loops and sums.
+
+    Same parameters and result; used only by tests.
+    """
+    hist, parent, nb, feature_mask = _check_inputs(hist, parent, n_bins_non_missing, missing_bin, feature_mask)
+    n_nodes, n_features, n_bins, n_channels = hist.shape
+    result = SplitResult.empty(n_nodes, n_channels)
+    for n in range(n_nodes):
+        cands = []  # (gain, f, b, d, left, right)
+        for f in range(n_features):
+            if feature_mask is not None and not feature_mask[n, f]:
+                continue
+            miss = hist[n, f, missing_bin]
+            for b in range(int(nb[f])):
+                for d in (0, 1):
+                    if d == 1 and b == nb[f] - 1:
+                        continue
+                    left = hist[n, f, : b + 1].sum(axis=0) + (miss if d == 1 else 0.0)
+                    right = hist[n, f, b + 1: missing_bin].sum(axis=0) + (miss if d == 0 else 0.0)
+                    kw = {} if parent_count is None else {"parent_count": float(parent_count[n])}
+                    g = float(criterion.gain(left, right, parent[n], **kw))
+                    cands.append((g, f, b, d, left, right))
+        if not cands:
+            continue
+        best = max(c[0] for c in cands)
+        if not (np.isfinite(best) and best > min_gain):
+            continue
+        for g, f, b, d, left, right in cands:  # already in (f, b, d) order
+            if g >= best - rel_tol * abs(best):
+                break
+        ml = bool(d)
+        if criterion.node_weight(hist[n, f, missing_bin]) == 0:
+            ml = bool(criterion.node_weight(left) >= criterion.node_weight(right))
+        result.feature[n], result.bin[n], result.missing_left[n] = f, b, ml
+        result.gain[n] = best
+        result.left_stats[n], result.right_stats[n] = left, right
+    return result
+
+
+def mtry_feature_mask(seed, tree_index, node_id, n_features, mtry):
+    """Features a node may split on: a pure function of (seed, tree, node).
+
+    Parameters
+    ----------
+    seed : int
+    tree_index : ndarray of int, shape (n_nodes,)
+        Global tree index of each node (not the index within a batch).
+    node_id : ndarray of int, shape (n_nodes,)
+        Node id within its tree.
+    n_features : int
+    mtry : int or None
+        Features drawn per node; ``None`` or ``>= n_features`` means all.
+
+    Returns
+    -------
+    ndarray of bool, shape (n_nodes, n_features)
+        Exactly ``min(mtry, n_features)`` True per row. The draw depends only on the
+        arguments, so every rank and every rank count draws the same features.
+    """
+    from histogram.rowhash import hash64
+
+    tree_index = np.asarray(tree_index, dtype=np.int64).ravel()
+    node_id = np.asarray(node_id, dtype=np.int64).ravel()
+    n_nodes = len(node_id)
+    if mtry is None or mtry >= n_features:
+        return np.ones((n_nodes, n_features), dtype=bool)
+    if mtry < 1:
+        raise ValueError(f"mtry must be >= 1, got {mtry}")
+    # One hash per (node, feature); the mtry features with the smallest hashes win.
+    # Two stages keep the counters from overflowing: first a key per (tree, node),
+    # then that key offset by the feature index is hashed again. Stream 0x6D747279
+    # ("mtry") keeps this independent of the row-sampling streams.
+    node_key = hash64(seed, 0x6D747279, (tree_index << np.int64(31)) ^ node_id)
+    with np.errstate(over="ignore"):
+        counters = node_key[:, None] + np.arange(n_features, dtype=np.uint64)[None, :]
+    keys = hash64(seed, 0x6D747279 + 1, counters.ravel().view(np.int64)).reshape(n_nodes, n_features)
+    order = np.argsort(keys, axis=1, kind="stable")[:, :mtry]
+    mask = np.zeros((n_nodes, n_features), dtype=bool)
+    np.put_along_axis(mask, order, True, axis=1)
+    return mask
