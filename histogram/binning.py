@@ -11,10 +11,10 @@ This module owns :class:`BinMapper`. Its fitted edges are a pure function of the
   distinct value, with thresholds at midpoints. Because a sample can miss rare values
   of an integer-coded feature, the ranks then look for local values the sample missed
   and gather those too (one small collective), so such features stay exact.
-* Otherwise thresholds come from a greedy equal-count pass over the sorted distinct
-  values and their sample counts. The target bin size is re-estimated after every cut
-  from the rows and bins left, so a heavy tie (one value holding many rows) takes one
-  bin and the remaining bins still share the rest evenly.
+* Otherwise thresholds come from equal-count cuts over the sorted distinct values and
+  their sample counts (:func:`_greedy_cuts`). A heavy tie (one value holding at least
+  a bin's worth of rows) gets a bin of its own, and the other bins share the remaining
+  rows evenly, so only a tie can make a bin larger than about ``n / max_bins``.
 
 Conventions (the contract in ``docs/ARCHITECTURE.md``):
 
@@ -35,7 +35,8 @@ The fitted state is plain numpy arrays and Python scalars (see
 import numpy as np
 from numba import njit, prange
 
-from . import _dist
+from native.collectives import allgatherv
+
 from .dtypes import BIN_DTYPE, MAX_VALUE_BINS, X_DTYPE
 from .rowhash import uniform
 
@@ -112,7 +113,7 @@ class BinMapper:
 
         # One tiny collective gives every rank's (n_features, n_rows): the feature
         # check and this rank's global row offset both come from it.
-        meta = _dist.allgatherv(comm, np.array([[n_features, n_local]], dtype=np.int64))
+        meta = allgatherv(comm, np.array([[n_features, n_local]], dtype=np.int64))
         if np.any(meta[:, 0] != n_features):
             raise ValueError(
                 f"BinMapper.fit: ranks disagree on the number of features "
@@ -129,7 +130,7 @@ class BinMapper:
             ids = np.arange(offset, offset + n_local, dtype=np.int64)
             keep = uniform(self.random_state, BINNING_STREAM, ids) < self.subsample / n_global
             local_sample = X[keep]
-        sample = _dist.allgatherv(comm, local_sample)
+        sample = allgatherv(comm, local_sample)
 
         per_feature = []
         candidates = []  # features that look exact on the sample: verify on full data
@@ -197,7 +198,7 @@ class BinMapper:
             blocks.append(np.column_stack((np.full(missed.shape[0], f, dtype=X_DTYPE),
                                            missed)))
         local = np.concatenate(blocks) if blocks else np.zeros((0, 2), dtype=X_DTYPE)
-        gathered = _dist.allgatherv(comm, np.ascontiguousarray(local, dtype=X_DTYPE))
+        gathered = allgatherv(comm, np.ascontiguousarray(local, dtype=X_DTYPE))
         out = {}
         for f in candidates:
             vals = gathered[gathered[:, 0] == f, 1]
@@ -352,7 +353,14 @@ def _midpoints(lo, hi):
 
 @njit(cache=True)
 def _greedy_cuts(counts, max_bins):
-    """Equal-count cut points over sorted distinct values.
+    """Equal-count cut points over sorted distinct values, heavy ties set apart.
+
+    A value is *heavy* when its count alone reaches the mean bin size of the rows
+    that are not heavy (found by iterating, since setting one apart lowers the mean);
+    each heavy value gets a bin of its own. The remaining bins are shared among the
+    runs of ordinary values between heavy ones in proportion to their row counts, and
+    each run is cut into equal-count bins. So ties only ever make their own bin big,
+    never squeeze the bins next to them.
 
     Parameters
     ----------
@@ -363,30 +371,135 @@ def _greedy_cuts(counts, max_bins):
     Returns
     -------
     ndarray of int64, shape (n_cuts,), n_cuts <= max_bins - 1
-        Cut after distinct value ``i`` (between values ``i`` and ``i + 1``).
+        Cut after distinct value ``i`` (between values ``i`` and ``i + 1``), increasing.
     """
     n = counts.shape[0]
+    if n <= max_bins:
+        return np.arange(n - 1)
+    heavy = np.zeros(n, dtype=np.bool_)
+    rest = 0.0
+    for i in range(n):
+        rest += counts[i]
+    free = max_bins
+    changed = True
+    while changed and free > 1:
+        changed = False
+        mean = rest / free
+        for i in range(n):
+            if not heavy[i] and counts[i] >= mean and free > 1:
+                heavy[i] = True
+                rest -= counts[i]
+                free -= 1
+                changed = True
+
+    seg_lo = np.empty(n, dtype=np.int64)
+    seg_hi = np.empty(n, dtype=np.int64)
+    while True:
+        # Runs of non-heavy values [seg_lo, seg_hi).
+        n_seg = 0
+        n_heavy = 0
+        i = 0
+        while i < n:
+            if heavy[i]:
+                n_heavy += 1
+                i += 1
+                continue
+            seg_lo[n_seg] = i
+            while i < n and not heavy[i]:
+                i += 1
+            seg_hi[n_seg] = i
+            n_seg += 1
+        if max_bins - n_heavy >= n_seg:
+            break
+        # Not enough bins for one per run: fold the lightest heavy value back in
+        # (merging the runs on either side of it) and try again.
+        j = -1
+        for i in range(n):
+            if heavy[i] and (j < 0 or counts[i] < counts[j]):
+                j = i
+        heavy[j] = False
+
+    budget = max_bins - n_heavy
+    seg_rows = np.zeros(n_seg)
+    total = 0.0
+    for s in range(n_seg):
+        for i in range(seg_lo[s], seg_hi[s]):
+            seg_rows[s] += counts[i]
+        total += seg_rows[s]
+    # Proportional shares, at least one bin per run, leftovers by largest remainder.
+    seg_bins = np.ones(n_seg, dtype=np.int64)
+    frac = np.zeros(n_seg)
+    used = n_seg
+    for s in range(n_seg):
+        share = (budget * seg_rows[s] / total) if total > 0 else 1.0
+        extra = max(0, int(share) - 1)
+        width = seg_hi[s] - seg_lo[s]
+        extra = min(extra, width - 1)
+        seg_bins[s] += extra
+        used += extra
+        frac[s] = share - int(share)
+    while used > budget:
+        # the one-bin minimum of light runs overdrew the budget: take from the largest
+        best = 0
+        for s in range(n_seg):
+            if seg_bins[s] > seg_bins[best]:
+                best = s
+        seg_bins[best] -= 1
+        used -= 1
+    while used < budget:
+        best = -1
+        for s in range(n_seg):
+            if seg_bins[s] < seg_hi[s] - seg_lo[s] and (best < 0 or frac[s] > frac[best]):
+                best = s
+        if best < 0:
+            break
+        seg_bins[best] += 1
+        frac[best] = -1.0
+        used += 1
+
     cuts = np.empty(max_bins - 1, dtype=np.int64)
     n_cuts = 0
+    s = 0
+    i = 0
+    while i < n:
+        if heavy[i]:
+            stop = i + 1
+        else:
+            stop = seg_hi[s]
+            n_cuts = _equal_count_cuts(counts, i, stop, seg_bins[s], cuts, n_cuts)
+            s += 1
+        if stop < n:
+            cuts[n_cuts] = stop - 1
+            n_cuts += 1
+        i = stop
+    return cuts[:n_cuts]
+
+
+@njit(cache=True)
+def _equal_count_cuts(counts, lo, hi, n_bins, cuts, n_cuts):
+    """Append cuts splitting values lo..hi-1 into at most ``n_bins`` equal-count bins.
+
+    The target is re-estimated after every cut from the rows and bins left, and a
+    bin stops early when taking the next value would overshoot the target by more
+    than stopping undershoots it. Returns the new number of cuts.
+    """
     rest_rows = 0.0
-    for i in range(n):
+    for i in range(lo, hi):
         rest_rows += counts[i]
-    rest_bins = max_bins
+    rest_bins = n_bins
     acc = 0.0
-    for i in range(n - 1):
+    for i in range(lo, hi - 1):
         if rest_bins <= 1:
             break
         target = rest_rows / rest_bins
         acc += counts[i]
-        # Cut when the bin is full, or when adding the next value would land further
-        # from the target than stopping here (this also gives a heavy tie its own bin).
         if acc >= target or (acc + counts[i + 1] - target) > (target - acc):
             cuts[n_cuts] = i
             n_cuts += 1
             rest_rows -= acc
             rest_bins -= 1
             acc = 0.0
-    return cuts[:n_cuts]
+    return n_cuts
 
 
 @njit(cache=True, parallel=True)
