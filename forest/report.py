@@ -1,0 +1,337 @@
+"""Model reports: feature-importance tables, effect summaries, Qini curves, HTML pages.
+
+This module owns what ``forest-report`` shows about a fitted model:
+
+* :func:`split_table` collects every innerNode (feature, depth, gain) of the
+  estimator's own trees, and :func:`importances` turns it into three importance
+  measures: GRF's depth-weighted split frequency (``variable_importance`` with decay
+  exponent 2 and maximum depth 4: at each depth ``k = 1..4`` (root ``k = 1``) the
+  share of that depth's splits made on each feature, averaged with weights
+  ``k**-2``), the share of total split gain, and raw split counts;
+* :func:`qini_curve` scores a ranking of rows by predicted effect against observed
+  treatment and outcome (binary treatment);
+* :func:`partial_dependence` averages predicted effects over a sample with one
+  feature set to grid values;
+* :func:`text_table`, :func:`to_json` and :func:`html_page` render a report; the
+  HTML embeds its matplotlib figures as base64 PNG, so it is one self-contained
+  file that needs no network.
+"""
+import base64
+import html
+import io
+
+import numpy as np
+
+from forest.tree import Tree
+
+#: GRF's defaults for the depth-weighted split frequency.
+GRF_DECAY_EXPONENT = 2.0
+GRF_MAX_DEPTH = 4
+
+
+# ------------------------------------------------------------------ collecting splits
+
+def _trees_in(value):
+    """Trees held directly by an attribute value (list/tuple/dict nesting, packed dicts)."""
+    if isinstance(value, Tree):
+        return [value]
+    if isinstance(value, dict) and "tree_offsets" in value and "feature" in value:
+        from forest.tree import unpack_trees
+
+        return unpack_trees(value)
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _trees_in(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _trees_in(v)]
+    return []
+
+
+def model_trees(estimator):
+    """The estimator's own trees (not those of nuisance models it holds as attributes).
+
+    Parameters
+    ----------
+    estimator : object
+        A fitted histforest estimator.
+
+    Returns
+    -------
+    list of forest.tree.Tree
+    """
+    trees = []
+    for name, value in vars(estimator).items():
+        if name.endswith("_") or name.startswith("_"):
+            trees.extend(_trees_in(value))
+    return trees
+
+
+def split_table(trees):
+    """Every innerNode of ``trees`` as flat arrays.
+
+    Parameters
+    ----------
+    trees : sequence of Tree
+
+    Returns
+    -------
+    dict
+        ``feature`` (int64, (n_splits,)), ``depth`` (int64, root 0), ``gain`` (float64).
+    """
+    feats, depths, gains = [], [], []
+    for t in trees:
+        inner = t.feature >= 0
+        feats.append(t.feature[inner].astype(np.int64))
+        depths.append(t.depth[inner].astype(np.int64))
+        gains.append(t.gain[inner].astype(np.float64))
+    if not feats:
+        return {"feature": np.zeros(0, np.int64), "depth": np.zeros(0, np.int64), "gain": np.zeros(0)}
+    return {"feature": np.concatenate(feats), "depth": np.concatenate(depths), "gain": np.concatenate(gains)}
+
+
+def importances(splits, n_features, decay_exponent=GRF_DECAY_EXPONENT, max_depth=GRF_MAX_DEPTH):
+    """Three importance measures from a split table.
+
+    Parameters
+    ----------
+    splits : dict
+        Output of :func:`split_table`.
+    n_features : int
+    decay_exponent, max_depth : float, int
+        GRF's parameters of the depth-weighted measure.
+
+    Returns
+    -------
+    dict of str -> ndarray, shape (n_features,)
+        ``depth_weighted`` (sums to 1 when any split is within ``max_depth`` levels),
+        ``gain`` (share of the summed positive gain), ``splits`` (counts, int64).
+    """
+    f, d, g = splits["feature"], splits["depth"], splits["gain"]
+    counts = np.bincount(f, minlength=n_features)[:n_features].astype(np.int64)
+    freq = np.zeros((max_depth, n_features))
+    for k in range(max_depth):
+        at = f[d == k]
+        if at.size:
+            freq[k] = np.bincount(at, minlength=n_features)[:n_features] / at.size
+    weight = np.arange(1, max_depth + 1, dtype=np.float64) ** -decay_exponent
+    depth_weighted = weight @ freq / weight.sum()
+    gain_sum = np.bincount(f, weights=np.maximum(g, 0.0), minlength=n_features)[:n_features]
+    total = gain_sum.sum()
+    return {"depth_weighted": depth_weighted,
+            "gain": gain_sum / total if total > 0 else gain_sum,
+            "splits": counts}
+
+
+# ------------------------------------------------------------------ effect diagnostics
+
+def qini_curve(tau_hat, t, y):
+    """Qini and cumulative-gain curves of targeting rows by decreasing predicted effect.
+
+    For the top ``k`` rows: ``n_t, n_c`` treated/control counts and ``Y_t, Y_c`` their
+    outcome sums. Qini ``q(k) = Y_t - Y_c n_t / n_c`` (``0`` while ``n_c = 0``);
+    cumulative gain ``g(k) = (Y_t / n_t - Y_c / n_c) k`` (``0`` while an arm is empty).
+    Both are divided by ``N``. The Qini coefficient is the mean gap between the Qini
+    curve and the straight line from ``(0, 0)`` to ``(N, q(N))`` (random targeting);
+    AUUC is the mean of the cumulative-gain curve. Ties in ``tau_hat`` keep input
+    order (stable sort), so the curve is deterministic.
+
+    Parameters
+    ----------
+    tau_hat : ndarray, shape (n,)
+    t : ndarray, shape (n,)
+        Binary treatment (0/1).
+    y : ndarray, shape (n,)
+
+    Returns
+    -------
+    dict
+        ``fraction`` (n + 1,), ``qini`` (n + 1,), ``gain`` (n + 1,), ``random``
+        (n + 1,), ``qini_coefficient`` (float), ``auuc`` (float).
+    """
+    tau_hat, t, y = (np.asarray(a, dtype=np.float64) for a in (tau_hat, t, y))
+    n = tau_hat.size
+    order = np.argsort(-tau_hat, kind="stable")
+    tt, yy = t[order], y[order]
+    n_t = np.concatenate([[0.0], np.cumsum(tt)])
+    n_c = np.concatenate([[0.0], np.cumsum(1.0 - tt)])
+    y_t = np.concatenate([[0.0], np.cumsum(yy * tt)])
+    y_c = np.concatenate([[0.0], np.cumsum(yy * (1.0 - tt))])
+    k = np.arange(n + 1, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        qini = np.where(n_c > 0, y_t - y_c * n_t / n_c, 0.0) / n
+        gain = np.where((n_t > 0) & (n_c > 0), (y_t / n_t - y_c / n_c) * k, 0.0) / n
+    random = qini[-1] * k / n
+    return {"fraction": k / n, "qini": qini, "gain": gain, "random": random,
+            "qini_coefficient": float(np.mean(qini - random)), "auuc": float(np.mean(gain))}
+
+
+def partial_dependence(predict, X, feature, grid_size=20, max_rows=500, seed=0):
+    """Average prediction with ``X[:, feature]`` set to each grid value.
+
+    Parameters
+    ----------
+    predict : callable
+        ``predict(X) -> (n,)``.
+    X : ndarray, shape (n, n_features)
+    feature : int
+    grid_size : int
+        Grid of quantiles of the feature's non-missing values.
+    max_rows : int
+        Rows averaged over (a fixed random subset when ``n`` is larger).
+
+    Returns
+    -------
+    grid : ndarray, shape (m,)
+        Distinct grid values, ``m <= grid_size``.
+    mean : ndarray, shape (m,)
+    """
+    X = np.asarray(X, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    rows = X if X.shape[0] <= max_rows else X[np.sort(rng.choice(X.shape[0], max_rows, replace=False))]
+    values = X[:, feature]
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return np.zeros(0), np.zeros(0)
+    grid = np.unique(np.quantile(values, np.linspace(0.0, 1.0, grid_size)))
+    stacked = np.repeat(rows[None], grid.size, axis=0)  # (m, rows, features)
+    stacked[:, :, feature] = grid[:, None]
+    pred = np.asarray(predict(stacked.reshape(-1, X.shape[1])), dtype=np.float64).reshape(grid.size, -1)
+    return grid, pred.mean(axis=1)
+
+
+# ------------------------------------------------------------------ rendering
+
+def text_table(names, imp, limit=None):
+    """Importance table as text, rows sorted by depth-weighted importance.
+
+    Parameters
+    ----------
+    names : list of str, length n_features
+    imp : dict
+        Output of :func:`importances`.
+    limit : int, optional
+        Show only the first ``limit`` rows.
+
+    Returns
+    -------
+    str
+    """
+    order = np.lexsort((np.arange(len(names)), -imp["gain"], -imp["depth_weighted"]))
+    if limit is not None:
+        order = order[:limit]
+    width = max([len("feature")] + [len(str(n)) for n in names])
+    lines = [f"{'rank':>4}  {'feature':<{width}}  {'depth-weighted':>14}  {'gain share':>10}  {'splits':>8}"]
+    for r, j in enumerate(order, 1):
+        lines.append(f"{r:>4}  {names[j]:<{width}}  {imp['depth_weighted'][j]:>14.4f}  "
+                     f"{imp['gain'][j]:>10.4f}  {int(imp['splits'][j]):>8d}")
+    return "\n".join(lines)
+
+
+def to_json(report):
+    """A JSON-able copy of a report dict (arrays become lists, floats stay exact)."""
+    if isinstance(report, dict):
+        return {str(k): to_json(v) for k, v in report.items()}
+    if isinstance(report, (list, tuple)):
+        return [to_json(v) for v in report]
+    if isinstance(report, np.ndarray):
+        return to_json(report.tolist())
+    if isinstance(report, np.generic):
+        return report.item()
+    if isinstance(report, float) and not np.isfinite(report):
+        return None
+    return report
+
+
+def _figure_png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def importance_figure(names, imp, limit=20):
+    """Horizontal bar charts of the three importance measures; base64 PNG."""
+    plt = _pyplot()
+    order = np.lexsort((np.arange(len(names)), -imp["gain"], -imp["depth_weighted"]))[:limit][::-1]
+    labels = [names[j] for j in order]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 0.35 * len(order) + 1.5), sharey=True)
+    for ax, key, title in zip(axes, ("depth_weighted", "gain", "splits"),
+                              ("depth-weighted split frequency (GRF)", "share of split gain", "split count")):
+        ax.barh(range(len(order)), np.asarray(imp[key], dtype=float)[order], color="#3b6ea5")
+        ax.set_title(title, fontsize=10)
+        ax.set_yticks(range(len(order)))
+        ax.set_yticklabels(labels)
+    return _figure_png(fig)
+
+
+def effects_figure(tau):
+    """Histogram of predicted effects; base64 PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.hist(tau, bins=min(50, max(10, int(np.sqrt(tau.size)))), color="#3b6ea5")
+    ax.axvline(float(np.mean(tau)), color="k", linestyle="--", label=f"mean {np.mean(tau):.3g}")
+    ax.set_xlabel("predicted effect tau(x)")
+    ax.set_ylabel("rows")
+    ax.legend()
+    return _figure_png(fig)
+
+
+def pdp_figure(curves):
+    """Partial-dependence curves ``[(name, grid, mean), ...]`` side by side; base64 PNG."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.2), squeeze=False)
+    for ax, (name, grid, mean) in zip(axes[0], curves):
+        ax.plot(grid, mean, marker="o", ms=3)
+        ax.set_xlabel(name)
+        ax.set_ylabel("mean predicted tau")
+    return _figure_png(fig)
+
+
+def qini_figure(q):
+    """Qini curve against random targeting; base64 PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(q["fraction"], q["qini"], label=f"model (Qini coef. {q['qini_coefficient']:.4g})")
+    ax.plot(q["fraction"], q["random"], linestyle="--", color="gray", label="random targeting")
+    ax.set_xlabel("fraction of rows targeted (by decreasing predicted effect)")
+    ax.set_ylabel("incremental outcome / N")
+    ax.legend()
+    return _figure_png(fig)
+
+
+def html_page(title, sections):
+    """A self-contained HTML page.
+
+    Parameters
+    ----------
+    title : str
+    sections : list of (str, str, str or None)
+        ``(heading, preformatted text or "", base64 PNG or None)``.
+
+    Returns
+    -------
+    str
+    """
+    parts = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
+             f"<title>{html.escape(title)}</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;}"
+             "pre{background:#f4f4f4;padding:1em;overflow-x:auto;}img{max-width:100%;}</style>",
+             "</head><body>", f"<h1>{html.escape(title)}</h1>"]
+    for heading, text, png in sections:
+        parts.append(f"<h2>{html.escape(heading)}</h2>")
+        if text:
+            parts.append(f"<pre>{html.escape(text)}</pre>")
+        if png:
+            parts.append(f"<img alt=\"{html.escape(heading)}\" src=\"data:image/png;base64,{png}\">")
+    parts.append("</body></html>")
+    return "\n".join(parts)
