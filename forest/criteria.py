@@ -26,6 +26,9 @@ histogram kernel sums), so it also owns its constraints:
     for ``min_samples_split`` and to choose the smaller child.
 ``node_objective(stats (..., C)) -> (...)``
     The node's objective (stored as the tree's ``impurity``).
+``node_count(stats (..., C)) -> (...)``
+    The node's row count where the channels carry one (stored as the tree's
+    ``count``); the base class returns ``node_weight``.
 
 All four are vectorised NumPy over any leading shape and must be pure functions of
 their inputs (every rank evaluates them on bitwise-identical reduced histograms, so
@@ -59,6 +62,9 @@ class Criterion:
 
     def node_objective(self, stats):
         return np.zeros(np.shape(stats)[:-1])
+
+    def node_count(self, stats):
+        return self.node_weight(stats)
 
     def _check_stats(self, stats):
         stats = np.asarray(stats, dtype=np.float64)
@@ -235,6 +241,9 @@ class VarianceCriterion(Criterion):
             return np.where(w > 0, stats[..., 1:1 + self.n_targets] / np.where(w > 0, w, 1.0), 0.0)
 
     def node_weight(self, stats):
+        return self._check_stats(stats)[..., 0]
+
+    def node_count(self, stats):
         stats = self._check_stats(stats)
         return stats[..., -1] if self.count_channel else stats[..., 0]
 

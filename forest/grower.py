@@ -231,6 +231,7 @@ def _check_binned(binned, channels, bin_info):
 
 
 def _add_child(tree, criterion, stats, depth, shrinkage=1.0, count=None):
+    count = float(criterion.node_count(stats)) if count is None else count
     return tree.add_node(depth, float(criterion.node_weight(stats)), criterion.node_value(stats) * shrinkage,
                          float(criterion.node_objective(stats)), count=count)
 

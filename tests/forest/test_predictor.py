@@ -1,0 +1,86 @@
+"""Numba predictor vs the plain-Python traversal, raw and binned, NaN routing."""
+import numpy as np
+import pytest
+
+from forest.predictor import (predict_leaves, predict_leaves_binned, predict_reference, predict_values,
+                              predict_values_binned)
+from forest.tree import Tree, pack_trees
+
+
+def _random_tree(rng, n_features, n_outputs, thresholds, depth=4):
+    """A random full-ish tree whose float thresholds are bin edges."""
+    t = Tree(n_outputs)
+    t.add_node(0, 1.0, rng.normal(size=n_outputs))
+    frontier = [0]
+    for d in range(depth):
+        nxt = []
+        for node in frontier:
+            if rng.random() < 0.2:
+                continue
+            f = int(rng.integers(n_features))
+            b = int(rng.integers(len(thresholds[f]) + 1))
+            thr = thresholds[f][b] if b < len(thresholds[f]) else np.inf
+            left = t.add_node(d + 1, 1.0, rng.normal(size=n_outputs))
+            right = t.add_node(d + 1, 1.0, rng.normal(size=n_outputs))
+            t.set_split(node, f, b, thr, bool(rng.random() < 0.5), 1.0, left, right)
+            nxt += [left, right]
+        frontier = nxt
+    return t
+
+
+def _bin(X, thresholds, missing_bin):
+    out = np.empty(X.shape[::-1], dtype=np.uint8)
+    for f in range(X.shape[1]):
+        codes = np.searchsorted(thresholds[f], X[:, f], side="left")
+        out[f] = np.where(np.isnan(X[:, f]), missing_bin, codes)
+    return out
+
+
+@pytest.mark.parametrize("n_outputs", [1, 3])
+def test_numba_matches_reference(rng, n_outputs):
+    n_features = 4
+    thresholds = [np.sort(rng.normal(size=int(rng.integers(1, 9)))) for _ in range(n_features)]
+    trees = [_random_tree(rng, n_features, n_outputs, thresholds) for _ in range(7)]
+    X = rng.normal(size=(300, n_features))
+    X[rng.random(X.shape) < 0.1] = np.nan
+    X[:5, 0] = thresholds[0][0]  # exactly on a threshold goes left
+    ref_leaves, ref_values = predict_reference(trees, X)
+    np.testing.assert_array_equal(predict_leaves(trees, X), ref_leaves)
+    np.testing.assert_allclose(predict_values(trees, X), ref_values, rtol=1e-12)
+    packed = pack_trees(trees)
+    np.testing.assert_allclose(predict_values(packed, X), ref_values, rtol=1e-12)
+    binned = _bin(X, thresholds, 9)
+    np.testing.assert_array_equal(predict_leaves_binned(packed, binned, 9), ref_leaves)
+    np.testing.assert_allclose(predict_values_binned(packed, binned, 9), ref_values, rtol=1e-12)
+    rows = np.array([5, 0, 299, 17])
+    np.testing.assert_array_equal(predict_leaves_binned(packed, binned, 9, rows=rows), ref_leaves[rows])
+    base = np.ones((300, n_outputs))
+    out = predict_values(packed, X, out=base)
+    assert out is base
+    np.testing.assert_allclose(out, ref_values + 1.0, rtol=1e-12)
+
+
+def test_nan_follows_missing_left():
+    t = Tree(1)
+    t.add_node(0, 1.0, [0.0])
+    left = t.add_node(1, 1.0, [-1.0])
+    right = t.add_node(1, 1.0, [1.0])
+    t.set_split(0, 0, 0, 0.0, True, 1.0, left, right)
+    X = np.array([[np.nan], [-1.0], [1.0], [0.0]])
+    np.testing.assert_array_equal(predict_values(t, X)[:, 0], [-1, -1, 1, -1])
+    t.set_split(0, 0, 0, 0.0, False, 1.0, left, right)
+    np.testing.assert_array_equal(predict_values(t, X)[:, 0], [1, -1, 1, -1])
+
+
+def test_bad_input():
+    t = Tree(1)
+    t.add_node(0, 1.0, [0.0])
+    a = t.add_node(1, 1.0, [0.0])
+    b = t.add_node(1, 1.0, [0.0])
+    t.set_split(0, 2, 0, 0.0, True, 1.0, a, b)
+    with pytest.raises(ValueError, match="features"):
+        predict_values(t, np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="2-D"):
+        predict_values(t, np.zeros(3))
+    with pytest.raises(ValueError, match="uint8"):
+        predict_values_binned(t, np.zeros((3, 4)), 255)
