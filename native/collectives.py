@@ -18,10 +18,11 @@ Algorithm choice (``algorithm="auto"``), alpha-beta model with n bytes, p ranks:
   when p is not a power of two (the fold);
 - recursive doubling: ``log2(p) alpha + log2(p) n beta``.
 
-So doubling wins for tiny buffers, Rabenseifner for everything else when p is a
-power of two, and ring for large buffers when p is not (the fold costs two full
-buffer transfers). The cut-over sizes are below, measured on the development machine
-with ``benchmarks/bench_collectives.py``.
+plus a reduction cost per byte (gamma). ``"auto"`` evaluates this model
+(:func:`predicted_seconds`, constants measured on the development machine) and
+takes the cheapest: doubling for small buffers, Rabenseifner for larger ones when p
+is a power of two, ring for larger ones when it is not (the fold costs two whole
+buffer transfers).
 """
 import pickle
 import zlib
@@ -39,7 +40,7 @@ from .stats import STATS
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "allgatherv", "bcast",
            "bcast_object", "allgather_object", "allreduce_best", "global_row_offset",
-           "choose_allreduce", "STATS", "SUM_DTYPES"]
+           "choose_allreduce", "predicted_seconds", "STATS", "SUM_DTYPES"]
 
 SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32),
               np.dtype(np.int64))
@@ -47,39 +48,92 @@ ALLREDUCE_ALGORITHMS = ("auto", "ring", "rabenseifner", "doubling", "mpi")
 REDUCE_SCATTER_ALGORITHMS = ("auto", "ring", "halving")
 ALLGATHER_ALGORITHMS = ("auto", "ring", "bruck")
 
-# Cut-over sizes for algorithm="auto" (bytes of the whole buffer).
-# TODO(measure): provisional values from the alpha-beta model with alpha ~ 20 us
-# (Python + MPI per step) and beta ~ 1 ns/B; replaced by measured ones below.
-DOUBLING_MAX_BYTES = 16 * 1024
-RING_MIN_BYTES_NON_POW2 = 256 * 1024
-BRUCK_MAX_BYTES = 256 * 1024
+# Cost-model constants for algorithm="auto", measured on the development machine
+# (2-core x86 VM, MPICH 5.0.2 shared memory, 2 ranks; /tmp-free microbenchmark of
+# native.transport.exchange and numpy.add, medians of 30-200 repetitions):
+# Sendrecv of 8 B took 4.6-5.7 us, so one step (message + Python overhead) ~ 6 us;
+# Sendrecv of 1-8 MiB ran at 6.8-10.3 GB/s (0.12 ns/B); an in-place numpy.add of
+# 1-4 MiB at 38-45 GB/s of result (0.03 ns/B, both operands in cache or not).
+# Only their ratios matter for the choice.
+ALPHA_S = 6e-6
+BETA_S_PER_BYTE = 1.2e-10
+GAMMA_S_PER_BYTE = 3e-11
 
 
-def _is_pow2(p):
-    return p & (p - 1) == 0
+def predicted_seconds(operation, algorithm, nbytes, p):
+    """Alpha-beta-gamma cost of one collective (the model ``"auto"`` minimises).
+
+    ``alpha`` per message step, ``beta`` per byte sent, ``gamma`` per byte reduced
+    (or copied, for Bruck's final rotation); see DESIGN.md, "Collectives".
+
+    Parameters
+    ----------
+    operation : {"allreduce", "reduce_scatter", "allgather"}
+    algorithm : str
+        An algorithm of that operation (not ``"auto"``/``"mpi"``).
+    nbytes : int
+        Bytes of the whole buffer (for allgather: of the gathered result).
+    p : int
+
+    Returns
+    -------
+    float
+        Predicted seconds on the slowest rank.
+    """
+    a, b, g = ALPHA_S, BETA_S_PER_BYTE, GAMMA_S_PER_BYTE
+    n = float(nbytes)
+    q = 1 << (p.bit_length() - 1)
+    lq = q.bit_length() - 1
+    frac = (p - 1) / p
+    # the non-power-of-two fold: the whole buffer in, reduced once, and back out
+    fold = 0.0 if p == q else 2 * a + 2 * n * b + n * g
+    if operation == "allreduce":
+        if algorithm == "ring":
+            return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g
+        if algorithm == "rabenseifner":
+            return 2 * lq * a + 2 * (q - 1) / q * n * b + (q - 1) / q * n * g + fold
+        if algorithm == "doubling":
+            return lq * (a + n * b + n * g) + fold
+    elif operation == "reduce_scatter":
+        if algorithm == "ring":
+            return (p - 1) * (a + n / p * (b + g))
+        if algorithm == "halving":
+            fold_rs = 0.0 if p == q else 2 * a + n * b + n * g + n / p * b
+            return lq * a + (q - 1) / q * n * (b + g) + fold_rs
+    elif operation == "allgather":
+        if algorithm == "ring":
+            return (p - 1) * a + frac * n * b
+        if algorithm == "bruck":
+            return (p - 1).bit_length() * a + frac * n * b + n * g
+    raise ValueError(f"no cost model for {operation}/{algorithm}")
+
+
+def _cheapest(operation, algorithms, nbytes, p):
+    # ties go to the first listed, so the choice is the same on every rank
+    return min(algorithms, key=lambda alg: predicted_seconds(operation, alg, nbytes, p))
 
 
 def choose_allreduce(nbytes, p):
     """Algorithm ``allreduce(..., algorithm="auto")`` uses for ``nbytes`` on ``p`` ranks.
+
+    The cheapest under :func:`predicted_seconds`: recursive doubling for small
+    buffers (fewest steps), Rabenseifner for larger ones when ``p`` is a power of
+    two, ring for larger ones otherwise (Rabenseifner's fold moves two whole buffers).
 
     Returns
     -------
     str
         ``"doubling"``, ``"rabenseifner"`` or ``"ring"``.
     """
-    if nbytes <= DOUBLING_MAX_BYTES:
-        return "doubling"
-    if _is_pow2(p) or nbytes < RING_MIN_BYTES_NON_POW2:
-        return "rabenseifner"
-    return "ring"
+    return _cheapest("allreduce", ("doubling", "rabenseifner", "ring"), nbytes, p)
 
 
 def _choose_reduce_scatter(nbytes, p):
-    return "halving" if _is_pow2(p) or nbytes < RING_MIN_BYTES_NON_POW2 else "ring"
+    return _cheapest("reduce_scatter", ("halving", "ring"), nbytes, p)
 
 
-def _choose_allgather(nbytes):
-    return "bruck" if nbytes <= BRUCK_MAX_BYTES else "ring"
+def _choose_allgather(nbytes, p):
+    return _cheapest("allgather", ("bruck", "ring"), nbytes, p)
 
 
 def _begin(comm, op, check, **signature):
@@ -243,7 +297,7 @@ def allgather(comm, block, algorithm="auto", check=None):
     p, r = comm.size, comm.rank
     total = arr.nbytes * p
     if algorithm == "auto":
-        algorithm = _choose_allgather(total)
+        algorithm = _choose_allgather(total, p)
     n0, row, trailing = _rows(arr)
     _begin(comm, "allgather", check, algorithm=algorithm, dtype=arr.dtype, n=arr.size,
            shape0=n0, trailing=row)

@@ -1,0 +1,246 @@
+"""Benchmark of histforest's own collectives against MPI's Allreduce (issue 3).
+
+Run without mpirun: the script launches itself under ``mpirun -np P`` for each P in
+``--procs`` (default 2 and 4), collects the workers' measurements, prints a markdown
+table and appends it, with the command and machine, to ``benchmarks/RESULTS.md``
+under "## Collectives (issue 3)".
+
+For every buffer size (float64, 1 KiB to 64 MiB; ``--quick``: up to 4 MiB) and every
+algorithm it reports the median over repetitions of the slowest rank's time, the
+algorithm bandwidth ``algbw = bytes / time``, the bus bandwidth (``algbw * 2(p-1)/p``
+for allreduce, ``algbw * (p-1)/p`` for reduce-scatter and allgather, NCCL's
+convention: the per-rank link traffic an optimal algorithm needs), the bytes this
+rank sent as counted by ``native.stats.STATS`` (the maximum over ranks; MPI's own
+Allreduce is opaque, "n/a"), and ``vs MPI``: MPI Allreduce's time divided by ours,
+both measured in the same run at the same size (for allreduce rows this is the
+bus-bandwidth ratio).
+
+    python benchmarks/bench_collectives.py --quick          # smoke run
+    python benchmarks/bench_collectives.py                  # full run
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+SECTION = "## Collectives (issue 3)"
+FULL_SIZES = [2**k for k in range(10, 27, 2)]       # 1 KiB .. 64 MiB, x4 steps
+QUICK_SIZES = [2**k for k in range(10, 23, 2)]      # 1 KiB .. 4 MiB
+CASES = [  # (operation, algorithm)
+    ("allreduce", "mpi"),
+    ("allreduce", "ring"),
+    ("allreduce", "rabenseifner"),
+    ("allreduce", "doubling"),
+    ("allreduce", "auto"),
+    ("reduce_scatter", "ring"),
+    ("reduce_scatter", "halving"),
+    ("allgather", "ring"),
+    ("allgather", "bruck"),
+]
+BUS_FACTOR = {"allreduce": lambda p: 2 * (p - 1) / p,
+              "reduce_scatter": lambda p: (p - 1) / p,
+              "allgather": lambda p: (p - 1) / p}
+
+
+# ----------------------------------------------------------------------------- worker
+def _call(col, comm, op, algorithm, x, block):
+    if op == "allreduce":
+        return col.allreduce(comm, x, algorithm=algorithm)
+    if op == "reduce_scatter":
+        return col.reduce_scatter(comm, x, algorithm=algorithm)[0]
+    return col.allgather(comm, block, algorithm=algorithm)
+
+
+def _repetitions(nbytes, quick):
+    budget = 2e8 if quick else 2e9  # bytes moved per case, roughly
+    return int(max(3, min(30 if quick else 100, budget // max(nbytes, 1))))
+
+
+def worker(sizes, quick, out_path, max_doubling_bytes):
+    """Measure every case under mpirun; rank 0 writes a JSON list to ``out_path``."""
+    from native import collectives as col
+    from native.comm import world
+
+    comm = world()
+    p, r = comm.size, comm.rank
+    rows = []
+    for nbytes in sizes:
+        n = nbytes // 8
+        x = np.random.default_rng([r, n]).standard_normal(n)
+        block = x[: max(n // p, 1)].copy()  # allgather moves p blocks = the same bytes
+        reference = col.allreduce(comm, x, algorithm="mpi")
+        cases = [c for c in CASES
+                 # doubling sends log2(p) whole buffers: meant for small messages only
+                 if not (c[1] == "doubling" and nbytes > max_doubling_bytes)]
+        sent = {}
+        for op, algorithm in cases:
+            result = _call(col, comm, op, algorithm, x, block)  # warm-up, and check
+            if op == "allreduce" and not np.allclose(result, reference, rtol=1e-12,
+                                                     atol=1e-9):
+                raise AssertionError(f"{op}/{algorithm} wrong at {nbytes} B")
+            col.STATS.reset()
+            _call(col, comm, op, algorithm, x, block)
+            sent[op, algorithm] = col.STATS.bytes_sent
+        # Repetitions interleave the cases, so a burst of load from other processes
+        # slows every algorithm alike instead of the one that happened to be running.
+        times = np.empty((_repetitions(nbytes, quick), len(cases)))
+        for rep in range(times.shape[0]):
+            for k, (op, algorithm) in enumerate(cases):
+                comm.barrier()
+                t0 = time.perf_counter()
+                _call(col, comm, op, algorithm, x, block)
+                times[rep, k] = time.perf_counter() - t0
+        # slowest rank in each repetition, then the median repetition
+        slowest = col.allgather(comm, times[None], algorithm="ring").max(axis=0)
+        sent_all = col.allgather(comm, np.array([sent[c] for c in cases], dtype=np.int64)[None])
+        for k, (op, algorithm) in enumerate(cases):
+            moved = p * block.nbytes if op == "allgather" else nbytes
+            rows.append({"p": p, "op": op, "algorithm": algorithm, "bytes": moved,
+                         "time": float(np.median(slowest[:, k])),
+                         "bytes_sent": None if algorithm == "mpi"
+                         else int(sent_all[:, k].max()),
+                         "reps": int(times.shape[0])})
+    if r == 0:
+        Path(out_path).write_text(json.dumps(rows))
+
+
+# --------------------------------------------------------------------------- launcher
+def _fmt_bytes(b):
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if b >= scale:
+            v = b / scale
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{b} B"
+
+
+def table(rows):
+    """Markdown table of one run (all P), with 'vs MPI' against MPI's Allreduce."""
+    mpi = {(r["p"], r["bytes"]): r["time"] for r in rows
+           if r["op"] == "allreduce" and r["algorithm"] == "mpi"}
+    lines = ["| p | operation | algorithm | size | time (ms) | algbw (GB/s) | busbw (GB/s) "
+             "| bytes sent/rank | vs MPI allreduce |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        algbw = r["bytes"] / r["time"] / 1e9
+        busbw = algbw * BUS_FACTOR[r["op"]](r["p"])
+        base = mpi.get((r["p"], r["bytes"]))
+        ratio = f"{base / r['time']:.2f}x" if base else "n/a"
+        sent = "n/a (opaque)" if r["bytes_sent"] is None else _fmt_bytes(r["bytes_sent"])
+        lines.append(f"| {r['p']} | {r['op']} | {r['algorithm']} | {_fmt_bytes(r['bytes'])} "
+                     f"| {r['time'] * 1e3:.3f} | {algbw:.3f} | {busbw:.3f} | {sent} "
+                     f"| {ratio} |")
+    return "\n".join(lines)
+
+
+def best_vs_mpi(rows, min_bytes=2**20):
+    """Per (p, size >= min_bytes): best own allreduce busbw / MPI's (same run)."""
+    out = []
+    for p in sorted({r["p"] for r in rows}):
+        for size in sorted({r["bytes"] for r in rows if r["p"] == p}):
+            if size < min_bytes:
+                continue
+            cands = [r for r in rows if r["p"] == p and r["bytes"] == size
+                     and r["op"] == "allreduce"]
+            mpi = [r["time"] for r in cands if r["algorithm"] == "mpi"]
+            ours = [(r["time"], r["algorithm"]) for r in cands
+                    if r["algorithm"] not in ("mpi", "auto")]
+            if mpi and ours:
+                t, name = min(ours)
+                out.append((p, size, name, mpi[0] / t))
+    return out
+
+
+def machine():
+    from mpi4py import MPI
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    lib = MPI.Get_library_version().splitlines()[0].strip()
+    return f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, {lib}, Python {platform.python_version()}"
+
+
+def write_results(text, path=HERE / "RESULTS.md"):
+    """Append ``text`` to this benchmark's section only (drop its placeholder line)."""
+    doc = path.read_text()
+    start = doc.index(SECTION) + len(SECTION)
+    nxt = doc.find("\n## ", start)
+    end = len(doc) if nxt < 0 else nxt + 1
+    body = doc[start:end].replace("_not measured yet_\n", "").rstrip("\n")
+    body = f"{body}\n\n{text.strip()}\n\n"
+    path.write_text(doc[:start] + body + doc[end:])
+
+
+def launch(args, argv):
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    if args.max_bytes:
+        sizes = [s for s in sizes if s <= args.max_bytes]
+    mpirun = Path(sys.executable).parent / "mpirun"
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in args.procs:
+            out = Path(tmp) / f"p{p}.json"
+            cmd = [str(mpirun), "-np", str(p), sys.executable, __file__, "--worker",
+                   "--out", str(out), "--sizes", ",".join(map(str, sizes)),
+                   "--max-doubling-bytes", str(args.max_doubling_bytes)]
+            if args.quick:
+                cmd.append("--quick")
+            env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
+            print(f"== p={p}: {' '.join(cmd[:3])} ...", flush=True)
+            subprocess.run(cmd, check=True, env=env, cwd=REPO)
+            rows += json.loads(out.read_text())
+    md = table(rows)
+    verdict = [f"- p={p}, {_fmt_bytes(s)}: best own allreduce ({name}) reaches "
+               f"{ratio:.2f}x MPI's bus bandwidth" for p, s, name, ratio in best_vs_mpi(rows)]
+    command = "python benchmarks/bench_collectives.py " + " ".join(argv)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = (f"Command: `{command.strip()}` ({'smoke run' if args.quick else 'full run'}, "
+            f"{stamp})\nMachine: {machine()}\n\n{md}\n\n"
+            + ("Target (>= 0.9x MPI bus bandwidth at >= 1 MiB):\n" + "\n".join(verdict)
+               if verdict else ""))
+    print(text)
+    if not args.no_write:
+        write_results(text)
+        print(f"appended to {HERE / 'RESULTS.md'}")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="sizes up to 4 MiB, fewer repetitions")
+    ap.add_argument("--procs", type=lambda s: [int(v) for v in s.split(",")], default=[2, 4],
+                    help="comma-separated rank counts (default 2,4)")
+    ap.add_argument("--max-bytes", type=int, default=0, help="drop sizes above this")
+    ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    ap.add_argument("--max-doubling-bytes", type=int, default=1 << 20,
+                    help="largest size at which recursive doubling is measured")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker([int(s) for s in args.sizes.split(",")], args.quick, args.out,
+               args.max_doubling_bytes)
+    else:
+        launch(args, argv)
+
+
+if __name__ == "__main__":
+    main()
