@@ -382,6 +382,7 @@ def save(estimator, path, metadata=None):
             _write_container(f, header, arrays)
             f.flush()
             os.fsync(f.fileno())
+        _chmod_like_new_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -397,6 +398,13 @@ def save(estimator, path, metadata=None):
             os.close(dfd)
     except OSError:
         pass
+
+
+def _chmod_like_new_file(path):
+    """Give a mkstemp file (mode 0600) the mode ``open()`` would have given it."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
 
 
 # ---------------------------------------------------------------------------- reading

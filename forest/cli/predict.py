@@ -150,6 +150,7 @@ def _write_in_rank_order(comm, table, path):
         if writer is not None:
             writer.close()
         if message is None:
+            os.chmod(tmp, 0o666 & ~_umask())
             os.replace(tmp, path)
     except OSError as exc:
         message = message or f"cannot write {path!r}: {exc}"
@@ -157,6 +158,14 @@ def _write_in_rank_order(comm, table, path):
         if os.path.exists(tmp):
             os.unlink(tmp)
     return message
+
+
+def _umask():
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _body(argv):

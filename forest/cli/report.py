@@ -116,7 +116,7 @@ def build_report(path, data=None, top=20, want_figures=False):
         X = np.column_stack([shard.columns[n] for n in names]) if names else np.zeros((shard.n_local, 0))
         pred = _predict_1d(est, X)
         q = np.quantile(pred, [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0])
-        what = "effect tau(x)" if _is_causal(header, est) else "prediction"
+        what = "effect tau(x)" if _is_causal(header, est) else "value"
         report["predictions"] = {"n_rows": int(pred.size), "what": what, "mean": float(pred.mean()),
                                  "std": float(pred.std()), "quantiles": dict(zip(
                                      ["min", "p10", "p25", "p50", "p75", "p90", "max"], q.tolist()))}

@@ -130,7 +130,8 @@ def _resolve_columns(args):
         if args.data is not None:
             raise CLIError("give either DATA or --demo, not both")
         args.data = DEMO_PATH
-        args.treatment = args.treatment or DEMO_TREATMENT
+        if args.model == "causal":
+            args.treatment = args.treatment or DEMO_TREATMENT
         args.outcome = args.outcome or DEMO_OUTCOME
         args.features = args.features or list(DEMO_FEATURES)
     if args.data is None:

@@ -1,0 +1,130 @@
+"""Bad input: one-line error naming the problem, exit code 2, nothing written."""
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from forest.cli import predict, report, train
+
+from cli_helpers import make_table
+
+TRAIN_CAUSAL = ["--treatment", "t", "--outcome", "y", "--features", "a", "b", "c", "--n-estimators", "4",
+                "--no-progress"]
+TRAIN_REG = ["--model", "regression", "--outcome", "y", "--features", "a", "b", "c", "--n-estimators", "4",
+             "--no-progress"]
+
+
+def _run(main, argv, capsys):
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err
+
+
+def _expect_error(main, argv, capsys, pattern, prog="forest-train"):
+    import re
+
+    code, err = _run(main, argv, capsys)
+    assert code == 2
+    assert len(err) == 1, err
+    assert err[0].startswith(f"{prog}: error: ")
+    assert re.search(pattern, err[0]), err[0]
+
+
+def _write(tmp_path, name, table, **kw):
+    path = str(tmp_path / name)
+    pq.write_table(table, path, **kw)
+    return path
+
+
+def _with(table, name, values):
+    return table.set_column(table.schema.get_field_index(name), name, pa.array(values))
+
+
+def test_missing_and_non_numeric_columns(small_parquet, tmp_path, capsys):
+    out = str(tmp_path / "m.model")
+    base = [small_parquet, "--out", out, "--model", "regression", "--outcome", "y", "--features", "a"]
+    _expect_error(train.main, base + ["zz"], capsys, r"missing column 'zz'")
+    _expect_error(train.main, base + ["name"], capsys, r"non-numeric column 'name' \(type string\)")
+    _expect_error(train.main, [small_parquet, "--out", out, "--model", "regression", "--outcome", "nope"],
+                  capsys, r"missing column 'nope'")
+    assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize("column,value,pattern", [
+    ("y", np.nan, r"column 'y' has 1 NaN/infinite value\(s\) \(first: NaN at row 333\)"),
+    ("y", np.inf, r"column 'y' has 1 NaN/infinite value\(s\) \(first: infinite value at row 333\)"),
+])
+def test_nan_or_inf_in_outcome(tmp_path, capsys, column, value, pattern):
+    table = make_table()
+    y = table["y"].to_numpy().copy()
+    y[333] = value
+    path = _write(tmp_path, "d.parquet", _with(table, "y", y), row_group_size=80)
+    _expect_error(train.main, [path, "--out", str(tmp_path / "m")] + TRAIN_REG, capsys, pattern)
+
+
+def test_nan_in_treatment_and_single_arm(tmp_path, capsys):
+    table = make_table()
+    t = table["t"].to_numpy().astype(float)
+    t[5] = np.nan
+    path = _write(tmp_path, "d.parquet", _with(table, "t", t))
+    _expect_error(train.main, [path, "--out", str(tmp_path / "m")] + TRAIN_CAUSAL, capsys,
+                  r"column 't' has 1 NaN/infinite value")
+    path = _write(tmp_path, "one.parquet", _with(table, "t", np.ones(table.num_rows, np.int8)))
+    _expect_error(train.main, [path, "--out", str(tmp_path / "m")] + TRAIN_CAUSAL, capsys,
+                  r"treatment column 't' has a single arm \(every row is 1.0\)")
+
+
+def test_empty_unreadable_and_mismatched_files(tmp_path, capsys):
+    out = str(tmp_path / "m")
+    empty = _write(tmp_path, "empty.parquet", make_table().slice(0, 0))
+    _expect_error(train.main, [empty, "--out", out] + TRAIN_REG, capsys, r"holds no rows \(empty file\)")
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not a parquet file" * 10)
+    _expect_error(train.main, [str(bad), "--out", out] + TRAIN_REG, capsys, r"cannot read parquet file .*bad.parquet")
+    os.mkdir(tmp_path / "parts")
+    _write(tmp_path, "parts/p0.parquet", make_table(50))
+    other = make_table(50)
+    _write(tmp_path, "parts/p1.parquet", _with(other, "a", other["a"].to_numpy().astype(np.float32)))
+    _expect_error(train.main, [str(tmp_path / "parts"), "--out", out] + TRAIN_REG, capsys,
+                  r"mismatched schema across files: column 'a' is float in .*p1.parquet")
+    _expect_error(train.main, [str(tmp_path / "none.parquet"), "--out", out] + TRAIN_REG, capsys, r"does not exist")
+    assert not os.path.exists(out)
+
+
+def test_option_errors(small_parquet, tmp_path, capsys):
+    out = str(tmp_path / "m")
+    _expect_error(train.main, [small_parquet, "--out", out, "--param", "no_such=1"] + TRAIN_REG, capsys,
+                  r"has no parameter 'no_such'")
+    _expect_error(train.main, [small_parquet, "--out", str(tmp_path / "nodir" / "m")] + TRAIN_REG, capsys,
+                  r"output directory .*nodir' does not exist")
+    _expect_error(train.main, [small_parquet, "--out", out, "--model", "causal", "--outcome", "y"], capsys,
+                  r"--treatment COL is required")
+    _expect_error(train.main, [small_parquet, "--out", out] + TRAIN_REG + ["--features", "a", "y"], capsys,
+                  r"column 'y' is both a feature")
+
+
+def test_model_file_problems(small_parquet, tmp_path, capsys):
+    model = str(tmp_path / "reg.model")
+    assert train.main([small_parquet, "--out", model] + TRAIN_REG) == 0
+    capsys.readouterr()
+    pred = str(tmp_path / "p.parquet")
+    _expect_error(predict.main, [model, small_parquet, "--out", pred, "--interval"], capsys,
+                  r"holds a RegressionForest; --interval needs a causal model", prog="forest-predict")
+    _expect_error(predict.main, [small_parquet, small_parquet, "--out", pred], capsys,
+                  r"is not a histforest model file", prog="forest-predict")
+    data = open(model, "rb").read()
+    with open(model, "wb") as f:
+        f.write(data[: len(data) // 2])
+    _expect_error(report.main, [model], capsys, r"truncated or corrupted", prog="forest-report")
+    assert not os.path.exists(pred)
+
+
+def test_nan_features_are_legal_and_report_works(small_parquet, tmp_path, capsys):
+    model = str(tmp_path / "reg.model")
+    assert train.main([small_parquet, "--out", model] + TRAIN_REG) == 0  # column c has NaNs
+    capsys.readouterr()
+    assert report.main([model, "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "depth-weighted" in out and len([ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]) == 2
