@@ -1,0 +1,294 @@
+"""Honest subsampled forests on the histogram engine (shared by regression and causal forests).
+
+This module owns the forest-level loop that both :class:`forest.RegressionForest` and
+:class:`forest.CausalForest` run: bin the data with global edges, then per batch of
+trees draw each tree's rows (:mod:`forest.subsample`), grow the batch level-wise on the
+structure halves (:func:`forest.grower.grow_levelwise`: one histogram pass and one
+collective per level), re-estimate every node from the estimation halves
+(:func:`forest.grower.reestimate_leaves`: one collective per batch), and optionally
+accumulate out-of-bag leaf values for this rank's rows.
+
+Leaves whose estimation half is empty take their parent's value (walking up to the
+nearest non-empty ancestor), so every tree contributes to every prediction; this
+stands in for GRF's pruning of empty honest leaves.
+
+Helpers for prediction: :func:`tree_values` (each tree's leaf vector for each row),
+:func:`oob_average`, and GRF's importance measures :func:`depth_weighted_importance`
+and :func:`gain_importance`.
+"""
+import numpy as np
+from numba import njit, prange
+
+from histogram.binning import BinMapper
+from native import collectives as col
+
+from .grower import grow_levelwise, reestimate_leaves
+from .predictor import predict_leaves, predict_leaves_binned
+from .profiling import phase
+from .subsample import OUT, STRUCTURE, BOTH, ESTIMATION, tree_row_codes
+from .tree import pack_trees
+
+#: Histogram memory a batch of trees may use at its widest level (bytes, estimate).
+HIST_BUDGET_BYTES = 384 * 2 ** 20
+
+
+def global_ids(comm, n_local):
+    """Global ids of this rank's rows (ranks hold consecutive blocks in rank order).
+
+    Returns
+    -------
+    gids : ndarray of int64, shape (n_local,)
+    n_global : int
+    """
+    if comm.size == 1:
+        return np.arange(n_local, dtype=np.int64), int(n_local)
+    offset, n_global = col.global_row_offset(comm, n_local)
+    return np.arange(offset, offset + n_local, dtype=np.int64), int(n_global)
+
+
+def fit_binning(X, max_bins, seed, comm):
+    """Global bin edges and this rank's feature-major codes.
+
+    Returns
+    -------
+    mapper : BinMapper
+    binned : ndarray of uint8, shape (n_features, n_local)
+    """
+    with phase("binning"):
+        mapper = BinMapper(max_bins=max_bins, random_state=seed)
+        mapper.fit(X, comm=comm)
+        return mapper, mapper.transform(X)
+
+
+def auto_batch_size(n_struct_global, n_features, n_bins, n_channels, min_leaf, max_depth, n_trees):
+    """Trees per level-wise batch, so the widest frontier fits :data:`HIST_BUDGET_BYTES`.
+
+    A tree of ``s`` structure rows with children of at least ``min_leaf`` rows has
+    at most ``s / min_leaf`` nodes on a level (fewer with ``max_depth``); a level keeps
+    about three histogram copies of its frontier.
+    """
+    per_node = n_features * n_bins * n_channels * 8 * 3
+    frontier = max(1.0, n_struct_global / max(2 * min_leaf, 1))
+    if max_depth is not None:
+        frontier = min(frontier, 2.0 ** max_depth)
+    return int(np.clip(HIST_BUDGET_BYTES // (per_node * frontier), 1, min(n_trees, 128)))
+
+
+def fill_empty_from_parent(tree, count_col):
+    """Give nodes with no estimation rows the value of their nearest non-empty ancestor.
+
+    Parameters
+    ----------
+    tree : forest.tree.Tree
+        Modified in place.
+    count_col : int
+        Column of ``tree.value`` holding the node's estimation row count.
+    """
+    value = tree.value.copy()
+    parent = np.full(tree.node_count, -1, dtype=np.int64)
+    inner = np.flatnonzero(tree.feature >= 0)
+    parent[tree.left[inner]] = inner
+    parent[tree.right[inner]] = inner
+    # parents have smaller ids than their children: one forward pass settles chains
+    empty = value[:, count_col] <= 0
+    if not empty.any():
+        return
+    for node in np.flatnonzero(empty):
+        p = parent[node]
+        if p >= 0:
+            value[node] = value[p]
+    tree.value = value
+
+
+@njit(cache=True, parallel=True)
+def _oob_accumulate(leaves, codes, values, offsets, acc, cnt):
+    n, n_trees = leaves.shape
+    v = values.shape[1]
+    for i in prange(n):
+        for t in range(n_trees):
+            if codes[t, i] == 0:
+                node = offsets[t] + leaves[i, t]
+                for j in range(v):
+                    acc[i, j] += values[node, j]
+                cnt[i] += 1.0
+
+
+def oob_accumulate(packed, leaves, codes, acc, cnt):
+    """Add each tree's leaf value to the rows it did not sample.
+
+    Parameters
+    ----------
+    packed : dict
+        Packed forest of the batch (``pack_trees``).
+    leaves : ndarray of int32, shape (n, n_trees)
+    codes : ndarray of int8, shape (n_trees, n)
+    acc : ndarray of float64, shape (n, n_outputs)
+        Updated in place; ``n_outputs`` must equal the width of ``packed["value"]``.
+    cnt : ndarray of float64, shape (n,)
+        Updated in place (number of out-of-bag trees per row).
+    """
+    if acc.shape != (leaves.shape[0], packed["value"].shape[1]) or cnt.shape != (leaves.shape[0],):
+        raise ValueError(f"acc must have shape {(leaves.shape[0], packed['value'].shape[1])}, got {acc.shape}")
+    _oob_accumulate(np.ascontiguousarray(leaves, dtype=np.int32), np.ascontiguousarray(codes),
+                    np.ascontiguousarray(packed["value"], dtype=np.float64),
+                    np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64), acc, cnt)
+
+
+def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimators, seed, sample_fraction,
+                       ci_group_size, honest, honesty_fraction, max_depth, min_samples_split, mtry,
+                       batch_size, n_global, value_fn, count_col, comm, oob=False, progress=None):
+    """Grow and honestly re-estimate a forest in batches.
+
+    Parameters
+    ----------
+    binned : ndarray of uint8, shape (n_features, n_local)
+    mapper : BinMapper
+    gids : ndarray of int64, shape (n_local,)
+    channels : ndarray of float64, shape (n_local, C)
+        Per-row channels (used for growing and for re-estimation).
+    criterion : forest.criteria.Criterion
+    n_estimators, seed : int
+    sample_fraction, honesty_fraction : float
+    ci_group_size : int
+    honest : bool
+    max_depth : int or None
+    min_samples_split : float
+    mtry : int or None
+    batch_size : int or None
+        ``None`` chooses by :func:`auto_batch_size`.
+    n_global : int
+    value_fn : callable
+        Node sums (n_nodes, C) -> node values (n_nodes, n_outputs).
+    count_col : int
+        Column of the node values holding the estimation count (empty-leaf fallback).
+    comm : native.comm.Communicator
+    oob : bool
+        Also accumulate out-of-bag leaf values for this rank's rows.
+    progress : callable, optional
+        ``progress(n_trees_done, n_trees_total)`` after each batch.
+
+    Returns
+    -------
+    packed : dict
+        The packed forest (``forest.tree.pack_trees``).
+    oob_acc : ndarray, shape (n_local, n_outputs), or None
+    oob_cnt : ndarray, shape (n_local,), or None
+    """
+    n_local = binned.shape[1]
+    if batch_size is None:
+        n_struct = n_global * sample_fraction * (honesty_fraction if honest else 1.0)
+        batch_size = auto_batch_size(n_struct, binned.shape[0], mapper.n_bins_, criterion.n_channels,
+                                     getattr(criterion, "min_samples_leaf", 1), max_depth, n_estimators)
+    if ci_group_size > 1:
+        batch_size = max(ci_group_size, batch_size - batch_size % ci_group_size)
+    trees = []
+    oob_acc = None                     # allocated once the node-value width is known
+    oob_cnt = np.zeros(n_local) if oob else None
+    for start in range(0, n_estimators, batch_size):
+        idx = np.arange(start, min(n_estimators, start + batch_size), dtype=np.int64)
+        with phase("other"):
+            codes = tree_row_codes(seed, idx, gids, sample_fraction=sample_fraction, ci_group_size=ci_group_size,
+                                   honest=honest, honesty_fraction=honesty_fraction)
+            grow_rows = [np.flatnonzero((c == STRUCTURE) | (c == BOTH)).astype(np.int32) for c in codes]
+            est_rows = [np.flatnonzero((c == ESTIMATION) | (c == BOTH)).astype(np.int32) for c in codes]
+        batch = grow_levelwise(binned, channels, grow_rows, criterion, mapper, tree_indices=idx,
+                               max_depth=max_depth, min_samples_split=min_samples_split, mtry=mtry, seed=seed,
+                               comm=comm)
+        reestimate_leaves(batch, binned, channels, est_rows, value_fn, mapper.missing_bin_, comm=comm)
+        with phase("leaves"):
+            for tree in batch:
+                fill_empty_from_parent(tree, count_col)
+        if oob:
+            packed = pack_trees(batch)
+            leaves = predict_leaves_binned(packed, binned, mapper.missing_bin_)
+            if oob_acc is None:
+                oob_acc = np.zeros((n_local, packed["value"].shape[1]))
+            with phase("prediction"):
+                oob_accumulate(packed, leaves, codes, oob_acc, oob_cnt)
+        trees.extend(batch)
+        if progress is not None:
+            progress(len(trees), n_estimators)
+    return pack_trees(trees), oob_acc, oob_cnt
+
+
+def oob_average(packed, X, gids, sampling, chunk_trees=256):
+    """Out-of-bag average of leaf values for training rows given by raw ``X``.
+
+    Parameters
+    ----------
+    packed : dict
+    X : ndarray, shape (n, n_features)
+    gids : ndarray of int64, shape (n,)
+        The rows' global ids during fitting.
+    sampling : dict
+        ``seed, sample_fraction, ci_group_size, honest, honesty_fraction`` as fitted.
+
+    Returns
+    -------
+    avg : ndarray, shape (n, n_outputs)
+        NaN rows where no tree left the row out.
+    cnt : ndarray, shape (n,)
+    """
+    leaves = predict_leaves(packed, X)
+    n, n_trees = leaves.shape
+    values = packed["value"]
+    acc = np.zeros((n, values.shape[1]))
+    cnt = np.zeros(n)
+    offsets = packed["tree_offsets"]
+    for lo in range(0, n_trees, chunk_trees):
+        hi = min(n_trees, lo + chunk_trees)
+        codes = tree_row_codes(sampling["seed"], np.arange(lo, hi), gids,
+                               sample_fraction=sampling["sample_fraction"], ci_group_size=sampling["ci_group_size"],
+                               honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"])
+        sub = {"value": values, "tree_offsets": offsets[lo:hi + 1]}
+        oob_accumulate(sub, leaves[:, lo:hi], codes, acc, cnt)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return acc / cnt[:, None], cnt
+
+
+def tree_values(packed, X):
+    """Each tree's leaf vector for each row.
+
+    Returns
+    -------
+    ndarray, shape (n, n_trees, n_outputs)
+    """
+    leaves = predict_leaves(packed, X).astype(np.int64)
+    return packed["value"][leaves + packed["tree_offsets"][:-1][None, :]]
+
+
+def depth_weighted_importance(packed, n_features, max_depth=4, decay=2.0):
+    """GRF's variable importance: depth-weighted split frequencies.
+
+    For depth ``k = 1..max_depth`` (root splits are depth 1), the share of depth-``k``
+    splits made on each feature, combined with weights ``k^-decay`` and normalised.
+
+    Returns
+    -------
+    ndarray, shape (n_features,)
+        Sums to one (zeros if the forest has no splits).
+    """
+    feature = np.asarray(packed["feature"])
+    depth = np.asarray(packed["depth"]) + 1
+    inner = feature >= 0
+    total = np.zeros(n_features)
+    wsum = 0.0
+    for k in range(1, max_depth + 1):
+        at = inner & (depth == k)
+        if not at.any():
+            continue
+        share = np.bincount(feature[at], minlength=n_features)[:n_features] / at.sum()
+        w = k ** -decay
+        total += w * share
+        wsum += w
+    return total / wsum if wsum > 0 else total
+
+
+def gain_importance(packed, n_features):
+    """Share of the total split gain made by each feature, shape (n_features,)."""
+    feature = np.asarray(packed["feature"])
+    inner = feature >= 0
+    g = np.bincount(feature[inner], weights=np.maximum(np.asarray(packed["gain"])[inner], 0.0),
+                    minlength=n_features)[:n_features]
+    s = g.sum()
+    return g / s if s > 0 else g
