@@ -9,17 +9,25 @@ collective, sizes and dtypes per rank.
 
 Enable with ``HISTFOREST_CHECK_COLLECTIVES=1`` in the environment (``mpirun``
 forwards it to every rank) or ``check=True`` on a call; ranks must agree on whether
-checking is on. The handshake itself cannot mismatch: its size is fixed.
+checking is on. The handshake itself cannot mismatch: its size is fixed. A rank
+that never reaches the collective (it skipped it, or is stuck elsewhere) would still
+hang the others, so the handshake waits at most ``HISTFOREST_CHECK_TIMEOUT`` seconds
+(default 300) and then raises :class:`~native.errors.CollectiveTimeoutError` naming
+the missing rank; with :func:`native.errors.abort_on_uncaught` that ends the job.
 """
 import os
+import time
 
 import numpy as np
 
 from .algorithms.bruck import bruck_allgather
-from .errors import CollectiveMismatchError
+from .errors import CollectiveMismatchError, CollectiveTimeoutError
 from .stats import STATS
+from .transport import TAG_CHECK, ExchangeTimeout
 
 ENV_VAR = "HISTFOREST_CHECK_COLLECTIVES"
+TIMEOUT_ENV_VAR = "HISTFOREST_CHECK_TIMEOUT"
+DEFAULT_TIMEOUT_S = 300.0
 
 OPS = ("allreduce", "reduce_scatter", "allgather", "allgatherv", "bcast",
        "bcast_object", "allgather_object", "allreduce_best", "global_row_offset")
@@ -35,6 +43,18 @@ def enabled(check):
     if check is None:
         return os.environ.get(ENV_VAR, "").strip().lower() not in ("", "0", "false", "no")
     return bool(check)
+
+
+def timeout_seconds():
+    """The handshake deadline in seconds (``HISTFOREST_CHECK_TIMEOUT``, default 300)."""
+    raw = os.environ.get(TIMEOUT_ENV_VAR, "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"{TIMEOUT_ENV_VAR} must be a number of seconds, got {raw!r}")
+    if value <= 0:
+        raise ValueError(f"{TIMEOUT_ENV_VAR} must be > 0, got {raw!r}")
+    return value
 
 
 def _dtype_code(dtype):
@@ -77,6 +97,8 @@ def verify(comm, op, algorithm="-", dtype=None, n=0, shape0=0, trailing=0, root=
     ------
     CollectiveMismatchError
         On every rank, if any compared field differs between ranks.
+    CollectiveTimeoutError
+        If some rank has not joined the handshake within :func:`timeout_seconds`.
     """
     _sequence[0] += 1
     if comm.size == 1:
@@ -86,8 +108,17 @@ def verify(comm, op, algorithm="-", dtype=None, n=0, shape0=0, trailing=0, root=
     table = np.empty(comm.size * mine.size, dtype=np.int64)
     previous = STATS._current
     STATS._current = "check"
+    timeout = timeout_seconds()
     try:
-        bruck_allgather(comm, mine, table)
+        bruck_allgather(comm, mine, table, tag=TAG_CHECK,
+                        deadline=time.monotonic() + timeout)
+    except ExchangeTimeout as exc:
+        raise CollectiveTimeoutError(
+            f"rank {comm.rank} waited {exc.waited:.1f} s (limit {timeout:g} s, "
+            f"{TIMEOUT_ENV_VAR}) in collective {op!r} (its collective call "
+            f"#{_sequence[0]}) for rank {exc.peer}: some rank has not reached this "
+            f"collective (rank {exc.peer}, or one it waits for in turn): it skipped "
+            "it, failed, or is stuck elsewhere") from None
     finally:
         STATS._current = previous
     table = table.reshape(comm.size, mine.size)

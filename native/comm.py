@@ -34,6 +34,18 @@ class Communicator:
         """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf`` from ``source``."""
         raise NotImplementedError
 
+    def isend(self, buf, dest, tag=0):
+        """Start a send of a contiguous numpy array; returns a request for :meth:`test_all`."""
+        raise NotImplementedError
+
+    def irecv(self, buf, source, tag=0):
+        """Start a receive into a contiguous numpy array; returns a request."""
+        raise NotImplementedError
+
+    def test_all(self, requests):
+        """True when every request has completed (never blocks)."""
+        raise NotImplementedError
+
     def barrier(self):
         raise NotImplementedError
 
@@ -73,6 +85,15 @@ class SelfCommunicator(Communicator):
         np.copyto(recvbuf, sendbuf)
         return recvbuf
 
+    def isend(self, buf, dest, tag=0):
+        raise RuntimeError("SelfCommunicator has no peer to send to")
+
+    def irecv(self, buf, source, tag=0):
+        raise RuntimeError("SelfCommunicator has no peer to receive from")
+
+    def test_all(self, requests):
+        return True
+
     def barrier(self):
         return None
 
@@ -110,6 +131,17 @@ class MPICommunicator(Communicator):
         self.mpi_comm.Sendrecv(np.ascontiguousarray(sendbuf), dest=dest, sendtag=tag,
                                recvbuf=recvbuf, source=source, recvtag=tag)
         return recvbuf
+
+    def isend(self, buf, dest, tag=0):
+        # the caller keeps ``buf`` alive and unchanged until the request completes
+        return self.mpi_comm.Isend(np.ascontiguousarray(buf), dest=dest, tag=tag)
+
+    def irecv(self, buf, source, tag=0):
+        _require_contiguous(buf)
+        return self.mpi_comm.Irecv(buf, source=source, tag=tag)
+
+    def test_all(self, requests):
+        return self._MPI.Request.Testall(list(requests))
 
     def barrier(self):
         self.mpi_comm.Barrier()

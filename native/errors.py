@@ -13,6 +13,10 @@ class CollectiveMismatchError(RuntimeError):
     """Ranks called different collectives, sizes or dtypes (raised on every rank)."""
 
 
+class CollectiveTimeoutError(CollectiveMismatchError):
+    """In check mode, a rank never arrived at the collective the others are in."""
+
+
 def abort_on_uncaught(comm=None):
     """Install a ``sys.excepthook`` that aborts the whole job on an uncaught exception.
 

@@ -4,6 +4,8 @@ Keeping one choke point means byte counting (:data:`native.stats.STATS`) cannot 
 forgotten by a new algorithm, and message tags live in one table so that different
 collectives (and the check-mode handshake) can never consume each other's messages.
 """
+import time
+
 from .stats import STATS
 
 # One tag per message family. Within a family messages between one pair of ranks are
@@ -20,7 +22,16 @@ TAG_BCAST = 917
 TAG_RD_ALLREDUCE = 918
 
 
-def exchange(comm, sendbuf, dest, recvbuf, source, tag):
+class ExchangeTimeout(RuntimeError):
+    """A deadline-bounded exchange did not complete: the peer never arrived."""
+
+    def __init__(self, peer, waited):
+        super().__init__(f"no matching message from rank {peer} after {waited:.1f} s")
+        self.peer = peer
+        self.waited = waited
+
+
+def exchange(comm, sendbuf, dest, recvbuf, source, tag, deadline=None):
     """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf`` from ``source``.
 
     Parameters
@@ -31,9 +42,24 @@ def exchange(comm, sendbuf, dest, recvbuf, source, tag):
         sides stay in step without agreeing on a special case).
     recvbuf : ndarray, shape (k,)
         Contiguous, written in place.
+    deadline : float, optional
+        ``time.monotonic()`` value after which to give up with
+        :class:`ExchangeTimeout` (non-blocking calls polled with short sleeps; meant
+        for tiny check-mode messages, where a peer that never comes means a hang).
     """
     STATS._record_send(sendbuf.nbytes)
-    comm.sendrecv(sendbuf, dest, recvbuf, source, tag)
+    if deadline is None:
+        comm.sendrecv(sendbuf, dest, recvbuf, source, tag)
+        return recvbuf
+    start = time.monotonic()
+    requests = [comm.irecv(recvbuf, source, tag), comm.isend(sendbuf, dest, tag)]
+    pause = 1e-5
+    while not comm.test_all(requests):
+        now = time.monotonic()
+        if now > deadline:
+            raise ExchangeTimeout(source, now - start)
+        time.sleep(pause)
+        pause = min(2 * pause, 1e-3)
     return recvbuf
 
 

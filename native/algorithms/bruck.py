@@ -10,7 +10,7 @@ import numpy as np
 from ..transport import TAG_BRUCK, exchange
 
 
-def bruck_allgather(comm, block, out):
+def bruck_allgather(comm, block, out, tag=TAG_BRUCK, deadline=None):
     """Gather equal blocks from every rank into ``out`` in rank order.
 
     Parameters
@@ -20,6 +20,10 @@ def bruck_allgather(comm, block, out):
         This rank's block (contiguous).
     out : ndarray, shape (size * m,)
         Receives block ``i`` of rank ``i`` at ``out[i*m:(i+1)*m]``.
+    tag : int
+        Message tag (check mode's handshake uses its own).
+    deadline : float, optional
+        Passed to :func:`native.transport.exchange` (check mode's handshake).
     """
     p, r = comm.size, comm.rank
     m = block.size
@@ -29,7 +33,7 @@ def bruck_allgather(comm, block, out):
     while k < p:
         cnt = min(k, p - k)
         exchange(comm, work[: cnt * m], (r - k) % p, work[k * m:(k + cnt) * m],
-                 (r + k) % p, TAG_BRUCK)
+                 (r + k) % p, tag, deadline=deadline)
         k *= 2
     out.reshape(p, m)[...] = np.roll(work.reshape(p, m), r, axis=0)
     return out

@@ -92,3 +92,27 @@ def test_native_mpi_tests_pass_on_five_ranks():
                           "PYTHON": sys.executable})
     assert rc == 0, out[-4000:]
     assert re.search(r"\d+ passed", out), out[-2000:]
+
+
+SKIPPER = """
+import time
+import numpy as np
+from native.comm import world
+from native import collectives as col
+from native.errors import abort_on_uncaught
+abort_on_uncaught()
+comm = world()
+if comm.rank == 2:
+    time.sleep(60)  # never reaches the collective: stuck elsewhere
+col.allreduce(comm, np.ones(4), check=True)
+print("rank", comm.rank, "passed the collective", flush=True)
+"""
+
+
+def test_check_mode_timeout_turns_missing_rank_into_abort(tmp_path):
+    rc, out, elapsed = run_script(3, SKIPPER, tmp_path, timeout=90,
+                                  env={"HISTFOREST_CHECK_TIMEOUT": "2"})
+    assert rc is not None, f"job hung for {elapsed:.0f} s:\n{out}"
+    assert rc != 0 and elapsed < 25, (rc, elapsed, out)
+    assert "CollectiveTimeoutError" in out and "for rank 2" in out, out
+    assert "passed the collective" not in out
