@@ -57,3 +57,32 @@ def test_self_communicator_collectives_are_copies():
     parts = fused_allreduce(comm, [x, np.ones(3, dtype=np.int64)], threshold_bytes=8)
     np.testing.assert_array_equal(parts[0], x)
     assert parts[1].dtype == np.int64
+
+
+def test_auto_choice_follows_the_cost_model():
+    kib, mib = 2**10, 2**20
+    for p in (2, 3, 4, 5, 8):
+        # latency-bound: fewest steps
+        assert col.choose_allreduce(kib, p) == "doubling"
+    # bandwidth-bound: Rabenseifner on powers of two, ring where the fold would cost
+    # two whole-buffer transfers
+    assert col.choose_allreduce(64 * mib, 4) == "rabenseifner"
+    assert col.choose_allreduce(64 * mib, 8) == "rabenseifner"
+    assert col.choose_allreduce(64 * mib, 3) == "ring"
+    assert col.choose_allreduce(64 * mib, 5) == "ring"
+    for alg in ("ring", "rabenseifner", "doubling"):
+        small = col.predicted_seconds("allreduce", alg, kib, 4)
+        large = col.predicted_seconds("allreduce", alg, 64 * mib, 4)
+        assert 0 < small < large
+    with pytest.raises(ValueError, match="cost model"):
+        col.predicted_seconds("allreduce", "bruck", kib, 4)
+
+
+def test_check_timeout_setting(monkeypatch):
+    from native.check import timeout_seconds
+
+    monkeypatch.setenv("HISTFOREST_CHECK_TIMEOUT", "2.5")
+    assert timeout_seconds() == 2.5
+    monkeypatch.setenv("HISTFOREST_CHECK_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="HISTFOREST_CHECK_TIMEOUT"):
+        timeout_seconds()
