@@ -239,7 +239,7 @@ def main_table(results):
     rows = []
     for r in results:
         if not _ok(r):
-            rows.append([r["name"], r["status"]] + ["-"] * 7)
+            rows.append([r["name"], "failed (below)"] + ["-"] * 7)
             continue
         auc = r["metrics"]["auc"]
         rows.append([
@@ -259,7 +259,7 @@ def distributed_table(pairs):
     for label, one, two in pairs:
         cells = [label]
         for r in (one, two):
-            cells.append(r["fit_s"] if _ok(r) else r["status"])
+            cells.append(r["fit_s"] if _ok(r) else "failed (below)")
         speed = one["fit_s"] / two["fit_s"] if _ok(one) and _ok(two) else None
         auc1 = one["metrics"]["auc"] if _ok(one) else None
         auc2 = two["metrics"]["auc"] if _ok(two) else None
