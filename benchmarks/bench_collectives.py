@@ -2,8 +2,8 @@
 
 Run without mpirun: the script launches itself under ``mpirun -np P`` for each P in
 ``--procs`` (default 2 and 4), collects the workers' measurements, prints a markdown
-table and appends it, with the command and machine, to ``benchmarks/RESULTS.md``
-under "## Collectives (issue 3)".
+table and records it, with the command and machine, in ``benchmarks/RESULTS.md``
+under "## Collectives (issue 3)" (through ``benchmarks/_harness.py``).
 
 For every buffer size (float64, 1 KiB to 64 MiB; ``--quick``: up to 4 MiB) and every
 algorithm it reports the median over repetitions of the slowest rank's time, the
@@ -21,12 +21,10 @@ bus-bandwidth ratio).
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +32,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
 
-SECTION = "## Collectives (issue 3)"
+SECTION = "Collectives (issue 3)"
 FULL_SIZES = [2**k for k in range(10, 27, 2)]       # 1 KiB .. 64 MiB, x4 steps
 QUICK_SIZES = [2**k for k in range(10, 23, 2)]      # 1 KiB .. 4 MiB
 CASES = [  # (operation, algorithm)
@@ -174,35 +173,6 @@ def bytes_ratio(rows):
     return out
 
 
-def machine():
-    from mpi4py import MPI
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
-    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    return (f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, {lib}, Python "
-            f"{platform.python_version()}; load average at start {load} (the machine "
-            "is shared; p ranks beyond the core count are oversubscribed)")
-
-
-def write_results(text, path=HERE / "RESULTS.md"):
-    """Append ``text`` to this benchmark's section only (drop its placeholder line)."""
-    doc = path.read_text()
-    start = doc.index(SECTION) + len(SECTION)
-    nxt = doc.find("\n## ", start)
-    end = len(doc) if nxt < 0 else nxt + 1
-    body = doc[start:end].replace("_not measured yet_\n", "").rstrip("\n")
-    body = f"{body}\n\n{text.strip()}\n\n"
-    path.write_text(doc[:start] + body + doc[end:])
-
-
 def launch(args, argv):
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     if args.max_bytes:
@@ -230,17 +200,19 @@ def launch(args, argv):
         hi = max(h for _, _, h in halves)
         verdict.append(f"- reduce-scatter (ring) sent {lo:.3f}-{hi:.3f} of the bytes of the "
                        f"ring allreduce per rank (counted, all sizes and p)")
-    command = "python benchmarks/bench_collectives.py " + " ".join(argv)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = (f"Command: `{command.strip()}` ({'smoke run' if args.quick else 'full run'}, "
-            f"{stamp})\nMachine: {machine()}\n\n{md}\n\n"
-            + ("Targets (>= 0.9x MPI bus bandwidth at >= 1 MiB; reduce-scatter sends "
-               "half the bytes of allreduce):\n" + "\n".join(verdict)
-               if verdict else ""))
-    print(text)
+    import _harness
+
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    machine = (f"{_harness.machine_description()}; load average at start {load} (the "
+               "machine is shared; ranks beyond the core count are oversubscribed)")
+    body = md + ("\n\nTargets (>= 0.9x MPI bus bandwidth at >= 1 MiB; reduce-scatter "
+                 "sends half the bytes of allreduce):\n" + "\n".join(verdict)
+                 if verdict else "")
+    title = f"{'Smoke run (--quick)' if args.quick else 'Full run'}, p = {args.procs}"
+    print(f"Command: {_harness.command_line()}\nMachine: {machine}\n\n{body}")
     if not args.no_write:
-        write_results(text)
-        print(f"appended to {HERE / 'RESULTS.md'}")
+        _harness.write_results_section(SECTION, body, machine=machine, title=title)
+        print(f"written to {_harness.RESULTS_PATH}")
 
 
 def main(argv=None):

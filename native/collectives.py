@@ -11,18 +11,18 @@ Every rank ends with bitwise-identical results: each element is summed at one
 place and then copied (ring, Rabenseifner), or summed symmetrically by partners
 whose IEEE additions commute exactly (recursive doubling).
 
-Algorithm choice (``algorithm="auto"``), alpha-beta model with n bytes, p ranks:
+Algorithm choice (``algorithm="auto"``). With n bytes, p ranks, q the largest power
+of two <= p, alpha per message step, beta per byte sent and gamma per byte reduced:
 
-- ring: ``2(p-1) alpha + 2(p-1)/p n beta``;
-- Rabenseifner: ``2 log2(p) alpha + 2(p-1)/p n beta``, plus ``2 alpha + 2 n beta``
-  when p is not a power of two (the fold);
-- recursive doubling: ``log2(p) alpha + log2(p) n beta``.
+- ring: ``2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma``;
+- Rabenseifner: ``2 log2(q) alpha + 2(q-1)/q n beta + (q-1)/q n gamma``, plus
+  ``2 alpha + 2 n beta + n gamma`` when p is not a power of two (the fold);
+- recursive doubling: ``log2(q) (alpha + n beta + n gamma)``, plus the fold.
 
-plus a reduction cost per byte (gamma). ``"auto"`` evaluates this model
-(:func:`predicted_seconds`, constants measured on the development machine) and
-takes the cheapest: doubling for small buffers, Rabenseifner for larger ones when p
-is a power of two, ring for larger ones when it is not (the fold costs two whole
-buffer transfers).
+``"auto"`` evaluates this model (:func:`predicted_seconds`, constants measured on
+the development machine) and takes the cheapest: doubling for small buffers,
+Rabenseifner for larger ones when p is a power of two, ring for larger ones when it
+is not (the fold costs two whole-buffer transfers).
 """
 import pickle
 import zlib
@@ -49,12 +49,11 @@ REDUCE_SCATTER_ALGORITHMS = ("auto", "ring", "halving")
 ALLGATHER_ALGORITHMS = ("auto", "ring", "bruck")
 
 # Cost-model constants for algorithm="auto", measured on the development machine
-# (2-core x86 VM, MPICH 5.0.2 shared memory, 2 ranks; /tmp-free microbenchmark of
-# native.transport.exchange and numpy.add, medians of 30-200 repetitions):
-# Sendrecv of 8 B took 4.6-5.7 us, so one step (message + Python overhead) ~ 6 us;
-# Sendrecv of 1-8 MiB ran at 6.8-10.3 GB/s (0.12 ns/B); an in-place numpy.add of
-# 1-4 MiB at 38-45 GB/s of result (0.03 ns/B, both operands in cache or not).
-# Only their ratios matter for the choice.
+# (2-core AMD EPYC VM shared with other jobs, MPICH 5.0.2 over shared memory, 2 ranks;
+# medians of 30-200 repetitions of native.transport.exchange and an in-place
+# numpy.add): a Sendrecv of 8 B took 4.6-5.7 us, so one step (message + Python
+# overhead) ~ 6 us; Sendrecv of 1-8 MiB ran at 6.8-10.3 GB/s (0.12 ns/B); numpy.add of
+# 1-4 MiB ran at 38-45 GB/s of result (0.03 ns/B). Only their ratios matter here.
 ALPHA_S = 6e-6
 BETA_S_PER_BYTE = 1.2e-10
 GAMMA_S_PER_BYTE = 3e-11

@@ -166,6 +166,13 @@ def _require_contiguous(buf):
 _WORLD = None
 
 
+def library_version():
+    """First line of the MPI library's version string (e.g. ``'MPICH Version: 5.0.2'``)."""
+    from mpi4py import MPI
+
+    return " ".join(MPI.Get_library_version().splitlines()[0].split())
+
+
 def world():
     """The process-wide communicator: MPI ``COMM_WORLD`` (size 1 when not under mpirun).
 

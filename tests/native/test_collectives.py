@@ -15,7 +15,6 @@ import pytest
 
 from conftest import block_slice
 from native import collectives as col
-from native.blocks import block_bounds
 
 pytestmark = pytest.mark.mpi
 
