@@ -11,6 +11,8 @@ the arguments are parsed, so ``forest-train --help`` answers at once.
 import sys
 import time
 
+import numpy as np
+
 from forest.cli.common import CLIError, Parser, agree, guarded, load_rows, run_tool, world
 
 PROG = "forest-train"
@@ -125,7 +127,7 @@ def make_estimator(kind, params):
 def _resolve_columns(args):
     """Fill in demo defaults and check the column options that do not need the data."""
     if args.demo:
-        from forest.data import DEMO_FEATURES, DEMO_OUTCOME, DEMO_PATH, DEMO_TREATMENT
+        from forest.data import DEMO_FEATURES, DEMO_OUTCOME, DEMO_PATH, DEMO_TREATMENT, DEMO_TREES
 
         if args.data is not None:
             raise CLIError("give either DATA or --demo, not both")
@@ -134,6 +136,8 @@ def _resolve_columns(args):
             args.treatment = args.treatment or DEMO_TREATMENT
         args.outcome = args.outcome or DEMO_OUTCOME
         args.features = args.features or list(DEMO_FEATURES)
+        # 100 trees keep `make demo` to tens of seconds on a laptop; --n-estimators overrides.
+        args.n_estimators = args.n_estimators or str(DEMO_TREES)
     if args.data is None:
         raise CLIError("no DATA given (a parquet file, directory, glob or CSV file; or --demo)")
     if args.outcome is None:
@@ -204,8 +208,12 @@ class TreeProgress:
             self.bar.close()
 
 
-def _fit(est, kind, X, shard, args, comm, progress):
+def _fit(est, kind, X, shard, args, comm, progress, treatment_type=None):
     t = shard.columns[args.treatment] if args.treatment else None
+    if t is not None and treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):
+        # Integer treatments keep an integer dtype: the causal forest reads integer
+        # codes with more than two levels as arms, floats as a continuous dose.
+        t = t.astype(np.int64)
     y = shard.columns[args.outcome]
     w = shard.columns[args.weight] if args.weight else None
     if kind == "causal":
@@ -218,8 +226,6 @@ def _body(argv):
     targets = _resolve_columns(args)
     params = collect_params(args)
     t_start = time.perf_counter()
-
-    import numpy as np
 
     from forest import model_io
     from forest.profiling import TIMER
@@ -270,7 +276,8 @@ def _body(argv):
     progress = TreeProgress(comm.rank == 0 and not args.no_progress, f"{PROG} [{comm.size} rank(s)]")
     t_fit = time.perf_counter()
     try:
-        _fit(est, args.model, X, shard, args, comm, progress)
+        _fit(est, args.model, X, shard, args, comm, progress,
+             source.types.get(args.treatment) if args.treatment else None)
     finally:
         progress.close()
     fit_seconds = time.perf_counter() - t_fit

@@ -7,3 +7,5 @@ DEMO_PATH = os.path.join(os.path.dirname(__file__), "demo.parquet")
 DEMO_FEATURES = [f"x{i}" for i in range(8)]
 DEMO_TREATMENT = "t"
 DEMO_OUTCOME = "y"
+#: Trees of the demo's causal forest unless ``--n-estimators`` says otherwise.
+DEMO_TREES = 100
