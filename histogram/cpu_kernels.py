@@ -36,23 +36,11 @@ ROW_BLOCK = 4096
 SLAB_OVERHEAD = 64
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _accumulate(h, codes, channels, rows, r0, r1, identity):
     """h[codes[r], :] += channels[r, :] for r = rows[r0:r1] (or r0:r1 if identity)."""
     n_channels = channels.shape[1]
-    if n_channels == 2:
-        if identity:
-            for r in range(r0, r1):
-                b = codes[r]
-                h[b, 0] += channels[r, 0]
-                h[b, 1] += channels[r, 1]
-        else:
-            for k in range(r0, r1):
-                r = rows[k]
-                b = codes[r]
-                h[b, 0] += channels[r, 0]
-                h[b, 1] += channels[r, 1]
-    elif n_channels == 1:
+    if n_channels == 1:
         if identity:
             for r in range(r0, r1):
                 h[codes[r], 0] += channels[r, 0]
@@ -74,6 +62,75 @@ def _accumulate(h, codes, channels, rows, r0, r1, identity):
                     h[b, c] += channels[r, c]
 
 
+@njit(cache=True)
+def _accumulate4(h0, h1, h2, h3, c0, c1, c2, c3, channels, rows, r0, r1, identity):
+    """Four features at once: each row's channels are loaded once for four updates.
+
+    ``h0..h3`` are flat ``(n_bins * n_channels,)`` slabs (flat indexing saves a
+    multiply per update). Four independent read-modify-write chains per row keep the
+    core busy while one update waits on its histogram load; eight spilled the array
+    pointers out of registers and measured slower.
+    """
+    n_channels = channels.shape[1]
+    if n_channels == 1:
+        if identity:
+            for r in range(r0, r1):
+                v = channels[r, 0]
+                h0[c0[r]] += v
+                h1[c1[r]] += v
+                h2[c2[r]] += v
+                h3[c3[r]] += v
+        else:
+            for k in range(r0, r1):
+                r = rows[k]
+                v = channels[r, 0]
+                h0[c0[r]] += v
+                h1[c1[r]] += v
+                h2[c2[r]] += v
+                h3[c3[r]] += v
+    else:
+        if identity:
+            for r in range(r0, r1):
+                b0 = c0[r] * n_channels
+                b1 = c1[r] * n_channels
+                b2 = c2[r] * n_channels
+                b3 = c3[r] * n_channels
+                for c in range(n_channels):
+                    v = channels[r, c]
+                    h0[b0 + c] += v
+                    h1[b1 + c] += v
+                    h2[b2 + c] += v
+                    h3[b3 + c] += v
+        else:
+            for k in range(r0, r1):
+                r = rows[k]
+                b0 = c0[r] * n_channels
+                b1 = c1[r] * n_channels
+                b2 = c2[r] * n_channels
+                b3 = c3[r] * n_channels
+                for c in range(n_channels):
+                    v = channels[r, c]
+                    h0[b0 + c] += v
+                    h1[b1 + c] += v
+                    h2[b2 + c] += v
+                    h3[b3 + c] += v
+
+
+@njit(cache=True)
+def _accumulate_features(hist, binned, channels, rows, r0, r1, f0, f1, identity):
+    """hist[f] += histogram of rows r0:r1 for features f0:f1 (hist indexed by feature)."""
+    f = f0
+    while f + 4 <= f1:
+        _accumulate4(hist[f].ravel(), hist[f + 1].ravel(), hist[f + 2].ravel(),
+                     hist[f + 3].ravel(),
+                     binned[f], binned[f + 1], binned[f + 2], binned[f + 3],
+                     channels, rows, r0, r1, identity)
+        f += 4
+    while f < f1:
+        _accumulate(hist[f], binned[f], channels, rows, r0, r1, identity)
+        f += 1
+
+
 @njit(cache=True, parallel=True)
 def _build_by_feature(binned, channels, rows, node_starts, identity,
                       task_node, task_f0, task_f1, chunk_starts, out):
@@ -83,6 +140,8 @@ def _build_by_feature(binned, channels, rows, node_starts, identity,
     it and then accumulates into it: no two threads share an output byte.
     """
     n_chunks = chunk_starts.shape[0] - 1
+    n_channels = channels.shape[1]
+    ch1 = channels.ravel()  # contiguous 1-D: ch1[r] is channels[r, 0] when n_channels == 1
     for chunk in prange(n_chunks):
         for t in range(chunk_starts[chunk], chunk_starts[chunk + 1]):
             node = task_node[t]
@@ -92,10 +151,48 @@ def _build_by_feature(binned, channels, rows, node_starts, identity,
                 out[node, f, :, :] = 0.0
             s = node_starts[node]
             e = node_starts[node + 1]
+            hist = out[node]
             for r0 in range(s, e, ROW_BLOCK):
                 r1 = min(r0 + ROW_BLOCK, e)
-                for f in range(f0, f1):
-                    _accumulate(out[node, f], binned[f], channels, rows, r0, r1, identity)
+                f = f0
+                # The hot loop is written out here rather than called: measured ~30 %
+                # faster than the same loop in a helper function.
+                if n_channels == 1 and identity:
+                    while f + 4 <= f1:
+                        h0 = hist[f].ravel()
+                        h1 = hist[f + 1].ravel()
+                        h2 = hist[f + 2].ravel()
+                        h3 = hist[f + 3].ravel()
+                        c0 = binned[f]
+                        c1 = binned[f + 1]
+                        c2 = binned[f + 2]
+                        c3 = binned[f + 3]
+                        for r in range(r0, r1):
+                            v = ch1[r]
+                            h0[c0[r]] += v
+                            h1[c1[r]] += v
+                            h2[c2[r]] += v
+                            h3[c3[r]] += v
+                        f += 4
+                elif n_channels == 1:
+                    while f + 4 <= f1:
+                        h0 = hist[f].ravel()
+                        h1 = hist[f + 1].ravel()
+                        h2 = hist[f + 2].ravel()
+                        h3 = hist[f + 3].ravel()
+                        c0 = binned[f]
+                        c1 = binned[f + 1]
+                        c2 = binned[f + 2]
+                        c3 = binned[f + 3]
+                        for k in range(r0, r1):
+                            r = rows[k]
+                            v = ch1[r]
+                            h0[c0[r]] += v
+                            h1[c1[r]] += v
+                            h2[c2[r]] += v
+                            h3[c3[r]] += v
+                        f += 4
+                _accumulate_features(hist, binned, channels, rows, r0, r1, f, f1, identity)
 
 
 @njit(cache=True, parallel=True)
@@ -107,10 +204,10 @@ def _build_by_rows(binned, channels, rows, identity, part_start, part_stop, part
         partial[p] = 0.0
         s = part_start[p]
         e = part_stop[p]
+        hist = partial[p]
         for r0 in range(s, e, ROW_BLOCK):
             r1 = min(r0 + ROW_BLOCK, e)
-            for f in range(n_features):
-                _accumulate(partial[p, f], binned[f], channels, rows, r0, r1, identity)
+            _accumulate_features(hist, binned, channels, rows, r0, r1, 0, n_features, identity)
 
 
 @njit(cache=True, parallel=True)
@@ -202,6 +299,23 @@ def build_histograms_numba(binned, channels, rows, node_starts, n_bins, out,
     n_features = binned.shape[0]
     if n_threads is None:
         n_threads = numba.get_num_threads()
+    if channels.shape[1] % 2 == 0:
+        # Pairs of float64 channels as one complex128: a pair is then loaded, added and
+        # stored as one 16-byte unit, which measured ~20-40 % faster for (g, h) than
+        # two scalar updates. Complex addition adds real and imaginary parts separately,
+        # so the sums are bit-for-bit those of the float64 code.
+        channels = channels.view(np.complex128)
+        hist_view = out.view(np.complex128)
+    else:
+        hist_view = out
+    _fill(binned, channels, rows, node_starts, n_bins, hist_view, identity, n_threads,
+          big_rows)
+    return out
+
+
+def _fill(binned, channels, rows, node_starts, n_bins, out, identity, n_threads, big_rows):
+    """Plan and run the kernels; ``channels``/``out`` are float64 or complex128 views."""
+    n_features = binned.shape[0]
     total_rows = int(node_starts[-1] - node_starts[0])
     if big_rows is None:
         big_rows = _default_big_rows(total_rows, n_features, n_threads)
@@ -221,10 +335,10 @@ def build_histograms_numba(binned, channels, rows, node_starts, n_bins, out,
                                 parts_per_node[j] + 1).astype(np.int64)
             part_start[part_offsets[j]:part_offsets[j + 1]] = edges[:-1]
             part_stop[part_offsets[j]:part_offsets[j + 1]] = edges[1:]
-        partial = np.empty((part_offsets[-1], n_features, n_bins, channels.shape[1]))
+        partial = np.empty((part_offsets[-1], n_features, n_bins, channels.shape[1]),
+                           dtype=out.dtype)
         _build_by_rows(binned, channels, rows, identity, part_start, part_stop, partial)
         _reduce_parts(partial, part_offsets, big_nodes, out)
-    return out
 
 
 def _default_big_rows(total_rows, n_features, n_threads):
