@@ -212,11 +212,12 @@ class CausalForest(BaseEstimator):
             e = RegressionForest(n_nuis, random_state=seed + 104729, **nuisance).fit(X, W, g, comm=comm,
                                                                                      binned=(mapper, binned))
             t_hat = e.oob_prediction_
-        y_hat = np.asarray(y_hat, dtype=np.float64).reshape(n, -1)
-        t_hat = np.asarray(t_hat, dtype=np.float64).reshape(n, -1)
-        if y_hat.shape != (n, M) or t_hat.shape != (n, K):
+        y_hat = np.asarray(y_hat, dtype=np.float64)
+        t_hat = np.asarray(t_hat, dtype=np.float64)
+        if y_hat.size != n * M or t_hat.size != n * K or len(y_hat) != n or len(t_hat) != n:
             raise ValueError(f"y_hat must have shape ({n}, {M}) and t_hat ({n}, {K}) (or 1-D), got "
                              f"{y_hat.shape}, {t_hat.shape}")
+        y_hat, t_hat = y_hat.reshape(n, M), t_hat.reshape(n, K)
         if not (np.all(np.isfinite(y_hat)) and np.all(np.isfinite(t_hat))):
             raise ValueError("y_hat / t_hat contain NaN or infinite values")
         wc = W - t_hat
