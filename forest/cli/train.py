@@ -208,13 +208,15 @@ class TreeProgress:
             self.bar.close()
 
 
-def _fit(est, kind, X, shard, args, comm, progress, treatment_type=None):
+def _fit(est, kind, X, shard, args, comm, progress, treatment_type=None, outcome_type=None):
     t = shard.columns[args.treatment] if args.treatment else None
     if t is not None and treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):
         # Integer treatments keep an integer dtype: the causal forest reads integer
         # codes with more than two levels as arms, floats as a continuous dose.
         t = t.astype(np.int64)
     y = shard.columns[args.outcome]
+    if kind == "gbdt-classifier" and outcome_type is not None and outcome_type.startswith(("int", "uint", "bool")):
+        y = y.astype(np.int64)  # class labels keep the column's integer values
     w = shard.columns[args.weight] if args.weight else None
     if kind == "causal":
         return est.fit(X, t, y, sample_weight=w, comm=comm, progress=progress)
@@ -277,7 +279,7 @@ def _body(argv):
     t_fit = time.perf_counter()
     try:
         _fit(est, args.model, X, shard, args, comm, progress,
-             source.types.get(args.treatment) if args.treatment else None)
+             source.types.get(args.treatment) if args.treatment else None, source.types.get(args.outcome))
     finally:
         progress.close()
     fit_seconds = time.perf_counter() - t_fit
