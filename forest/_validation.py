@@ -1,0 +1,106 @@
+"""Shared input checks: tables and arrays to float64 feature matrices.
+
+This module owns the conversion every ``forest`` entry point applies to feature
+input: numpy arrays, array-likes, pandas DataFrames and pyarrow Tables /
+RecordBatches become a C-contiguous ``float64`` array of shape ``(n, d)`` (nulls and
+NaN become NaN, meaning "missing") plus the column names when the input had them.
+Estimators go through scikit-learn's ``validate_data`` (which also records
+``feature_names_in_``); code outside estimators (CLI, causal forest helpers) calls
+:func:`as_float_matrix` directly.
+"""
+import numpy as np
+
+
+def _is_pandas(X):
+    return type(X).__module__.startswith("pandas") and hasattr(X, "columns") and hasattr(X, "to_numpy")
+
+
+def _is_arrow(X):
+    return type(X).__module__.startswith("pyarrow") and hasattr(X, "column_names") and hasattr(X, "column")
+
+
+def _arrow_column(col, name):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    t = col.type
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_decimal(t) or pa.types.is_null(t)):
+        raise ValueError(f"column {name!r} has non-numeric type {t}; encode it as numbers first")
+    col = pc.cast(col, pa.float64())
+    return col.to_numpy(zero_copy_only=False)
+
+
+def as_float_matrix(X, *, name="X", allow_nan=True, allow_empty=False):
+    """Convert tabular input to a float64 matrix and its feature names.
+
+    Parameters
+    ----------
+    X : ndarray, array-like, pandas.DataFrame, pyarrow.Table or pyarrow.RecordBatch
+        Shape (n, d).
+    name : str
+        Used in error messages.
+    allow_nan : bool, default True
+        NaN (and nulls) mean missing; with False they raise.
+    allow_empty : bool, default False
+        Allow ``n == 0`` (a rank may hold no rows).
+
+    Returns
+    -------
+    X : ndarray of float64, shape (n, d), C-contiguous
+    feature_names : list of str or None
+
+    Raises
+    ------
+    ValueError
+        Non-numeric columns, wrong dimensionality, infinities, NaN when not allowed,
+        or no rows/columns.
+    """
+    names = None
+    if _is_arrow(X):
+        names = [str(c) for c in X.column_names]
+        cols = [_arrow_column(X.column(i), names[i]) for i in range(len(names))]
+        arr = np.stack(cols, axis=1) if cols else np.zeros((X.num_rows, 0))
+    elif _is_pandas(X):
+        names = [str(c) for c in X.columns]
+        bad = [c for c, dt in zip(names, X.dtypes) if not (np.issubdtype(np.dtype(getattr(dt, "numpy_dtype", dt)),
+                                                                          np.number)
+                                                          or np.dtype(getattr(dt, "numpy_dtype", dt)) == bool)]
+        if bad:
+            raise ValueError(f"{name} has non-numeric columns {bad}; encode them as numbers first")
+        arr = X.to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        arr = np.asarray(X)
+        if arr.dtype.kind not in "biuf":
+            try:
+                arr = arr.astype(np.float64)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}") from exc
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n_samples, n_features), got shape {arr.shape}")
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has no features (shape {arr.shape})")
+    if arr.shape[0] == 0 and not allow_empty:
+        raise ValueError(f"{name} has no rows (shape {arr.shape})")
+    if np.isinf(arr).any():
+        raise ValueError(f"{name} contains infinite values")
+    if not allow_nan and np.isnan(arr).any():
+        raise ValueError(f"{name} contains NaN or missing values")
+    return arr, names
+
+
+def check_feature_names(expected, got, name="X"):
+    """Raise when column names at predict time disagree with those seen in fit.
+
+    Parameters
+    ----------
+    expected, got : list of str or None
+        ``None`` (plain arrays) is accepted on either side.
+    """
+    if expected is None or got is None:
+        return
+    if list(expected) != list(got):
+        raise ValueError(f"{name} columns {list(got)} differ from the columns seen in fit {list(expected)}")

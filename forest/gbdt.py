@@ -1,0 +1,427 @@
+"""Histogram gradient-boosting estimators: ``GBDTRegressor`` and ``GBDTClassifier``.
+
+This module owns the boosting loop and the scikit-learn face of it. Each iteration:
+the loss (:mod:`forest.losses`) writes gradients and hessians into an ``(n, 2K)``
+channel array; :class:`forest.grower.LeafwiseGrower` grows one tree best-first
+(``max_leaf_nodes``, optional ``max_depth``) from Newton gains
+(:class:`forest.criteria.NewtonCriterion`), one fused collective per split step; the
+training scores are updated from the grower's row partition (no re-traversal) and the
+validation scores by the binned predictor.
+
+Models
+    Regression: squared error. Binary classification: logistic loss, one output.
+    Multiclass (``K >= 3`` classes): softmax with **vector leaves**: one tree per
+    iteration whose leaves hold ``K`` values and whose split gain sums the ``K``
+    Newton gains (the channels are ``K`` gradients and ``K`` hessians). This makes one
+    histogram pass and one partition per iteration instead of ``K``.
+Baselines
+    Weighted mean, log-odds of the weighted positive rate, log of the weighted class
+    priors; all from sums reduced over ranks.
+Distribution
+    ``fit(X, y, comm=...)``: under ``mpirun`` every rank passes its own rows. Bin edges,
+    the validation split (a hash of the global row id, see :mod:`histogram.rowhash`),
+    baselines, histograms and validation losses are all global, and every rank makes
+    the same split decisions from identical reduced histograms, so all ranks end with
+    the same model, and it is the model one process fits on all rows (up to float
+    summation order, far below the 1e-12 tie tolerance).
+Fitted state
+    Only numpy arrays, python scalars/lists/dicts, :class:`forest.tree.Tree` and
+    :class:`histogram.binning.BinMapper` (model files need no pickle).
+"""
+import contextlib
+
+import numba
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted
+
+from histogram.binning import BinMapper
+from histogram.rowhash import uniform
+from native import collectives as col
+from native.comm import world
+
+from .criteria import NewtonCriterion
+from .grower import LeafwiseGrower
+from .importance import gain_importance, split_counts
+from .losses import LogLoss, SoftmaxLoss, SquaredError
+from .partition import add_leaf_values
+from .predictor import predict_leaves, predict_values, predict_values_binned
+from .profiling import phase
+from .tree import pack_trees
+
+try:  # scikit-learn >= 1.6
+    from sklearn.utils.validation import validate_data as _validate_data
+except ImportError:  # pragma: no cover - older scikit-learn
+    def _validate_data(est, *args, **kwargs):
+        return est._validate_data(*args, **kwargs)
+
+#: rowhash stream of the validation split (independent of the binning sample).
+_VALIDATION_STREAM = 0x56414C  # "VAL"
+
+
+@contextlib.contextmanager
+def _threads(n_threads):
+    """Run the block with ``n_threads`` Numba threads (None: leave as is)."""
+    if n_threads is None:
+        yield
+        return
+    old = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(int(n_threads), numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
+def _allreduce(comm, arr):
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if comm.size == 1:
+        return arr
+    with phase("communication"):
+        return col.allreduce(comm, arr)
+
+
+class _BaseGBDT(BaseEstimator):
+    """Shared parameters, fit loop and prediction of the two estimators."""
+
+    def __init__(self, *, learning_rate=0.1, n_estimators=100, max_leaf_nodes=31, max_depth=None,
+                 min_samples_leaf=20, l2_regularization=0.0, min_child_weight=1e-3, min_gain_to_split=0.0,
+                 max_bins=255, early_stopping="auto", validation_fraction=0.1, n_iter_no_change=10, tol=1e-7,
+                 random_state=None, n_threads=None, backend="auto", split_mode="allreduce"):
+        self.learning_rate = learning_rate
+        self.n_estimators = n_estimators
+        self.max_leaf_nodes = max_leaf_nodes
+        self.max_depth = max_depth
+        self.min_samples_leaf = min_samples_leaf
+        self.l2_regularization = l2_regularization
+        self.min_child_weight = min_child_weight
+        self.min_gain_to_split = min_gain_to_split
+        self.max_bins = max_bins
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.random_state = random_state
+        self.n_threads = n_threads
+        self.backend = backend
+        self.split_mode = split_mode
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        return tags
+
+    # ------------------------------------------------------------------ checks
+    def _check_params(self):
+        def need(cond, msg):
+            if not cond:
+                raise ValueError(msg)
+
+        need(isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0,
+             f"learning_rate must be > 0, got {self.learning_rate!r}")
+        need(isinstance(self.n_estimators, (int, np.integer)) and self.n_estimators >= 1,
+             f"n_estimators must be an int >= 1, got {self.n_estimators!r}")
+        need(self.max_leaf_nodes is None or (isinstance(self.max_leaf_nodes, (int, np.integer))
+                                             and self.max_leaf_nodes >= 2),
+             f"max_leaf_nodes must be None or an int >= 2, got {self.max_leaf_nodes!r}")
+        need(self.max_depth is None or (isinstance(self.max_depth, (int, np.integer)) and self.max_depth >= 1),
+             f"max_depth must be None or an int >= 1, got {self.max_depth!r}")
+        need(self.max_leaf_nodes is not None or self.max_depth is not None,
+             "max_leaf_nodes and max_depth cannot both be None")
+        need(isinstance(self.min_samples_leaf, (int, np.integer)) and self.min_samples_leaf >= 1,
+             f"min_samples_leaf must be an int >= 1, got {self.min_samples_leaf!r}")
+        need(self.l2_regularization >= 0, f"l2_regularization must be >= 0, got {self.l2_regularization!r}")
+        need(self.min_child_weight >= 0, f"min_child_weight must be >= 0, got {self.min_child_weight!r}")
+        need(self.min_gain_to_split >= 0, f"min_gain_to_split must be >= 0, got {self.min_gain_to_split!r}")
+        need(isinstance(self.max_bins, (int, np.integer)) and 2 <= self.max_bins <= 255,
+             f"max_bins must be an int in [2, 255], got {self.max_bins!r}")
+        need(self.early_stopping in ("auto", True, False),
+             f"early_stopping must be 'auto', True or False, got {self.early_stopping!r}")
+        need(0 < self.validation_fraction < 1,
+             f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}")
+        need(isinstance(self.n_iter_no_change, (int, np.integer)) and self.n_iter_no_change >= 1,
+             f"n_iter_no_change must be an int >= 1, got {self.n_iter_no_change!r}")
+        need(self.n_threads is None or (isinstance(self.n_threads, (int, np.integer)) and self.n_threads >= 1),
+             f"n_threads must be None or an int >= 1, got {self.n_threads!r}")
+
+    def _seed(self, comm):
+        rs = self.random_state
+        if isinstance(rs, (int, np.integer)):
+            return int(rs) & 0x7FFFFFFF
+        # None or a RandomState: draw once on rank 0 so every rank uses the same seed.
+        from sklearn.utils import check_random_state
+
+        seed = int(check_random_state(rs).randint(0, 2**31 - 1)) if comm.rank == 0 else 0
+        return seed if comm.size == 1 else int(col.bcast_object(comm, seed))
+
+    # ------------------------------------------------------------------ fit
+    def _fit(self, X, y, sample_weight, comm, progress, loss):
+        """Boosting loop; ``y`` is float (regression) or class codes (classification)."""
+        n = X.shape[0]
+        w = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True) \
+            if sample_weight is not None else np.ones(n)
+        offset, n_global = col.global_row_offset(comm, n)
+        seed = self._seed(comm)
+        k = loss.n_outputs
+
+        es = self.early_stopping is True or (self.early_stopping == "auto" and n_global > 10_000)
+        if es:
+            gid = np.arange(offset, offset + n, dtype=np.int64)
+            val = uniform(seed, _VALIDATION_STREAM, gid) < self.validation_fraction
+            n_val = int(_allreduce(comm, np.array([val.sum()], dtype=np.float64))[0])
+            es = 0 < n_val < n_global
+        if not es:
+            val = np.zeros(n, dtype=bool)
+        train = ~val
+        X_tr, y_tr, w_tr = X[train], y[train], w[train]
+        with phase("binning"):
+            self.bin_mapper_ = BinMapper(max_bins=int(self.max_bins), random_state=seed).fit(X_tr, comm=comm)
+            binned = self.bin_mapper_.transform(X_tr)
+            binned_val = self.bin_mapper_.transform(X[val]) if es else None
+
+        self.baseline_ = loss.baseline(_allreduce(comm, loss.baseline_sums(y_tr, w_tr)))
+        raw = np.tile(self.baseline_, (len(y_tr), 1))
+        criterion = NewtonCriterion(k, self.l2_regularization, self.min_samples_leaf, self.min_child_weight)
+        grower = LeafwiseGrower(binned, self.bin_mapper_, criterion, max_leaf_nodes=self.max_leaf_nodes,
+                                max_depth=self.max_depth, min_gain=self.min_gain_to_split, comm=comm,
+                                backend=self.backend, split_mode=self.split_mode)
+        channels = np.empty((len(y_tr), 2 * k))
+        if es:
+            y_val, w_val = y[val], w[val]
+            raw_val = np.tile(self.baseline_, (len(y_val), 1))
+            losses = [self._global_loss(comm, loss, y_val, raw_val, w_val)]
+        trees = []
+        for it in range(int(self.n_estimators)):
+            with phase("other"):
+                loss.gradients(y_tr, raw, w_tr, channels)
+            grown = grower.grow(channels, shrinkage=float(self.learning_rate))
+            tree = grown.tree
+            trees.append(tree)
+            with phase("prediction"):
+                add_leaf_values(raw, grown.rows, grown.leaf_starts, grown.leaf_stops, tree.value[grown.leaf_nodes])
+            stop = tree.node_count == 1  # no admissible split: later trees would not split either
+            if es:
+                raw_val = predict_values_binned(tree, binned_val, self.bin_mapper_.missing_bin_, out=raw_val)
+                losses.append(self._global_loss(comm, loss, y_val, raw_val, w_val))
+                m = int(self.n_iter_no_change)
+                if len(losses) > m:
+                    # Stop when none of the last m iterations improved on the loss m+1
+                    # iterations ago by more than tol (scikit-learn's rule, on the loss).
+                    stop |= min(losses[-m:]) > losses[-m - 1] - self.tol * max(abs(losses[-m - 1]), 1.0)
+            if progress is not None:
+                progress(it + 1, int(self.n_estimators))
+            if stop:
+                break
+        self.trees_ = trees
+        self.n_iter_ = len(trees)
+        self.validation_loss_ = np.asarray(losses) if es else np.zeros(0)
+        self.do_early_stopping_ = bool(es)
+        self.n_outputs_ = k
+        self._packed = pack_trees(trees)
+        return self
+
+    @staticmethod
+    def _global_loss(comm, loss, y, raw, w):
+        s = _allreduce(comm, np.array([loss.loss_sum(y, raw, w), w.sum()]))
+        return float(s[0] / s[1]) if s[1] > 0 else 0.0
+
+    # ------------------------------------------------------------------ predict
+    def _packed_forest(self):
+        packed = getattr(self, "_packed", None)
+        if packed is None:
+            packed = self._packed = pack_trees(self.trees_)
+        return packed
+
+    def _check_predict_X(self, X):
+        check_is_fitted(self, "trees_")
+        return _validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite="allow-nan")
+
+    def _raw_predict(self, X):
+        X = self._check_predict_X(X)
+        with _threads(self.n_threads):
+            out = np.tile(self.baseline_, (X.shape[0], 1))
+            return predict_values(self._packed_forest(), X, out=out)
+
+    def _staged_raw(self, X):
+        X = self._check_predict_X(X)
+        packed = self._packed_forest()
+        with _threads(self.n_threads):
+            leaves = predict_leaves(packed, X)
+        raw = np.tile(self.baseline_, (X.shape[0], 1))
+        offsets = packed["tree_offsets"]
+        for t in range(len(offsets) - 1):
+            raw = raw + packed["value"][offsets[t] + leaves[:, t]]
+            yield raw
+
+    # ------------------------------------------------------------------ importances
+    @property
+    def feature_importances_(self):
+        """Total split gain per feature, normalised to sum to one; shape (n_features,)."""
+        check_is_fitted(self, "trees_")
+        return gain_importance(self.trees_, self.n_features_in_, normalize=True)
+
+    @property
+    def split_counts_(self):
+        """Number of splits on each feature over all trees; int64, shape (n_features,)."""
+        check_is_fitted(self, "trees_")
+        return split_counts(self.trees_, self.n_features_in_)
+
+
+class GBDTRegressor(RegressorMixin, _BaseGBDT):
+    """Histogram gradient boosting for regression (squared error).
+
+    Parameters
+    ----------
+    learning_rate : float, default 0.1
+        Shrinkage applied to every leaf value.
+    n_estimators : int, default 100
+        Boosting iterations (trees), fewer if early stopping triggers.
+    max_leaf_nodes : int or None, default 31
+        Leaves per tree (best-first growth).
+    max_depth : int or None, default None
+        Depth limit (root = 0 edges); None: only ``max_leaf_nodes`` limits.
+    min_samples_leaf : int, default 20
+        Fewest training rows per leaf (over all ranks).
+    l2_regularization : float, default 0.0
+        L2 penalty on leaf values (``lambda`` in ``G^2 / (H + lambda)``).
+    min_child_weight : float, default 1e-3
+        Fewest hessian mass per leaf.
+    min_gain_to_split : float, default 0.0
+        A split needs a gain above this.
+    max_bins : int, default 255
+        Value bins per feature (one more bin holds missing values).
+    early_stopping : 'auto' or bool, default 'auto'
+        'auto' enables it when there are more than 10 000 rows (over all ranks).
+    validation_fraction : float, default 0.1
+        Share of rows held out for early stopping (chosen by a hash of the global row
+        id, so the same rows whatever the number of ranks).
+    n_iter_no_change : int, default 10
+    tol : float, default 1e-7
+        Relative improvement of the validation loss that counts as progress.
+    random_state : int, RandomState or None
+        Seeds binning subsample and validation split.
+    n_threads : int or None
+        Numba threads during fit/predict (None: Numba's current setting).
+    backend : {'auto', 'numba', 'numpy', 'cuda'}
+        Histogram backend.
+    split_mode : {'allreduce', 'reduce_scatter'}
+        How histograms are combined across ranks (see :mod:`forest.grower`).
+
+    Attributes
+    ----------
+    trees_ : list of Tree
+    baseline_ : ndarray of float64, shape (1,)
+    bin_mapper_ : BinMapper
+    n_iter_ : int
+    validation_loss_ : ndarray, shape (n_iter_ + 1,) or (0,)
+        Mean validation loss after each iteration (index 0: the baseline).
+    feature_importances_ : ndarray, shape (n_features,)
+    split_counts_ : ndarray of int64, shape (n_features,)
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when fitted on a table with string column names.
+    """
+
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None):
+        """Fit on this rank's rows.
+
+        Parameters
+        ----------
+        X : array-like, pandas DataFrame or pyarrow Table, shape (n, n_features)
+            NaN / null means missing.
+        y : array-like, shape (n,)
+        sample_weight : array-like, shape (n,), optional
+        comm : native.comm.Communicator, optional
+            None means ``native.comm.world()`` (every rank of an mpirun job calls fit).
+        progress : callable, optional
+            ``progress(n_trees_done, n_trees_total)``, called on every rank.
+
+        Returns
+        -------
+        self
+        """
+        comm = world() if comm is None else comm
+        self._check_params()
+        X, y = _validate_data(self, X, y, dtype=np.float64, ensure_all_finite="allow-nan", y_numeric=True,
+                              ensure_min_samples=1 if comm.size == 1 else 0)
+        with _threads(self.n_threads):
+            return self._fit(X, np.asarray(y, dtype=np.float64), sample_weight, comm, progress, SquaredError())
+
+    def predict(self, X):
+        """Predicted values, shape (n,)."""
+        return self._raw_predict(X)[:, 0]
+
+    def staged_predict(self, X):
+        """Predictions after each iteration: a generator of arrays of shape (n,)."""
+        for raw in self._staged_raw(X):
+            yield raw[:, 0].copy()
+
+
+class GBDTClassifier(ClassifierMixin, _BaseGBDT):
+    """Histogram gradient boosting for classification (logistic / softmax).
+
+    Binary problems use the logistic loss with one output; ``K >= 3`` classes use the
+    softmax loss with vector leaves (one tree per iteration, ``K`` values per leaf).
+    Parameters as :class:`GBDTRegressor`.
+
+    Attributes
+    ----------
+    classes_ : ndarray, shape (n_classes,)
+        Sorted class labels seen on any rank.
+    n_classes_ : int
+    trees_, baseline_, bin_mapper_, n_iter_, validation_loss_, feature_importances_,
+    split_counts_, n_features_in_, feature_names_in_
+        As in :class:`GBDTRegressor`; ``baseline_`` has shape (1,) or (n_classes,).
+    """
+
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None):
+        """Fit on this rank's rows; see :meth:`GBDTRegressor.fit`."""
+        comm = world() if comm is None else comm
+        self._check_params()
+        X, y = _validate_data(self, X, y, dtype=np.float64, ensure_all_finite="allow-nan",
+                              ensure_min_samples=1 if comm.size == 1 else 0)
+        check_classification_targets(y)
+        local = np.unique(y)
+        if comm.size > 1:
+            parts = col.allgather_object(comm, local.tolist())
+            classes = np.unique(np.concatenate([np.asarray(p, dtype=local.dtype) for p in parts]))
+        else:
+            classes = local
+        if len(classes) < 2:
+            raise ValueError(f"GBDTClassifier needs at least 2 classes in y, got {len(classes)} class")
+        self.classes_ = classes
+        self.n_classes_ = len(classes)
+        codes = np.searchsorted(classes, y).astype(np.float64)
+        loss = LogLoss() if self.n_classes_ == 2 else SoftmaxLoss(self.n_classes_)
+        with _threads(self.n_threads):
+            return self._fit(X, codes, sample_weight, comm, progress, loss)
+
+    def _proba_from_raw(self, raw):
+        return LogLoss.proba(raw) if self.n_classes_ == 2 else SoftmaxLoss.proba(raw)
+
+    def decision_function(self, X):
+        """Raw scores: shape (n,) for two classes (log-odds of ``classes_[1]``), else (n, n_classes)."""
+        raw = self._raw_predict(X)
+        return raw[:, 0] if self.n_classes_ == 2 else raw
+
+    def predict_proba(self, X):
+        """Class probabilities, shape (n, n_classes)."""
+        return self._proba_from_raw(self._raw_predict(X))
+
+    def predict(self, X):
+        """Predicted class labels, shape (n,)."""
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def staged_decision_function(self, X):
+        for raw in self._staged_raw(X):
+            yield raw[:, 0].copy() if self.n_classes_ == 2 else raw.copy()
+
+    def staged_predict_proba(self, X):
+        for raw in self._staged_raw(X):
+            yield self._proba_from_raw(raw)
+
+    def staged_predict(self, X):
+        """Predicted labels after each iteration: a generator of arrays of shape (n,)."""
+        for proba in self.staged_predict_proba(X):
+            yield self.classes_[np.argmax(proba, axis=1)]
