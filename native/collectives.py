@@ -225,52 +225,63 @@ def allreduce(comm, buf, algorithm="auto", out=None, check=None):
     return result
 
 
-def reduce_scatter(comm, buf, algorithm="auto", check=None):
-    """Sum ``buf`` over ranks and give each rank only its block of axis 0.
+def reduce_scatter(comm, buf, algorithm="auto", axis=0, check=None):
+    """Sum ``buf`` over ranks and give each rank only its block along ``axis``.
 
-    The blocks are ``native.blocks.block_bounds(buf.shape[0], comm.size)``: contiguous
-    runs of axis-0 rows, lengths differing by at most one, longer ones first. For a
-    1-D buffer they are blocks of elements. Each rank sends about half the bytes of
-    an allreduce.
+    The blocks are ``native.blocks.block_bounds(buf.shape[axis], comm.size)``:
+    contiguous index ranges along ``axis``, lengths differing by at most one, longer
+    ones first. For a 1-D buffer they are blocks of elements. Each rank sends about
+    half the bytes of an allreduce. ``axis`` other than 0 (say, feature blocks of a
+    ``(node, feature, bin, channel)`` histogram) costs nothing extra: the buffer is
+    copied into a work array anyway, with that axis moved to the front.
 
     Parameters
     ----------
     comm : native.comm.Communicator
-    buf : array_like, shape (n0, ...)
+    buf : array_like, ndim >= 1
         float32, float64, int32 or int64; same shape and dtype on every rank.
     algorithm : {"auto", "ring", "halving"}
         ``"halving"`` is recursive halving (with the fold when ``p`` is not a power
         of two).
+    axis : int, default 0
+        Axis along which the result is split between ranks.
     check : bool, optional
 
     Returns
     -------
-    my_block : ndarray, shape (stop - start, ...)
-        The summed rows ``start:stop`` (a new array).
+    my_block : ndarray
+        The summed slice ``start:stop`` along ``axis`` (a new array; the other axes
+        keep their length).
     (start, stop) : tuple of int
-        This rank's rows of axis 0.
+        This rank's index range along ``axis``.
     """
     arr = _sum_input(buf, "reduce_scatter")
     if arr.ndim == 0:
         raise ValueError("reduce_scatter needs an array with at least one axis")
+    if not -arr.ndim <= axis < arr.ndim:
+        raise ValueError(f"reduce_scatter: axis {axis} out of range for {arr.ndim} dims")
     _check_algorithm("reduce_scatter", algorithm, REDUCE_SCATTER_ALGORITHMS)
     p, r = comm.size, comm.rank
     if algorithm == "auto":
         algorithm = _choose_reduce_scatter(arr.nbytes, p)
-    n0, row, trailing = _rows(arr)
+    front = np.moveaxis(arr, axis, 0)
+    n0, row, trailing = _rows(front)
     _begin(comm, "reduce_scatter", check, algorithm=algorithm, dtype=arr.dtype,
            n=arr.size, shape0=n0, trailing=row)
     rows = block_bounds(n0, p)
     start, stop = int(rows[r]), int(rows[r + 1])
-    if p == 1:
-        return np.array(arr, order="C", copy=True), (start, stop)
-    acc = np.array(arr, order="C", copy=True).reshape(-1)
+    acc = np.array(front, order="C", copy=True).reshape(-1)
     bounds = rows * row
-    if algorithm == "ring":
+    if p > 1 and algorithm == "ring":
         ring_reduce_scatter(comm, acc, bounds)
-    else:
+    elif p > 1:
         halving_reduce_scatter_blocks(comm, acc, bounds)
-    mine = acc[bounds[r]:bounds[r + 1]].copy().reshape((stop - start,) + trailing)
+    mine = np.moveaxis(acc[bounds[r]:bounds[r + 1]].reshape((stop - start,) + trailing),
+                       0, axis)
+    if axis % arr.ndim:
+        mine = np.ascontiguousarray(mine)  # a contiguous copy in the caller's axis order
+    elif p > 1:
+        mine = mine.copy()  # so the block does not keep the whole work array alive
     return mine, (start, stop)
 
 

@@ -135,6 +135,23 @@ def test_reduce_scatter_returns_my_block_of_the_sum(comm, algorithm, dtype):
     assert table.shape == (p, len(digests))
 
 
+@pytest.mark.parametrize("algorithm", ["ring", "halving"])
+def test_reduce_scatter_along_another_axis(comm, algorithm):
+    p, r = comm.size, comm.rank
+    shape = (3, 2 * p + 1, 4, 2)  # (node, feature, bin, channel): feature blocks
+    x = contribution(r, shape, np.int64, case=8)
+    block, (start, stop) = col.reduce_scatter(comm, x, algorithm=algorithm, axis=1)
+    last, (s2, e2) = col.reduce_scatter(comm, x, algorithm=algorithm, axis=-1)
+    ref, _ = reference_sum(p, shape, np.int64, case=8)
+    expect = block_slice(shape[1], p, r)
+    assert (start, stop) == (expect.start, expect.stop)
+    assert block.flags.c_contiguous
+    np.testing.assert_array_equal(block, ref[:, start:stop])
+    np.testing.assert_array_equal(last, ref[..., s2:e2])
+    with pytest.raises(ValueError, match="axis"):
+        col.reduce_scatter(comm, x, axis=4)
+
+
 @pytest.mark.parametrize("algorithm", ["ring", "bruck", "auto"])
 @pytest.mark.parametrize("dtype", [np.int64, np.float32, "<U3", np.bool_])
 def test_allgather_concatenates_in_rank_order(comm, algorithm, dtype):
