@@ -62,12 +62,14 @@ def _call(col, comm, op, algorithm, x, block):
     return col.allgather(comm, block, algorithm=algorithm)
 
 
-def _repetitions(nbytes, quick):
+def _repetitions(nbytes, quick, forced=0):
+    if forced:
+        return forced
     budget = 2e8 if quick else 2e9  # bytes moved per case, roughly
     return int(max(3, min(30 if quick else 100, budget // max(nbytes, 1))))
 
 
-def worker(sizes, quick, out_path, max_doubling_bytes):
+def worker(sizes, quick, out_path, max_doubling_bytes, reps=0):
     """Measure every case under mpirun; rank 0 writes a JSON list to ``out_path``."""
     from native import collectives as col
     from native.comm import world
@@ -94,7 +96,7 @@ def worker(sizes, quick, out_path, max_doubling_bytes):
             sent[op, algorithm] = col.STATS.bytes_sent
         # Repetitions interleave the cases, so a burst of load from other processes
         # slows every algorithm alike instead of the one that happened to be running.
-        times = np.empty((_repetitions(nbytes, quick), len(cases)))
+        times = np.empty((_repetitions(nbytes, quick, reps), len(cases)))
         for rep in range(times.shape[0]):
             for k, (op, algorithm) in enumerate(cases):
                 comm.barrier()
@@ -175,8 +177,8 @@ def bytes_ratio(rows):
 
 def launch(args, argv):
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
-    if args.max_bytes:
-        sizes = [s for s in sizes if s <= args.max_bytes]
+    sizes = [s for s in sizes
+             if s >= args.min_bytes and (not args.max_bytes or s <= args.max_bytes)]
     mpirun = Path(sys.executable).parent / "mpirun"
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -184,7 +186,8 @@ def launch(args, argv):
             out = Path(tmp) / f"p{p}.json"
             cmd = [str(mpirun), "-np", str(p), sys.executable, __file__, "--worker",
                    "--out", str(out), "--sizes", ",".join(map(str, sizes)),
-                   "--max-doubling-bytes", str(args.max_doubling_bytes)]
+                   "--max-doubling-bytes", str(args.max_doubling_bytes),
+                   "--reps", str(args.reps)]
             if args.quick:
                 cmd.append("--quick")
             env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -222,6 +225,9 @@ def main(argv=None):
     ap.add_argument("--procs", type=lambda s: [int(v) for v in s.split(",")], default=[2, 4],
                     help="comma-separated rank counts (default 2,4)")
     ap.add_argument("--max-bytes", type=int, default=0, help="drop sizes above this")
+    ap.add_argument("--min-bytes", type=int, default=0, help="drop sizes below this")
+    ap.add_argument("--reps", type=int, default=0,
+                    help="repetitions per case (default: by size, fewer with --quick)")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
     ap.add_argument("--max-doubling-bytes", type=int, default=1 << 20,
                     help="largest size at which recursive doubling is measured")
@@ -231,7 +237,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.worker:
         worker([int(s) for s in args.sizes.split(",")], args.quick, args.out,
-               args.max_doubling_bytes)
+               args.max_doubling_bytes, args.reps)
     else:
         launch(args, argv)
 
