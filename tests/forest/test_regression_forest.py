@@ -1,0 +1,98 @@
+"""RegressionForest: accuracy, honest OOB predictions, importances, rank-count invariance."""
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from forest.honest_forest import fill_empty_from_parent
+from forest.regression_forest import RegressionForest, resolve_mtry
+from forest.tree import Tree
+from native.comm import SelfCommunicator
+from tests.conftest import block_slice
+
+SELF = SelfCommunicator()
+
+
+def _data(n, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(n, 5))
+    f = np.sin(4 * X[:, 0]) + 2 * X[:, 1]
+    return X, f + 0.3 * rng.normal(size=n), f
+
+
+def test_accuracy_oob_and_importance():
+    X, y, f = _data(3000, 0)
+    rf = RegressionForest(60, max_bins=32, random_state=1).fit(X, y, comm=SELF)
+    Xt, _, ft = _data(1000, 1)
+    rmse = np.sqrt(np.mean((rf.predict(Xt) - ft) ** 2))
+    assert rmse < 0.15                                     # noise sd 0.3, signal sd ~0.85
+    oob_rmse = np.sqrt(np.mean((rf.oob_prediction_ - f) ** 2))
+    in_rmse = np.sqrt(np.mean((rf.predict(X) - f) ** 2))
+    assert oob_rmse < 0.2 and abs(oob_rmse - in_rmse) < 0.1
+    # OOB predictions recomputed from the hashed sample membership match those of fit
+    np.testing.assert_allclose(rf.oob_predict(X, comm=SELF), rf.oob_prediction_, rtol=1e-12, atol=1e-12)
+    # honest OOB residuals are not shrunk towards the noise (an in-sample fit would be)
+    assert np.mean((y - rf.oob_prediction_) ** 2) > 0.9 * 0.3 ** 2
+    assert set(np.argsort(rf.feature_importances_)[-2:]) == {0, 1}
+    assert set(np.argsort(rf.gain_importances_)[-2:]) == {0, 1}
+
+
+def test_multi_output_and_weights():
+    X, y, f = _data(1500, 2)
+    Y = np.column_stack([y, -3 * y])
+    rf = RegressionForest(30, max_bins=32, random_state=0).fit(X, Y, comm=SELF)
+    p = rf.predict(X[:200])
+    assert p.shape == (200, 2)
+    np.testing.assert_allclose(p[:, 1], -3 * p[:, 0], rtol=1e-9)
+    # zero weight on half the rows = fitting on the other half only for the leaf means
+    w = np.ones(1500)
+    w[::2] = 0.0
+    yb = y.copy()
+    yb[::2] = 100.0                                       # would dominate if weights were ignored
+    rw = RegressionForest(30, max_bins=32, random_state=0).fit(X, yb, w, comm=SELF)
+    assert np.abs(rw.predict(X[:200])).max() < 5
+
+
+def test_empty_leaf_takes_parent_value():
+    t = Tree(2)
+    t.add_node(0, 10.0, [1.0, 10.0])
+    a = t.add_node(1, 5.0, [2.0, 5.0])
+    b = t.add_node(1, 0.0, [0.0, 0.0])
+    t.set_split(0, 0, 3, 0.5, False, 1.0, a, b)
+    c = t.add_node(2, 0.0, [0.0, 0.0])
+    d = t.add_node(2, 5.0, [3.0, 5.0])
+    t.set_split(a, 1, 2, 0.2, False, 1.0, c, d)
+    fill_empty_from_parent(t, 1)
+    np.testing.assert_array_equal(t.value[:, 0], [1.0, 2.0, 1.0, 2.0, 3.0])
+
+
+def test_params_and_errors():
+    X, y, _ = _data(200, 3)
+    rf = RegressionForest(5)
+    assert clone(rf).get_params() == rf.get_params()
+    assert resolve_mtry(None, 10) == 10 and resolve_mtry(None, 900) == 50
+    assert resolve_mtry(0.5, 10) == 5 and resolve_mtry("sqrt", 16) == 4
+    for bad in (dict(n_estimators=0), dict(max_samples=0.0), dict(honesty_fraction=1.0), dict(max_bins=1),
+                dict(max_features=0), dict(random_state=-1)):
+        with pytest.raises(ValueError):
+            RegressionForest(**{"n_estimators": 5, **bad}).fit(X, y, comm=SELF)
+    with pytest.raises(ValueError, match="y"):
+        RegressionForest(5).fit(X, y[:-1], comm=SELF)
+    with pytest.raises(ValueError, match="NaN"):
+        RegressionForest(5).fit(X, np.full(200, np.nan), comm=SELF)
+    with pytest.raises(ValueError, match="sample_weight"):
+        RegressionForest(5).fit(X, y, -np.ones(200), comm=SELF)
+
+
+@pytest.mark.mpi
+def test_same_forest_for_any_rank_count(comm):
+    X, y, _ = _data(800, 4)
+    X[::17, 2] = np.nan                                   # missing values travel too
+    sl = block_slice(800, comm.size, comm.rank)
+    kw = dict(n_estimators=10, max_bins=32, random_state=5)
+    dist = RegressionForest(**kw).fit(X[sl], y[sl], comm=comm)
+    ref = RegressionForest(**kw).fit(X, y, comm=SELF)
+    same = all(np.array_equal(dist.estimators_[k], ref.estimators_[k]) for k in ("feature", "bin_threshold", "left"))
+    diff = np.max(np.abs(dist.predict(X) - ref.predict(X)))
+    oob = np.max(np.abs(dist.oob_prediction_ - ref.oob_prediction_[sl]))
+    assert same
+    assert diff < 1e-9 and oob < 1e-9
