@@ -1,0 +1,119 @@
+"""Every algorithm at rank counts mpirun cannot afford here (p up to 16), on threads.
+
+Covers the folds with 2 and 3 folded pairs (p = 6, 7), 5 extra ranks (p = 13) and
+the powers of two 8 and 16, against exact NumPy references, with bitwise equality
+across ranks. Ranks are threads behind the same communicator seam (see
+``thread_comm``), so these are the same algorithm functions mpirun runs.
+"""
+import numpy as np
+import pytest
+
+from conftest import block_slice
+from native import collectives as col
+from native.fusion import fused_allreduce
+from thread_comm import ThreadWorld
+
+SIZES = [6, 7, 8, 13, 16]
+
+
+def data(rank, n, dtype):
+    rng = np.random.default_rng([9, rank, n])
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-2**40, 2**40, n).astype(dtype)
+    return (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3, n)).astype(dtype)
+
+
+@pytest.mark.parametrize("p", SIZES)
+@pytest.mark.parametrize("algorithm", ["ring", "rabenseifner", "doubling"])
+def test_allreduce_any_rank_count(p, algorithm):
+    lengths = [0, 1, p - 1, p + 3, 1001]
+
+    def body(comm):
+        out = []
+        for n in lengths:
+            out.append(col.allreduce(comm, data(comm.rank, n, np.int64), algorithm=algorithm))
+            x = data(comm.rank, n, np.float64)
+            out.append(col.allreduce(comm, x, algorithm=algorithm, out=x))
+        return out
+
+    results = ThreadWorld(p).run(body)
+    k = 0
+    for n in lengths:
+        ints = sum(data(r, n, np.int64) for r in range(p))
+        parts = np.stack([data(r, n, np.float64) for r in range(p)]).astype(np.longdouble)
+        np.testing.assert_array_equal(results[0][k], ints)
+        err = np.abs(results[0][k + 1] - parts.sum(axis=0))
+        assert (err <= 1e-12 * np.abs(parts).sum(axis=0)).all()
+        for r in range(1, p):  # bitwise identical on every rank
+            assert results[r][k].tobytes() == results[0][k].tobytes()
+            assert results[r][k + 1].tobytes() == results[0][k + 1].tobytes()
+        k += 2
+
+
+@pytest.mark.parametrize("p", SIZES)
+@pytest.mark.parametrize("algorithm", ["ring", "halving"])
+def test_reduce_scatter_any_rank_count(p, algorithm):
+    shapes = [(0,), (1,), (p - 1,), (2 * p + 1, 3)]
+
+    def body(comm):
+        return [col.reduce_scatter(comm, data(comm.rank, int(np.prod(s)), np.int64)
+                                   .reshape(s), algorithm=algorithm) for s in shapes]
+
+    results = ThreadWorld(p).run(body)
+    for i, s in enumerate(shapes):
+        total = sum(data(r, int(np.prod(s)), np.int64) for r in range(p)).reshape(s)
+        for r in range(p):
+            block, (start, stop) = results[r][i]
+            sl = block_slice(s[0], p, r)
+            assert (start, stop) == (sl.start, sl.stop)
+            np.testing.assert_array_equal(block, total[start:stop])
+
+
+@pytest.mark.parametrize("p", SIZES)
+def test_gathers_broadcasts_and_best_any_rank_count(p):
+    def body(comm):
+        r = comm.rank
+        root = p - 2
+        buf = data(root, 9, np.float64) if r == root else np.zeros(9)
+        rec = np.array([[float(r % 3), float(p - r), 0.0], [-np.inf, float(r), 1.0]])
+        return (col.allgather(comm, np.array([r, -r]), algorithm="bruck"),
+                col.allgather(comm, np.array([r, -r]), algorithm="ring"),
+                col.allgatherv(comm, np.full((r % 3, 2), r)),
+                col.bcast(comm, buf, root=root),
+                col.bcast_object(comm, {"root": r} if r == root else None, root=root),
+                col.allgather_object(comm, r * r),
+                col.allreduce_best(comm, rec),
+                col.global_row_offset(comm, r + 1),
+                fused_allreduce(comm, [np.full(3, r), np.full((2, 2), 1.0 * r)],
+                                threshold_bytes=16, algorithm="auto"))
+
+    results = ThreadWorld(p).run(body)
+    ranks = np.arange(p)
+    best_rank = max(ranks, key=lambda r: (r % 3, -(p - r)))  # max gain, then smallest key
+    for r, (ag_b, ag_r, agv, bc, bco, ago, best, off, fused) in enumerate(results):
+        np.testing.assert_array_equal(ag_b, np.column_stack([ranks, -ranks]).ravel())
+        np.testing.assert_array_equal(ag_r, ag_b)
+        np.testing.assert_array_equal(agv, np.repeat(ranks, ranks % 3)[:, None] * [1, 1])
+        np.testing.assert_array_equal(bc, data(p - 2, 9, np.float64))
+        assert bco == {"root": p - 2}
+        assert ago == [q * q for q in ranks]
+        np.testing.assert_array_equal(best, [[best_rank % 3, p - best_rank, 0.0],
+                                             [-np.inf, 0.0, 1.0]])
+        assert off == (r * (r + 1) // 2, p * (p + 1) // 2)
+        np.testing.assert_array_equal(fused[0], np.full(3, ranks.sum()))
+        np.testing.assert_array_equal(fused[1], np.full((2, 2), float(ranks.sum())))
+
+
+def test_check_mode_mismatch_any_rank_count():
+    from native.errors import CollectiveMismatchError
+
+    def body(comm):
+        n = 5 if comm.rank == 4 else 4
+        try:
+            col.allreduce(comm, np.ones(n), algorithm="ring", check=True)
+        except CollectiveMismatchError as exc:
+            return str(exc)
+        return "no error"
+
+    messages = ThreadWorld(7).run(body)
+    assert all("n=5" in m and "rank 4" in m for m in messages), messages

@@ -1,0 +1,128 @@
+"""An in-process world of p "ranks" (threads) implementing the communicator seam.
+
+``mpirun`` on the 2-core test machine is practical up to 5 ranks, which leaves the
+non-power-of-two folds with 2 or 3 folded pairs (p = 6, 7) and larger powers of two
+untested. The collectives only talk through :class:`native.comm.Communicator`, so
+running them on threads that exchange numpy copies through queues exercises exactly
+the same algorithm code for any p, in one process and in well under a second.
+"""
+import queue
+import threading
+
+import numpy as np
+
+from native.comm import Communicator
+
+
+class _Request:
+    def __init__(self, done=False, poll=None):
+        self.done = done
+        self.poll = poll
+
+    def test(self):
+        if not self.done and self.poll is not None:
+            self.done = self.poll()
+        return self.done
+
+
+class ThreadCommunicator(Communicator):
+    """One rank of a :class:`ThreadWorld`. Sends never block (messages are queued)."""
+
+    def __init__(self, world, rank):
+        self.world = world
+        self.rank = rank
+        self.size = world.size
+
+    def _queue(self, src, dst, tag):
+        return self.world.queue(src, dst, tag)
+
+    def send(self, buf, dest, tag=0):
+        self._queue(self.rank, dest, tag).put(np.array(buf, copy=True).reshape(-1))
+
+    def recv(self, buf, source, tag=0):
+        msg = self._queue(source, self.rank, tag).get(timeout=self.world.timeout)
+        self._deliver(msg, buf, source, tag)
+        return buf
+
+    def _deliver(self, msg, buf, source, tag):
+        if msg.size != buf.size or msg.dtype != buf.dtype:
+            raise RuntimeError(f"rank {self.rank}: message from {source} tag {tag} has "
+                               f"{msg.size} x {msg.dtype}, buffer {buf.size} x {buf.dtype}")
+        buf.reshape(-1)[...] = msg
+
+    def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
+        self.send(sendbuf, dest, tag)
+        return self.recv(recvbuf, source, tag)
+
+    def isend(self, buf, dest, tag=0):
+        self.send(buf, dest, tag)
+        return _Request(done=True)
+
+    def irecv(self, buf, source, tag=0):
+        q = self._queue(source, self.rank, tag)
+
+        def poll():
+            try:
+                msg = q.get_nowait()
+            except queue.Empty:
+                return False
+            self._deliver(msg, buf, source, tag)
+            return True
+
+        return _Request(poll=poll)
+
+    def test_all(self, requests):
+        return all([r.test() for r in requests])
+
+    def barrier(self):
+        self.world.barrier.wait(timeout=self.world.timeout)
+
+    def abort(self, message, code=1):
+        raise RuntimeError(f"abort from rank {self.rank}: {message}")
+
+    def library_allreduce(self, sendbuf, recvbuf):
+        raise NotImplementedError("no MPI library in a thread world")
+
+
+class ThreadWorld:
+    """``p`` thread ranks; :meth:`run` calls ``fn(comm)`` on each and returns the results."""
+
+    def __init__(self, size, timeout=30.0):
+        self.size = size
+        self.timeout = timeout
+        self.barrier = threading.Barrier(size)
+        self._queues = {}
+        self._lock = threading.Lock()
+
+    def queue(self, src, dst, tag):
+        with self._lock:
+            return self._queues.setdefault((src, dst, tag), queue.Queue())
+
+    def run(self, fn):
+        """Run ``fn(comm)`` on every rank; re-raise the first rank's exception.
+
+        Returns
+        -------
+        list
+            ``fn``'s return value per rank.
+        """
+        results = [None] * self.size
+        errors = [None] * self.size
+
+        def body(r):
+            try:
+                results[r] = fn(ThreadCommunicator(self, r))
+            except BaseException as exc:  # reported below with its rank
+                errors[r] = exc
+
+        threads = [threading.Thread(target=body, args=(r,)) for r in range(self.size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(self.timeout * 4)
+        for r, exc in enumerate(errors):
+            if exc is not None:
+                raise RuntimeError(f"rank {r} of {self.size} failed: {exc!r}") from exc
+        if any(t.is_alive() for t in threads):
+            raise RuntimeError("a thread rank is still blocked (deadlock)")
+        return results
