@@ -19,10 +19,15 @@ Two work decompositions, chosen per node by :func:`plan_tasks`:
   features into a private partial histogram; a second parallel pass over
   (node, feature) adds the partials into the output.
 
-Two special paths, picked at run time inside the same compiled function (so they cost
-no extra signatures): two channels (gradient, hessian) with the channel loop unrolled,
-and nodes whose rows are a contiguous range (``identity=True``: the root, where the
-row-index array is not read at all).
+Inner loops update four features per row (one channel load, four independent
+read-modify-write chains). An even number of channels is viewed as complex128 pairs,
+so (gradient, hessian) is one 16-byte update. Nodes whose rows are a contiguous range
+(``identity=True``: the root) never read a row-index array.
+
+Measured and rejected (one thread, 1M rows x 28 features, CPU time): a row-wise kernel
+over a row-major copy of the codes for thinly spread nodes was 1.7-2.4x slower than
+the feature-major kernel for a 32-node level (its 28 feature histograms do not stay
+in L1); eight features per pass spilled registers and was slower than four.
 """
 import numba
 import numpy as np
@@ -299,6 +304,8 @@ def build_histograms_numba(binned, channels, rows, node_starts, n_bins, out,
     n_features = binned.shape[0]
     if n_threads is None:
         n_threads = numba.get_num_threads()
+    if rows is None:
+        rows = np.zeros(0, dtype=np.int32)
     if channels.shape[1] % 2 == 0:
         # Pairs of float64 channels as one complex128: a pair is then loaded, added and
         # stored as one 16-byte unit, which measured ~20-40 % faster for (g, h) than
