@@ -13,8 +13,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from conftest import block_slice
 from native import collectives as col
+from native_reference import split_range
+
 
 pytestmark = pytest.mark.mpi
 
@@ -120,7 +121,7 @@ def test_reduce_scatter_returns_my_block_of_the_sum(comm, algorithm, dtype):
         x = contribution(r, shape, dtype, case=2)
         block, (start, stop) = col.reduce_scatter(comm, x, algorithm=algorithm)
         ref, scale = reference_sum(p, shape, dtype, case=2)
-        expect = block_slice(shape[0], p, r)
+        expect = split_range(shape[0], p, r)
         msg = ""
         if (start, stop) != (expect.start, expect.stop):
             msg = f"block {(start, stop)} != {expect}"
@@ -143,7 +144,7 @@ def test_reduce_scatter_along_another_axis(comm, algorithm):
     block, (start, stop) = col.reduce_scatter(comm, x, algorithm=algorithm, axis=1)
     last, (s2, e2) = col.reduce_scatter(comm, x, algorithm=algorithm, axis=-1)
     ref, _ = reference_sum(p, shape, np.int64, case=8)
-    expect = block_slice(shape[1], p, r)
+    expect = split_range(shape[1], p, r)
     assert (start, stop) == (expect.start, expect.stop)
     assert block.flags.c_contiguous
     np.testing.assert_array_equal(block, ref[:, start:stop])

@@ -2,20 +2,20 @@
 import numpy as np
 import pytest
 
-from conftest import block_slice
 from native import collectives as col
 from native.blocks import block_bounds, block_range
 from native.comm import SelfCommunicator
 from native.fusion import fused_allreduce, plan_fusion
+from native_reference import split_range
 
 
-def test_block_bounds_match_conftest_block_slice():
+def test_block_bounds_match_numpy_array_split():
     for n in (0, 1, 4, 7, 100):
         for p in (1, 2, 3, 5, 8):
             b = block_bounds(n, p)
             assert b[0] == 0 and b[-1] == n and b.dtype == np.int64
             assert [(b[i], b[i + 1]) for i in range(p)] == [
-                (block_slice(n, p, i).start, block_slice(n, p, i).stop) for i in range(p)]
+                (split_range(n, p, i).start, split_range(n, p, i).stop) for i in range(p)]
             assert block_range(n, p, p - 1) == (b[p - 1], b[p])
 
 

@@ -8,10 +8,11 @@ across ranks. Ranks are threads behind the same communicator seam (see
 import numpy as np
 import pytest
 
-from conftest import block_slice
 from native import collectives as col
 from native.fusion import fused_allreduce
+from native_reference import split_range
 from thread_comm import ThreadWorld
+
 
 SIZES = [6, 7, 8, 13, 16]
 
@@ -64,7 +65,7 @@ def test_reduce_scatter_any_rank_count(p, algorithm):
         total = sum(data(r, int(np.prod(s)), np.int64) for r in range(p)).reshape(s)
         for r in range(p):
             block, (start, stop) = results[r][i]
-            sl = block_slice(s[0], p, r)
+            sl = split_range(s[0], p, r)
             assert (start, stop) == (sl.start, sl.stop)
             np.testing.assert_array_equal(block, total[start:stop])
 
