@@ -122,12 +122,12 @@ def kernel_rows(n_rows, n_features, channel_counts, n_threads, repeat, with_nump
 
 COMPILE_SCRIPT = textwrap.dedent("""
     import time
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     import numpy as np
     from histogram.kernels import build_histograms
     from histogram.binning import BinMapper
     from native.comm import SelfCommunicator
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     rng = np.random.default_rng(0)
     X = rng.normal(size=(5000, 4))
     binned = BinMapper(max_bins=255).fit(X, comm=SelfCommunicator()).transform(X)
@@ -136,13 +136,13 @@ COMPILE_SCRIPT = textwrap.dedent("""
         ch = rng.normal(size=(5000, c))
         build_histograms(binned, ch, rows, np.array([0, 2000, 5000]), 256)
         build_histograms(binned, ch, None, np.array([0, 5000]), 256)
-    t2 = time.perf_counter()
-    print(f"{t1 - t0:.3f} {t2 - t1:.3f}")
+    t2, c2 = time.perf_counter(), time.process_time()
+    print(f"{t1 - t0:.3f} {t2 - t1:.3f} {c1 - c0:.3f} {c2 - c1:.3f}")
 """)
 
 
 def compile_times():
-    """(import s, first-call s) with a cold cache, then with the warm cache."""
+    """(import, first calls) wall and CPU seconds: cold cache, then warm cache."""
     out = []
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
@@ -196,7 +196,8 @@ def render(args, bw_np, bw_nb, rows, comp, lgbm, n_threads):
              "",
              f"Machine: {machine()}; load average at start {load:.1f}. "
              f"{args.rows:,} rows x {args.features} features, 256 bins, float64 channels; "
-             f"best of {args.repeat} runs.",
+             f"best of {args.repeat} runs. A load average above the CPU count means "
+             f"other work shared the cores and every figure below is pessimistic.",
              "",
              f"Memory-bandwidth probes (read, {args.probe_mb} MB array): NumPy `a.sum()` "
              f"(1 thread) **{bw_np:.1f} GB/s**; Numba prange sum ({n_threads} threads) "
@@ -209,10 +210,11 @@ def render(args, bw_np, bw_nb, rows, comp, lgbm, n_threads):
                      f"{r['ms']:.1f} | {r['rows_s'] / 1e6:.1f} | {r['gbs']:.2f} | "
                      f"{100 * r['gbs'] / bw_nb:.0f}% |")
     lines.append("")
-    (ci, cc), (wi, wc) = comp
+    (ci, cc, cic, ccc), (wi, wc, wic, wcc) = comp
     lines.append(f"Numba start-up (fresh process, kernels for 1/2/6 channels, root and "
-                 f"row-index paths, plus BinMapper): cold cache import {ci:.2f} s + first "
-                 f"calls {cc:.2f} s; warm cache import {wi:.2f} s + first calls {wc:.2f} s.")
+                 f"row-index paths, plus BinMapper; wall s, CPU s in parentheses): cold "
+                 f"cache import {ci:.2f} ({cic:.2f}) + first calls {cc:.2f} ({ccc:.2f}); "
+                 f"warm cache import {wi:.2f} ({wic:.2f}) + first calls {wc:.2f} ({wcc:.2f}).")
     lines.append("")
     if lgbm is None:
         lines.append("LightGBM: not importable in this environment (run under `.venv-bench` "
