@@ -26,6 +26,21 @@ col.allreduce(comm, np.ones(4))  # the others would wait here forever
 print("rank", comm.rank, "passed the collective", flush=True)
 """
 
+EXITER = """
+import sys
+import time
+import numpy as np
+from native.comm import world
+from native import collectives as col
+from native.errors import job_guard
+with job_guard() as comm:
+    if comm.rank == 1:
+        print("EXIT_AT", time.time(), flush=True)
+        sys.exit(3)  # no exception hook sees this
+    col.allreduce(comm, np.ones(4))
+    print("rank", comm.rank, "passed the collective", flush=True)
+"""
+
 MISMATCH = """
 import os
 import numpy as np
@@ -77,6 +92,16 @@ def test_uncaught_exception_on_one_rank_ends_the_job_fast(tmp_path):
     took = seconds_since("RAISE_AT", out)
     assert took < 15, f"abort took {took:.1f} s after the exception"
     assert "[rank 1]" in out and "rank one fails on purpose" in out, out
+    assert "passed the collective" not in out
+
+
+def test_job_guard_ends_the_job_when_one_rank_calls_sys_exit(tmp_path):
+    rc, out, elapsed = run_script(3, EXITER, tmp_path, timeout=120)
+    assert rc is not None, f"job hung for {elapsed:.0f} s:\n{out}"
+    assert rc != 0, out
+    took = seconds_since("EXIT_AT", out)
+    assert took < 15, f"abort took {took:.1f} s after sys.exit"
+    assert "[rank 1] exited with status 3" in out, out
     assert "passed the collective" not in out
 
 

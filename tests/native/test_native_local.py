@@ -86,3 +86,15 @@ def test_check_timeout_setting(monkeypatch):
     monkeypatch.setenv("HISTFOREST_CHECK_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="HISTFOREST_CHECK_TIMEOUT"):
         timeout_seconds()
+
+
+def test_job_guard_on_one_rank_lets_errors_through():
+    from native.errors import job_guard
+
+    with pytest.raises(ValueError, match="plain"):
+        with job_guard(SelfCommunicator()):
+            raise ValueError("plain error")
+    with pytest.raises(SystemExit):
+        with job_guard(SelfCommunicator()) as comm:
+            assert comm.size == 1
+            raise SystemExit(2)
