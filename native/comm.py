@@ -46,6 +46,10 @@ class Communicator:
         """True when every request has completed (never blocks)."""
         raise NotImplementedError
 
+    def cancel_recv(self, request):
+        """Withdraw a pending receive so it can never write into its buffer later."""
+        raise NotImplementedError
+
     def barrier(self):
         raise NotImplementedError
 
@@ -93,6 +97,9 @@ class SelfCommunicator(Communicator):
 
     def test_all(self, requests):
         return True
+
+    def cancel_recv(self, request):
+        return None
 
     def barrier(self):
         return None
@@ -142,6 +149,10 @@ class MPICommunicator(Communicator):
 
     def test_all(self, requests):
         return self._MPI.Request.Testall(list(requests))
+
+    def cancel_recv(self, request):
+        request.Cancel()
+        request.Wait()  # completes at once for a cancelled (or just matched) receive
 
     def barrier(self):
         self.mpi_comm.Barrier()

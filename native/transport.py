@@ -31,6 +31,9 @@ class ExchangeTimeout(RuntimeError):
         self.waited = waited
 
 
+_ORPHANED_SENDS = []
+
+
 def exchange(comm, sendbuf, dest, recvbuf, source, tag, deadline=None):
     """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf`` from ``source``.
 
@@ -57,6 +60,10 @@ def exchange(comm, sendbuf, dest, recvbuf, source, tag, deadline=None):
     while not comm.test_all(requests):
         now = time.monotonic()
         if now > deadline:
+            # The receive must not fill recvbuf after we return; the send may still be
+            # pending, so its buffer is kept alive for the rest of the process.
+            comm.cancel_recv(requests[0])
+            _ORPHANED_SENDS.append((requests[1], sendbuf))
             raise ExchangeTimeout(source, now - start)
         time.sleep(pause)
         pause = min(2 * pause, 1e-3)

@@ -118,3 +118,23 @@ def test_check_mode_mismatch_any_rank_count():
 
     messages = ThreadWorld(7).run(body)
     assert all("n=5" in m and "rank 4" in m for m in messages), messages
+
+
+def test_check_mode_timeout_on_threads(monkeypatch):
+    from native.errors import CollectiveTimeoutError
+
+    monkeypatch.setenv("HISTFOREST_CHECK_TIMEOUT", "0.5")
+
+    def body(comm):
+        if comm.rank == 2:
+            return "skipped"  # never joins the collective
+        try:
+            col.allreduce(comm, np.ones(3), check=True)
+        except CollectiveTimeoutError as exc:
+            return str(exc)
+        return "no error"
+
+    out = ThreadWorld(4).run(body)
+    assert out[2] == "skipped"
+    # every rank that entered gives up with a message naming a rank it waited for
+    assert all("has not reached this collective" in m for i, m in enumerate(out) if i != 2), out
