@@ -411,7 +411,8 @@ class GBDTClassifier(ClassifierMixin, _BaseGBDT):
 
     def predict(self, X):
         """Predicted class labels, shape (n,)."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)  # checks fitted before classes_ is read
+        return self.classes_[np.argmax(proba, axis=1)]
 
     def staged_decision_function(self, X):
         for raw in self._staged_raw(X):

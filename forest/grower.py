@@ -41,6 +41,7 @@ Split modes (``split_mode``)
 Histogram memory: a level holds the histograms of its frontier,
 ``n_frontier * n_features * n_bins * C * 8`` bytes; callers size tree batches with it.
 """
+import numba
 import numpy as np
 
 from native import collectives as col
@@ -93,12 +94,26 @@ class BinInfo:
         return float(t[bin_index]) if bin_index < len(t) else np.inf
 
 
+#: Histogram builds over fewer rows than this run on one Numba thread: waking the
+#: thread pool costs ~1 ms (tens of ms on an oversubscribed machine), more than
+#: the work itself.
+_SERIAL_BUILD_ROWS = 16384
+
+
 def _build(binned, channels, rows, node_starts, n_bins, backend):
     from histogram.kernels import build_histograms
 
+    node_starts = np.asarray(node_starts, dtype=np.int64)
+    n_rows = int(node_starts[-1] - node_starts[0])
     with phase("histogram"):
-        return build_histograms(binned, channels, rows, np.asarray(node_starts, dtype=np.int64), n_bins,
-                                backend=backend)
+        threads = numba.get_num_threads()
+        if n_rows >= _SERIAL_BUILD_ROWS or threads == 1:
+            return build_histograms(binned, channels, rows, node_starts, n_bins, backend=backend)
+        numba.set_num_threads(1)
+        try:
+            return build_histograms(binned, channels, rows, node_starts, n_bins, backend=backend)
+        finally:
+            numba.set_num_threads(threads)
 
 
 def _gather_segments(rows, lo, hi):

@@ -23,25 +23,30 @@ import numpy as np
 _EPS = 1e-15
 
 
-@numba.njit(cache=True, parallel=True)
-def _squared_grad(y, raw, w, out):
-    for i in numba.prange(y.shape[0]):
+# Row-range kernels [a, b) plus one parallel driver over row chunks; small inputs
+# run serially because starting the thread pool costs more than the loop.
+_PARALLEL_MIN_ROWS = 16384
+
+
+@numba.njit(cache=True)
+def _squared_grad(y, raw, w, out, a, b):
+    for i in range(a, b):
         out[i, 0] = w[i] * (raw[i, 0] - y[i])
         out[i, 1] = w[i]
 
 
-@numba.njit(cache=True, parallel=True)
-def _logistic_grad(y, raw, w, out):
-    for i in numba.prange(y.shape[0]):
+@numba.njit(cache=True)
+def _logistic_grad(y, raw, w, out, a, b):
+    for i in range(a, b):
         p = 1.0 / (1.0 + np.exp(-raw[i, 0]))
         out[i, 0] = w[i] * (p - y[i])
         out[i, 1] = w[i] * p * (1.0 - p)
 
 
-@numba.njit(cache=True, parallel=True)
-def _softmax_grad(y, raw, w, out):
+@numba.njit(cache=True)
+def _softmax_grad(y, raw, w, out, a, b):
     k = raw.shape[1]
-    for i in numba.prange(y.shape[0]):
+    for i in range(a, b):
         m = raw[i, 0]
         for j in range(1, k):
             if raw[i, j] > m:
@@ -53,6 +58,38 @@ def _softmax_grad(y, raw, w, out):
             p = np.exp(raw[i, j] - m) / s
             out[i, j] = w[i] * (p - (1.0 if y[i] == j else 0.0))
             out[i, k + j] = w[i] * p * (1.0 - p)
+
+
+@numba.njit(cache=True, parallel=True)
+def _par_grad(kind, y, raw, w, out, n_chunks):
+    n = y.shape[0]
+    chunk = (n + n_chunks - 1) // n_chunks
+    for c in numba.prange(n_chunks):
+        a = c * chunk
+        b = min(n, a + chunk)
+        if kind == 0:
+            _squared_grad(y, raw, w, out, a, b)
+        elif kind == 1:
+            _logistic_grad(y, raw, w, out, a, b)
+        else:
+            _softmax_grad(y, raw, w, out, a, b)
+
+
+_KERNELS = (_squared_grad, _logistic_grad, _softmax_grad)
+
+
+def _gradients(kind, y, raw, w, out):
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    raw = np.ascontiguousarray(raw, dtype=np.float64)
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    if out.shape != (raw.shape[0], 2 * raw.shape[1]) or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous of shape {(raw.shape[0], 2 * raw.shape[1])}, got {out.shape}")
+    threads = numba.get_num_threads()
+    if len(y) < _PARALLEL_MIN_ROWS or threads == 1:
+        _KERNELS[kind](y, raw, w, out, 0, len(y))
+    else:
+        _par_grad(kind, y, raw, w, out, 4 * threads)
+    return out
 
 
 def _sigmoid(x):
@@ -103,11 +140,6 @@ class Loss:
         raise NotImplementedError
 
 
-def _prep(y, raw, w, out):
-    return (np.ascontiguousarray(y, dtype=np.float64), np.ascontiguousarray(raw, dtype=np.float64),
-            np.ascontiguousarray(w, dtype=np.float64), out)
-
-
 class SquaredError(Loss):
     """Half squared error; see the module docstring."""
 
@@ -120,8 +152,7 @@ class SquaredError(Loss):
         return np.array([sums[0] / sums[1] if sums[1] > 0 else 0.0])
 
     def gradients(self, y, raw, w, out):
-        _squared_grad(*_prep(y, raw, w, out))
-        return out
+        return _gradients(0, y, raw, w, out)
 
     def loss_sum(self, y, raw, w):
         return float(0.5 * np.dot(w, (y - raw[:, 0]) ** 2))
@@ -141,8 +172,7 @@ class LogLoss(Loss):
         return np.array([np.log(p / (1.0 - p))])
 
     def gradients(self, y, raw, w, out):
-        _logistic_grad(*_prep(y, raw, w, out))
-        return out
+        return _gradients(1, y, raw, w, out)
 
     def loss_sum(self, y, raw, w):
         r = raw[:, 0]
@@ -172,8 +202,7 @@ class SoftmaxLoss(Loss):
         return np.log(np.clip(p, _EPS, 1.0))
 
     def gradients(self, y, raw, w, out):
-        _softmax_grad(*_prep(y, raw, w, out))
-        return out
+        return _gradients(2, y, raw, w, out)
 
     def loss_sum(self, y, raw, w):
         logp = _log_softmax(raw)

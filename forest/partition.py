@@ -20,29 +20,39 @@ def _goes_left(code, thr, missing_left, missing_bin):
     return code <= thr
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
+def _partition_one(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin):
+    nl = 0
+    nr = 0
+    # Left rows are compacted in place (the write index never passes the read
+    # index); right rows wait in the scratch slots of the same range.
+    for i in range(lo, hi):
+        r = rows[i]
+        if _goes_left(np.int32(binned[f, r]), thr, ml, missing_bin):
+            rows[lo + nl] = r
+            nl += 1
+        else:
+            scratch[lo + nr] = r
+            nr += 1
+    for j in range(nr):
+        rows[lo + nl + j] = scratch[lo + j]
+    return nl
+
+
+@numba.njit(cache=True)
 def _partition_segments(rows, scratch, starts, stops, binned, features, thresholds, missing_left, missing_bin,
                         n_left):
+    for s in range(starts.shape[0]):
+        n_left[s] = _partition_one(rows, scratch, starts[s], stops[s], binned, features[s], thresholds[s],
+                                   missing_left[s], missing_bin)
+
+
+@numba.njit(cache=True, parallel=True)
+def _par_partition_segments(rows, scratch, starts, stops, binned, features, thresholds, missing_left, missing_bin,
+                            n_left):
     for s in numba.prange(starts.shape[0]):
-        lo, hi = starts[s], stops[s]
-        f = features[s]
-        thr = thresholds[s]
-        ml = missing_left[s]
-        nl = 0
-        nr = 0
-        # Left rows are compacted in place (the write index never passes the read
-        # index); right rows wait in the scratch slots of the same range.
-        for i in range(lo, hi):
-            r = rows[i]
-            if _goes_left(np.int32(binned[f, r]), thr, ml, missing_bin):
-                rows[lo + nl] = r
-                nl += 1
-            else:
-                scratch[lo + nr] = r
-                nr += 1
-        for j in range(nr):
-            rows[lo + nl + j] = scratch[lo + j]
-        n_left[s] = nl
+        n_left[s] = _partition_one(rows, scratch, starts[s], stops[s], binned, features[s], thresholds[s],
+                                   missing_left[s], missing_bin)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -115,14 +125,19 @@ def partition_rows(rows, scratch, starts, stops, binned, features, bin_threshold
     bin_thresholds = np.ascontiguousarray(bin_thresholds, dtype=np.int32)
     missing_left = np.ascontiguousarray(missing_left, dtype=np.uint8)
     n_left = np.zeros(len(starts), dtype=np.int64)
-    # One long segment (boosting's usual case) is split across threads instead.
-    if len(starts) == 1 and stops[0] - starts[0] >= _PARALLEL_MIN_ROWS and numba.get_num_threads() > 1:
+    threads = numba.get_num_threads()
+    total = int((stops - starts).sum())
+    if threads == 1 or total < _PARALLEL_MIN_ROWS:
+        # Small work: starting the thread pool would cost more than the loop.
+        _partition_segments(rows, scratch, starts, stops, binned, features, bin_thresholds, missing_left,
+                            int(missing_bin), n_left)
+    elif len(starts) == 1:
+        # One long segment (boosting's usual case): split it across threads.
         n_left[0] = _partition_one_parallel(rows, scratch, starts[0], stops[0], binned, features[0],
-                                            bin_thresholds[0], missing_left[0], int(missing_bin),
-                                            4 * numba.get_num_threads())
-        return n_left
-    _partition_segments(rows, scratch, starts, stops, binned, features, bin_thresholds, missing_left,
-                        int(missing_bin), n_left)
+                                            bin_thresholds[0], missing_left[0], int(missing_bin), 4 * threads)
+    else:
+        _par_partition_segments(rows, scratch, starts, stops, binned, features, bin_thresholds, missing_left,
+                                int(missing_bin), n_left)
     return n_left
 
 
@@ -171,8 +186,18 @@ def sum_channels_by_node(channels, rows, nodes, n_nodes):
                         np.ascontiguousarray(nodes, dtype=np.int64), int(n_nodes))
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _add_leaf_values(raw, rows, seg_starts, seg_stops, values):
+    k = values.shape[1]
+    for s in range(seg_starts.shape[0]):
+        for i in range(seg_starts[s], seg_stops[s]):
+            r = rows[i]
+            for j in range(k):
+                raw[r, j] += values[s, j]
+
+
+@numba.njit(cache=True, parallel=True)
+def _par_add_leaf_values(raw, rows, seg_starts, seg_stops, values):
     k = values.shape[1]
     for s in numba.prange(seg_starts.shape[0]):
         for i in range(seg_starts[s], seg_stops[s]):
@@ -192,5 +217,8 @@ def add_leaf_values(raw, rows, seg_starts, seg_stops, values):
     seg_starts, seg_stops : ndarray of int64, shape (s,)
     values : ndarray of float64, shape (s, K)
     """
-    _add_leaf_values(raw, rows, np.ascontiguousarray(seg_starts, dtype=np.int64),
-                     np.ascontiguousarray(seg_stops, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64))
+    seg_starts = np.ascontiguousarray(seg_starts, dtype=np.int64)
+    seg_stops = np.ascontiguousarray(seg_stops, dtype=np.int64)
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    small = int((seg_stops - seg_starts).sum()) < _PARALLEL_MIN_ROWS or numba.get_num_threads() == 1
+    (_add_leaf_values if small else _par_add_leaf_values)(raw, rows, seg_starts, seg_stops, values)

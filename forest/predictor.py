@@ -12,7 +12,7 @@ This module owns routing rows through trees, for every model in ``forest``:
 Results are either the leaf reached in every tree (``(n, n_trees)`` tree-local node
 ids, for leaf statistics such as the causal forest's moment averages) or the sum of
 the reached leaves' output vectors (``(n, n_outputs)``, for boosting and regression).
-Kernels run in parallel over rows (``numba.prange``); a forest goes in as the dict
+Kernels run in parallel over chunks of rows (``numba.prange``; small inputs serially); a forest goes in as the dict
 of :func:`forest.tree.pack_trees`. :func:`predict_reference` is a plain-Python
 traversal used by tests.
 """
@@ -49,30 +49,36 @@ def _walk_binned(binned, i, node, feature, bin_threshold, missing_left, left, ri
     return node
 
 
-@numba.njit(cache=True, parallel=True)
-def _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out):
+# Each kernel is a serial loop over rows [a, b) plus a parallel driver over row chunks;
+# small inputs run the serial loop directly, because starting the thread pool costs
+# more than routing a few thousand rows (much more on an oversubscribed machine).
+_PARALLEL_MIN_ROWS = 4096
+
+
+@numba.njit(cache=True)
+def _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, a, b):
     n_trees = offsets.shape[0] - 1
-    for i in numba.prange(X.shape[0]):
+    for i in range(a, b):
         for t in range(n_trees):
             root = offsets[t]
             out[i, t] = _walk_raw(X, i, root, feature, threshold, missing_left, left, right) - root
 
 
-@numba.njit(cache=True, parallel=True)
-def _values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out):
+@numba.njit(cache=True)
+def _values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out, a, b):
     n_trees = offsets.shape[0] - 1
     k = value.shape[1]
-    for i in numba.prange(X.shape[0]):
+    for i in range(a, b):
         for t in range(n_trees):
             leaf = _walk_raw(X, i, offsets[t], feature, threshold, missing_left, left, right)
             for j in range(k):
                 out[i, j] += value[leaf, j]
 
 
-@numba.njit(cache=True, parallel=True)
-def _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, missing_bin, out):
+@numba.njit(cache=True)
+def _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, missing_bin, out, a, b):
     n_trees = offsets.shape[0] - 1
-    for r in numba.prange(rows.shape[0]):
+    for r in range(a, b):
         i = rows[r]
         for t in range(n_trees):
             root = offsets[t]
@@ -80,18 +86,64 @@ def _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, rig
                                      missing_bin) - root
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
-                   out):
+                   out, a, b):
     n_trees = offsets.shape[0] - 1
     k = value.shape[1]
-    for r in numba.prange(rows.shape[0]):
+    for r in range(a, b):
         i = rows[r]
         for t in range(n_trees):
             leaf = _walk_binned(binned, i, offsets[t], feature, bin_threshold, missing_left, left, right,
                                 missing_bin)
             for j in range(k):
                 out[r, j] += value[leaf, j]
+
+
+@numba.njit(cache=True, parallel=True)
+def _par_leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, n_chunks):
+    n = X.shape[0]
+    chunk = (n + n_chunks - 1) // n_chunks
+    for c in numba.prange(n_chunks):
+        _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, c * chunk, min(n, (c + 1) * chunk))
+
+
+@numba.njit(cache=True, parallel=True)
+def _par_values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out, n_chunks):
+    n = X.shape[0]
+    chunk = (n + n_chunks - 1) // n_chunks
+    for c in numba.prange(n_chunks):
+        _values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out, c * chunk,
+                    min(n, (c + 1) * chunk))
+
+
+@numba.njit(cache=True, parallel=True)
+def _par_leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, missing_bin, out,
+                       n_chunks):
+    n = rows.shape[0]
+    chunk = (n + n_chunks - 1) // n_chunks
+    for c in numba.prange(n_chunks):
+        _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, missing_bin, out,
+                       c * chunk, min(n, (c + 1) * chunk))
+
+
+@numba.njit(cache=True, parallel=True)
+def _par_values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
+                       out, n_chunks):
+    n = rows.shape[0]
+    chunk = (n + n_chunks - 1) // n_chunks
+    for c in numba.prange(n_chunks):
+        _values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
+                       out, c * chunk, min(n, (c + 1) * chunk))
+
+
+def _run(serial, parallel, n, *args):
+    """Serial kernel for small ``n`` or one thread, else the chunked parallel driver."""
+    threads = numba.get_num_threads()
+    if n < _PARALLEL_MIN_ROWS or threads == 1:
+        serial(*args, 0, n)
+    else:
+        parallel(*args, 8 * threads)
 
 
 def as_packed(forest):
@@ -119,6 +171,9 @@ def _arrays(packed):
 
 def _check_X(X, packed):
     X = np.ascontiguousarray(X, dtype=np.float64)
+    if not X.flags.writeable:
+        # A read-only array is a distinct Numba type: copying avoids a second compile.
+        X = X.copy()
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
     feature = np.asarray(packed["feature"])
@@ -129,6 +184,8 @@ def _check_X(X, packed):
 
 def _check_binned(binned, rows, packed):
     binned = np.asarray(binned)
+    if not binned.flags.writeable:
+        binned = binned.copy()  # one Numba signature, as in _check_X
     if binned.ndim != 2 or binned.dtype != np.uint8:
         raise ValueError(f"binned must be uint8 of shape (n_features, n_rows), got {binned.dtype} {binned.shape}")
     feature = np.asarray(packed["feature"])
@@ -157,7 +214,7 @@ def predict_leaves(forest, X):
     feature, threshold, _, missing_left, left, right, _, offsets = _arrays(packed)
     out = np.empty((X.shape[0], len(offsets) - 1), dtype=np.int32)
     with phase("prediction"):
-        _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out)
+        _run(_leaves_raw, _par_leaves_raw, X.shape[0], X, feature, threshold, missing_left, left, right, offsets, out)
     return out
 
 
@@ -183,7 +240,8 @@ def predict_values(forest, X, out=None):
     elif out.shape != (X.shape[0], value.shape[1]) or out.dtype != np.float64 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float64 of shape {(X.shape[0], value.shape[1])}")
     with phase("prediction"):
-        _values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out)
+        _run(_values_raw, _par_values_raw, X.shape[0], X, feature, threshold, missing_left, left, right, value,
+                 offsets, out)
     return out
 
 
@@ -208,7 +266,8 @@ def predict_leaves_binned(forest, binned, missing_bin, rows=None):
     feature, _, bin_threshold, missing_left, left, right, _, offsets = _arrays(packed)
     out = np.empty((rows.shape[0], len(offsets) - 1), dtype=np.int32)
     with phase("prediction"):
-        _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, int(missing_bin), out)
+        _run(_leaves_binned, _par_leaves_binned, rows.shape[0], binned, rows, feature, bin_threshold, missing_left,
+             left, right, offsets, int(missing_bin), out)
     return out
 
 
@@ -236,8 +295,8 @@ def predict_values_binned(forest, binned, missing_bin, rows=None, out=None):
     elif out.shape != (rows.shape[0], value.shape[1]) or out.dtype != np.float64 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float64 of shape {(rows.shape[0], value.shape[1])}")
     with phase("prediction"):
-        _values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets,
-                       int(missing_bin), out)
+        _run(_values_binned, _par_values_binned, rows.shape[0], binned, rows, feature, bin_threshold, missing_left,
+             left, right, value, offsets, int(missing_bin), out)
     return out
 
 
