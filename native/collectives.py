@@ -34,7 +34,7 @@ from .algorithms.bruck import bruck_allgather
 from .algorithms.halving import (doubling_allreduce, halving_reduce_scatter_blocks,
                                  rabenseifner_allreduce)
 from .algorithms.ring import ring_allgather, ring_reduce_scatter
-from .algorithms.tree import binomial_bcast
+from .algorithms.tree import binomial_bcast, scatter_allgather_bcast
 from .blocks import block_bounds
 from .stats import STATS
 
@@ -47,6 +47,7 @@ SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32),
 ALLREDUCE_ALGORITHMS = ("auto", "ring", "rabenseifner", "doubling", "mpi")
 REDUCE_SCATTER_ALGORITHMS = ("auto", "ring", "halving")
 ALLGATHER_ALGORITHMS = ("auto", "ring", "bruck")
+BCAST_ALGORITHMS = ("auto", "binomial", "scatter_allgather")
 
 # Cost-model constants for algorithm="auto", measured on the development machine
 # (2-core AMD EPYC VM shared with other jobs, MPICH 5.0.2 over shared memory, 2 ranks;
@@ -67,7 +68,7 @@ def predicted_seconds(operation, algorithm, nbytes, p):
 
     Parameters
     ----------
-    operation : {"allreduce", "reduce_scatter", "allgather"}
+    operation : {"allreduce", "reduce_scatter", "allgather", "bcast"}
     algorithm : str
         An algorithm of that operation (not ``"auto"``/``"mpi"``).
     nbytes : int
@@ -104,6 +105,12 @@ def predicted_seconds(operation, algorithm, nbytes, p):
             return (p - 1) * a + frac * n * b
         if algorithm == "bruck":
             return (p - 1).bit_length() * a + frac * n * b + n * g
+    elif operation == "bcast":
+        rounds = (p - 1).bit_length()
+        if algorithm == "binomial":
+            return rounds * (a + n * b)
+        if algorithm == "scatter_allgather":
+            return rounds * a + frac * n * b + (p - 1) * a + frac * n * b
     raise ValueError(f"no cost model for {operation}/{algorithm}")
 
 
@@ -368,8 +375,8 @@ def allgatherv(comm, arr, check=None):
     return out
 
 
-def bcast(comm, buf, root=0, check=None):
-    """Broadcast an array from ``root`` (binomial tree).
+def bcast(comm, buf, root=0, algorithm="auto", check=None):
+    """Broadcast an array from ``root``.
 
     Parameters
     ----------
@@ -378,6 +385,10 @@ def bcast(comm, buf, root=0, check=None):
         On the root, the data. On other ranks a writeable C-contiguous array of the
         same shape and dtype, overwritten in place. Any fixed-size dtype.
     root : int
+    algorithm : {"auto", "binomial", "scatter_allgather"}
+        Binomial tree (``log2 p`` rounds of the whole buffer; small buffers) or
+        scatter + ring allgather (about two buffers per rank; large buffers, many
+        ranks). ``"auto"`` takes the cheaper under :func:`predicted_seconds`.
     check : bool, optional
 
     Returns
@@ -393,10 +404,15 @@ def bcast(comm, buf, root=0, check=None):
         raise ValueError("bcast: non-root ranks must pass a writeable C-contiguous "
                          "ndarray of the root's shape and dtype")
     _require_fixed_size(buf, "bcast")
-    _begin(comm, "bcast", check, algorithm="binomial", dtype=buf.dtype, n=buf.size,
+    _check_algorithm("bcast", algorithm, BCAST_ALGORITHMS)
+    if algorithm == "auto":
+        algorithm = _cheapest("bcast", ("binomial", "scatter_allgather"), buf.nbytes,
+                              comm.size)
+    _begin(comm, "bcast", check, algorithm=algorithm, dtype=buf.dtype, n=buf.size,
            root=root)
     if comm.size > 1:
-        binomial_bcast(comm, buf.reshape(-1).view(np.uint8), root)
+        run = binomial_bcast if algorithm == "binomial" else scatter_allgather_bcast
+        run(comm, buf.reshape(-1).view(np.uint8), root)
     return buf
 
 

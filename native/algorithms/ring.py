@@ -43,24 +43,28 @@ def ring_reduce_scatter(comm, acc, bounds):
     return acc
 
 
-def ring_allgather(comm, buf, bounds):
+def ring_allgather(comm, buf, bounds, origin=0):
     """Complete ``buf`` from each rank's own block.
 
     Parameters
     ----------
     comm : native.comm.Communicator
     buf : ndarray, shape (n,)
-        Contiguous; block ``rank`` (per ``bounds``) is valid on entry, the whole
+        Contiguous; this rank's block (per ``bounds``) is valid on entry, the whole
         array is on return (blocks are copied verbatim, never recomputed).
     bounds : ndarray of int64, shape (size + 1,)
+    origin : int
+        Rank that owns block 0: rank ``r`` owns block ``(r - origin) mod size``
+        (a broadcast's blocks are numbered from its root).
     """
     p, r = comm.size, comm.rank
     if p == 1:
         return buf
     right, left = (r + 1) % p, (r - 1) % p
+    me = (r - origin) % p
     for s in range(p - 1):
-        sb = (r - s) % p
-        rb = (r - s - 1) % p
+        sb = (me - s) % p
+        rb = (me - s - 1) % p
         exchange(comm, buf[bounds[sb]:bounds[sb + 1]], right,
                  buf[bounds[rb]:bounds[rb + 1]], left, TAG_RING_ALLGATHER)
     return buf

@@ -191,14 +191,16 @@ def test_allgatherv_rejects_different_trailing_shapes(comm):
         col.allgatherv(comm, np.zeros((2, trailing)), check=False)
 
 
-def test_bcast_from_every_root(comm):
+@pytest.mark.parametrize("algorithm", ["binomial", "scatter_allgather", "auto"])
+def test_bcast_from_every_root(comm, algorithm):
     p, r = comm.size, comm.rank
     got = []
     for root in sorted({0, p - 1, p // 2}):
-        for shape, dtype in [((5, 4), np.float64), ((0,), np.int64), ((33,), np.uint8)]:
+        for shape, dtype in [((5, 4), np.float64), ((0,), np.int64), ((33,), np.uint8),
+                             ((2, p - 1), np.int32), ((70_001,), np.float64)]:
             data = contribution(root, shape, np.int64, case=5).astype(dtype)
             buf = data.copy() if r == root else np.zeros(shape, dtype)
-            got.append((data, col.bcast(comm, buf, root=root)))
+            got.append((data, col.bcast(comm, buf, root=root, algorithm=algorithm)))
     obj = col.bcast_object(comm, {"rank": r, "a": np.arange(r + 3)} if r == p - 1 else None,
                            root=p - 1)
     for data, out in got:

@@ -80,7 +80,9 @@ def test_gathers_broadcasts_and_best_any_rank_count(p):
         return (col.allgather(comm, np.array([r, -r]), algorithm="bruck"),
                 col.allgather(comm, np.array([r, -r]), algorithm="ring"),
                 col.allgatherv(comm, np.full((r % 3, 2), r)),
-                col.bcast(comm, buf, root=root),
+                col.bcast(comm, buf, root=root, algorithm="binomial"),
+                col.bcast(comm, buf.copy() if r == root else np.zeros(9), root=root,
+                          algorithm="scatter_allgather"),
                 col.bcast_object(comm, {"root": r} if r == root else None, root=root),
                 col.allgather_object(comm, r * r),
                 col.allreduce_best(comm, rec),
@@ -91,11 +93,12 @@ def test_gathers_broadcasts_and_best_any_rank_count(p):
     results = ThreadWorld(p).run(body)
     ranks = np.arange(p)
     best_rank = max(ranks, key=lambda r: (r % 3, -(p - r)))  # max gain, then smallest key
-    for r, (ag_b, ag_r, agv, bc, bco, ago, best, off, fused) in enumerate(results):
+    for r, (ag_b, ag_r, agv, bc, bc_sa, bco, ago, best, off, fused) in enumerate(results):
         np.testing.assert_array_equal(ag_b, np.column_stack([ranks, -ranks]).ravel())
         np.testing.assert_array_equal(ag_r, ag_b)
         np.testing.assert_array_equal(agv, np.repeat(ranks, ranks % 3)[:, None] * [1, 1])
         np.testing.assert_array_equal(bc, data(p - 2, 9, np.float64))
+        np.testing.assert_array_equal(bc_sa, bc)
         assert bco == {"root": p - 2}
         assert ago == [q * q for q in ranks]
         np.testing.assert_array_equal(best, [[best_rank % 3, p - best_rank, 0.0],
