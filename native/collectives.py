@@ -452,30 +452,35 @@ def allgather_object(comm, obj, check=None):
     return [pickle.loads(data[bounds[i]:bounds[i + 1]].tobytes()) for i in range(p)]
 
 
-def allreduce_best(comm, records, rtol=0.0, check=None):
+def allreduce_best(comm, records, rtol=0.0, n_keys=None, check=None):
     """Per row, the best record over ranks: maximum gain, ties to the smallest keys.
 
     Record layout: a float64 array of shape (n, k), k >= 1. Column 0 is the gain;
-    columns 1..k-1 are tie-break keys compared lexicographically, smaller winning
-    (histforest uses ``(gain, feature, bin, missing_left)``, so ties go to the
-    lowest feature, then lowest bin, then missing-right). Row ``i`` of the result is
-    the winner among the ranks' rows ``i``; rows on a rank that has no candidate
-    should carry gain ``-inf``.
+    columns 1..n_keys are tie-break keys compared lexicographically, smaller winning
+    (histforest uses ``(gain, feature, bin, missing_left, ...)``, so ties go to the
+    lowest feature, then lowest bin, then missing-right); the remaining columns are
+    payload carried along with the winner (e.g. the split's left/right statistics).
+    Row ``i`` of the result is the winner among the ranks' rows ``i``; rows on a
+    rank that has no candidate should carry gain ``-inf``.
 
     The selection is exact: no arithmetic, so every rank returns the same bits
     whatever the reduction order (recursive doubling, ``log2 p`` small messages).
-    NaN gains count as ``-inf`` and ``-0.0`` as ``0.0`` (both are rewritten in the
-    returned rows), so equal-ranked rows are bit-identical.
+    NaN gains count as ``-inf`` and ``-0.0`` gains or keys as ``0.0`` (rewritten in
+    the returned rows). Records whose gain (within ``rtol``) and keys all tie are
+    ordered by the raw bits of all their columns, so the choice is a strict total
+    order and hence the same on every rank.
 
     Parameters
     ----------
     comm : native.comm.Communicator
     records : array_like of float64, shape (n, k)
-        Same shape on every rank. Keys must not be NaN.
+        Same shape on every rank. Key columns must not be NaN; payload may be.
     rtol : float, default 0.0
         Gains within ``rtol * max(|g1|, |g2|)`` of each other count as tied and are
         decided by the keys. With ``rtol > 0`` the result is still identical on all
         ranks, but may depend on the number of ranks (near-ties are not transitive).
+    n_keys : int, optional
+        Number of key columns after the gain (default: all ``k - 1``).
     check : bool, optional
 
     Returns
@@ -485,14 +490,17 @@ def allreduce_best(comm, records, rtol=0.0, check=None):
     rec = np.array(records, dtype=np.float64, order="C", copy=True)
     if rec.ndim != 2 or rec.shape[1] < 1:
         raise ValueError(f"allreduce_best: records must have shape (n, k>=1), got {rec.shape}")
-    if np.isnan(rec[:, 1:]).any():
+    n, k = rec.shape
+    n_keys = k - 1 if n_keys is None else int(n_keys)
+    if not 0 <= n_keys <= k - 1:
+        raise ValueError(f"allreduce_best: n_keys must be in 0..{k - 1}, got {n_keys}")
+    if np.isnan(rec[:, 1:1 + n_keys]).any():
         raise ValueError("allreduce_best: tie-break key columns contain NaN")
     if rtol < 0:
         raise ValueError(f"allreduce_best: rtol must be >= 0, got {rtol}")
     gains = rec[:, 0]
     gains[np.isnan(gains)] = -np.inf
-    rec += 0.0  # turns -0.0 into +0.0, so "compares equal" implies "same bits"
-    n, k = rec.shape
+    rec[:, :1 + n_keys] += 0.0  # -0.0 -> +0.0: equal gains and keys get equal bits
     _begin(comm, "allreduce_best", check, algorithm="doubling", dtype=rec.dtype,
            n=rec.size, shape0=n, trailing=k)
     if comm.size == 1:
@@ -500,15 +508,19 @@ def allreduce_best(comm, records, rtol=0.0, check=None):
 
     def combine(mine, theirs):
         a, b = mine.reshape(n, k), theirs.reshape(n, k)
-        take_b = _better(b, a, rtol)
+        take_b = _better(b, a, rtol, n_keys)
         return np.where(take_b[:, None], b, a).reshape(-1)
 
     doubling_allreduce(comm, rec.reshape(-1), combine)
     return rec
 
 
-def _better(a, b, rtol):
-    """Rows where record ``a`` strictly beats record ``b``. Shapes (n, k) -> (n,)."""
+def _better(a, b, rtol, n_keys):
+    """Rows where record ``a`` strictly beats record ``b``. Shapes (n, k) -> (n,).
+
+    A strict total order (antisymmetric for every pair of distinct rows), which is
+    what makes the pairwise reduction commutative and so identical on all ranks.
+    """
     ga, gb = a[:, 0], b[:, 0]
     if rtol > 0:
         with np.errstate(invalid="ignore"):
@@ -518,9 +530,14 @@ def _better(a, b, rtol):
         tied = ga == gb
     better = ~tied & (ga > gb)
     decided = ~tied
-    for j in range(1, a.shape[1]):
+    for j in range(1, 1 + n_keys):
         better |= ~decided & (a[:, j] < b[:, j])
         decided |= a[:, j] != b[:, j]
+    # last resort: raw bits of every column (near-equal gains, payload)
+    abits, bbits = a.view(np.int64), b.view(np.int64)
+    for j in range(a.shape[1]):
+        better |= ~decided & (abits[:, j] < bbits[:, j])
+        decided |= abits[:, j] != bbits[:, j]
     return better
 
 

@@ -274,6 +274,10 @@ def test_allreduce_best_rejects_bad_records(comm):
         col.allreduce_best(comm, np.zeros(3))
     with pytest.raises(ValueError, match="NaN"):
         col.allreduce_best(comm, [[1.0, np.nan]])
+    with pytest.raises(ValueError, match="n_keys"):
+        col.allreduce_best(comm, [[1.0, 2.0]], n_keys=2)
+    # NaN is fine in payload columns
+    assert np.isnan(col.allreduce_best(comm, [[1.0, 2.0, np.nan]], n_keys=1)[0, 2])
 
 
 def test_bytes_sent_reduce_scatter_is_half_of_allreduce(comm):

@@ -141,3 +141,19 @@ def test_check_mode_timeout_on_threads(monkeypatch):
     assert out[2] == "skipped"
     # every rank that entered gives up with a message naming a rank it waited for
     assert all("has not reached this collective" in m for i, m in enumerate(out) if i != 2), out
+
+
+@pytest.mark.parametrize("p", [5, 8])
+def test_allreduce_best_payload_and_near_ties_identical_on_all_ranks(p):
+    # Same keys everywhere; gains within rtol of each other; payload differs (with
+    # NaN): the winner must still be one and the same row on every rank.
+    def body(comm):
+        r = comm.rank
+        rec = np.array([[1.0 + r * 1e-15, 2.0, 0.0, np.nan if r % 2 else float(r)],
+                        [-np.inf, 5.0, 1.0, float(-r)]])
+        return col.allreduce_best(comm, rec, rtol=1e-12, n_keys=2)
+
+    out = ThreadWorld(p).run(body)
+    for r in range(1, p):
+        assert out[r].tobytes() == out[0].tobytes()
+    assert out[0][0, 1] == 2.0 and out[0][1, 0] == -np.inf
