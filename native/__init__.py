@@ -14,5 +14,6 @@ algorithms/  ring, recursive halving/doubling (Rabenseifner), Bruck, binomial tr
 transport    the counted send/receive layer and the message tags.
 stats        ``STATS``: calls and bytes sent by this rank.
 check        the check-mode handshake (same collective, sizes, dtypes on all ranks).
+threads      ``ThreadWorld``: p ranks as threads of one process (tests, experiments).
 errors       mismatch errors and ``abort_on_uncaught``.
 """

@@ -3,15 +3,15 @@
 Covers the folds with 2 and 3 folded pairs (p = 6, 7), 5 extra ranks (p = 13) and
 the powers of two 8 and 16, against exact NumPy references, with bitwise equality
 across ranks. Ranks are threads behind the same communicator seam (see
-``thread_comm``), so these are the same algorithm functions mpirun runs.
+``native.threads``), so these are the same algorithm functions mpirun runs.
 """
 import numpy as np
 import pytest
 
 from native import collectives as col
 from native.fusion import fused_allreduce
+from native.threads import ThreadWorld
 from native_reference import split_range
-from thread_comm import ThreadWorld
 
 
 SIZES = [6, 7, 8, 13, 16]
@@ -157,3 +157,13 @@ def test_allreduce_best_payload_and_near_ties_identical_on_all_ranks(p):
     for r in range(1, p):
         assert out[r].tobytes() == out[0].tobytes()
     assert out[0][0, 1] == 2.0 and out[0][1, 0] == -np.inf
+
+
+def test_thread_world_reports_the_failing_rank():
+    def body(comm):
+        if comm.rank == 1:
+            raise KeyError("boom")
+        return col.allreduce(comm, np.ones(2), algorithm="ring")
+
+    with pytest.raises(RuntimeError, match="rank 1 of 3 failed: KeyError"):
+        ThreadWorld(3, timeout=1.0).run(body)

@@ -1,10 +1,17 @@
-"""An in-process world of p "ranks" (threads) implementing the communicator seam.
+"""A world of p "ranks" as threads of one process, behind the communicator seam.
 
-``mpirun`` on the 2-core test machine is practical up to 5 ranks, which leaves the
-non-power-of-two folds with 2 or 3 folded pairs (p = 6, 7) and larger powers of two
-untested. The collectives only talk through :class:`native.comm.Communicator`, so
-running them on threads that exchange numpy copies through queues exercises exactly
-the same algorithm code for any p, in one process and in well under a second.
+For tests and experiments, not for speed: the collectives only talk through
+:class:`native.comm.Communicator`, so running them on threads that exchange numpy
+copies through queues exercises exactly the algorithm code ``mpirun`` runs, for any
+p (``mpirun`` on a 2-core machine is practical up to about 5 ranks), in one process.
+Code above ``native`` can use it too, to check that a distributed fit gives the same
+result for p = 1, 2, 7, ... without launching MPI::
+
+    results = ThreadWorld(7).run(lambda comm: fit(X[block(comm.rank)], comm=comm))
+
+Caveat: :data:`native.stats.STATS` is process-wide, so with thread ranks it sums
+the traffic of all of them. There is no MPI library here (``algorithm="mpi"``
+raises).
 """
 import queue
 import threading
