@@ -15,6 +15,7 @@ raises).
 """
 import queue
 import threading
+import time
 
 import numpy as np
 
@@ -47,7 +48,11 @@ class ThreadCommunicator(Communicator):
         self._queue(self.rank, dest, tag).put(np.array(buf, copy=True).reshape(-1))
 
     def recv(self, buf, source, tag=0):
-        msg = self._queue(source, self.rank, tag).get(timeout=self.world.timeout)
+        try:
+            msg = self._queue(source, self.rank, tag).get(timeout=self.world.timeout)
+        except queue.Empty:
+            raise TimeoutError(f"rank {self.rank}: no message from rank {source} (tag "
+                               f"{tag}) within {self.world.timeout:g} s") from None
         self._deliver(msg, buf, source, tag)
         return buf
 
@@ -109,7 +114,10 @@ class ThreadWorld:
             return self._queues.setdefault((src, dst, tag), queue.Queue())
 
     def run(self, fn):
-        """Run ``fn(comm)`` on every rank; re-raise the first rank's exception.
+        """Run ``fn(comm)`` on every rank; re-raise the earliest exception of any rank.
+
+        The earliest is the cause; ranks left waiting for the failed one fail later
+        with ``TimeoutError`` after ``timeout`` seconds.
 
         Returns
         -------
@@ -123,16 +131,17 @@ class ThreadWorld:
             try:
                 results[r] = fn(ThreadCommunicator(self, r))
             except BaseException as exc:  # reported below with its rank
-                errors[r] = exc
+                errors[r] = (time.monotonic(), exc)
 
         threads = [threading.Thread(target=body, args=(r,)) for r in range(self.size)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(self.timeout * 4)
-        for r, exc in enumerate(errors):
-            if exc is not None:
-                raise RuntimeError(f"rank {r} of {self.size} failed: {exc!r}") from exc
+        failed = [(e[0], r, e[1]) for r, e in enumerate(errors) if e is not None]
+        if failed:
+            _, r, exc = min(failed, key=lambda f: (f[0], f[1]))
+            raise RuntimeError(f"rank {r} of {self.size} failed: {exc!r}") from exc
         if any(t.is_alive() for t in threads):
             raise RuntimeError("a thread rank is still blocked (deadlock)")
         return results
