@@ -104,3 +104,26 @@ def check_feature_names(expected, got, name="X"):
         return
     if list(expected) != list(got):
         raise ValueError(f"{name} columns {list(got)} differ from the columns seen in fit {list(expected)}")
+
+
+def as_columns(a):
+    """View a 1-D or 2-D array as 2-D columns, shape (n,) -> (n, 1).
+
+    ``a.reshape(len(a), -1)`` would do the same except on a rank that holds no rows,
+    where NumPy cannot infer the ``-1``; distributed fits meet that case whenever there
+    are fewer row groups than ranks.
+
+    Parameters
+    ----------
+    a : array-like, shape (n,) or (n, k)
+
+    Returns
+    -------
+    ndarray of float64, shape (n, 1) or (n, k)
+    """
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim == 1:
+        return a.reshape(len(a), 1)
+    if a.ndim == 2:
+        return a
+    raise ValueError(f"expected a 1-D or 2-D array, got shape {a.shape}")

@@ -53,6 +53,8 @@ these per tree and solves ``theta(x) = A(x)^{-1} b(x)`` (see :mod:`forest.infere
 which equals GRF's estimate with its forest weights.
 """
 import numpy as np
+
+from forest._validation import as_columns
 from numba import vectorize
 
 from .criteria import Criterion
@@ -121,10 +123,10 @@ class CausalChannels:
         -------
         ndarray of float64, shape (n, C), C-contiguous
         """
-        w = np.asarray(w_centered, dtype=np.float64).reshape(len(w_centered), -1)
-        y = np.asarray(y_centered, dtype=np.float64).reshape(len(y_centered), -1)
+        w = as_columns(w_centered)
+        y = as_columns(y_centered)
         g = np.asarray(sample_weight, dtype=np.float64)
-        ind = np.asarray(indicator, dtype=np.float64).reshape(len(indicator), -1)
+        ind = as_columns(indicator)
         n = w.shape[0]
         if w.shape[1] != self.K or y.shape[1] != self.M or ind.shape[1] != self.K:
             raise ValueError(f"channel inputs disagree with K={self.K}, M={self.M}: "
@@ -136,7 +138,7 @@ class CausalChannels:
         out[:, 0] = g
         out[:, self.s_w] = gw
         out[:, self.s_y] = g[:, None] * y
-        out[:, self.s_wy] = (gw[:, :, None] * y[:, None, :]).reshape(n, -1)
+        out[:, self.s_wy] = (gw[:, :, None] * y[:, None, :]).reshape(n, self.K * self.M)
         out[:, self.s_ww] = gw[:, self._iu] * w[:, self._ju]
         out[:, self.i_count] = 1.0
         out[:, self.s_arm] = ind
@@ -407,8 +409,8 @@ def pseudo_outcomes_reference(w, y, g, precondition=None):
     -------
     ndarray, shape (n, K, M)
     """
-    w = np.asarray(w, dtype=np.float64).reshape(len(w), -1)
-    y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+    w = as_columns(w)
+    y = as_columns(y)
     g = np.asarray(g, dtype=np.float64)
     k = w.shape[1]
     precondition = (k > 1) if precondition is None else precondition

@@ -150,7 +150,9 @@ class CausalForest(BaseEstimator):
             rows = codes > 0
             W[rows, codes[rows] - 1] = 1.0
             return kind, W, classes, codes
-        W = np.asarray(t, dtype=np.float64).reshape(len(t), -1)
+        t = np.asarray(t, dtype=np.float64)
+        # explicit width: reshape(n, -1) cannot infer it on a rank that holds no rows
+        W = t.reshape(len(t), 1 if t.ndim == 1 else t.shape[1])
         return "continuous", W, None, None
 
     def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None):
@@ -194,7 +196,7 @@ class CausalForest(BaseEstimator):
             raise ValueError(f"t has {len(t)} rows, X has {n}")
         g = check_weight(sample_weight, n)
         kind, W, classes, codes = self._treatment_matrix(t, comm)
-        Y = y.reshape(n, -1)
+        Y = y.reshape(n, 1 if y.ndim == 1 else y.shape[1])  # explicit width: n may be 0 on a rank
         K, M = W.shape[1], Y.shape[1]
         gids, n_global = global_ids(comm, n)
         if n_global < 4:

@@ -36,6 +36,8 @@ identical inputs must give identical outputs).
 """
 import numpy as np
 
+from forest._validation import as_columns
+
 
 class Criterion:
     """Base class of split criteria (see the module docstring).
@@ -113,8 +115,8 @@ class NewtonCriterion(Criterion):
     @staticmethod
     def make_channels(gradient, hessian, out=None):
         """Pack gradients and hessians into the ``(n, 2K)`` channel array."""
-        g = np.asarray(gradient, dtype=np.float64).reshape(len(gradient), -1)
-        h = np.asarray(hessian, dtype=np.float64).reshape(len(hessian), -1)
+        g = as_columns(gradient)
+        h = as_columns(hessian)
         if out is None:
             out = np.empty((g.shape[0], g.shape[1] + h.shape[1]), dtype=np.float64)
         out[:, : g.shape[1]] = g
@@ -161,6 +163,23 @@ class NewtonCriterion(Criterion):
     def node_weight(self, stats):
         return self._hess(self._check_stats(stats))
 
+    def numba_search(self, hist, parent, nb, missing_bin, feature_mask, parent_count, min_gain, rel_tol, result):
+        """Compiled split search for this criterion (see :mod:`forest.splitting`).
+
+        Fills ``result`` (a ``SplitResult`` of ``hist.shape[0]`` nodes) in place with
+        what the vectorised search would return.
+        """
+        from .splitting import _newton_search_kernel
+
+        n_nodes, n_features = hist.shape[:2]
+        mask = np.ones((1, 1), dtype=np.bool_) if feature_mask is None else feature_mask.astype(np.bool_)
+        count = np.zeros(1) if parent_count is None else parent_count
+        _newton_search_kernel(hist, np.ascontiguousarray(parent, dtype=np.float64), np.asarray(nb, dtype=np.int64),
+                              missing_bin, mask, feature_mask is not None, count, parent_count is not None,
+                              self.n_outputs, self.l2_regularization, float(self.min_samples_leaf),
+                              self.min_child_weight, min_gain, rel_tol, result.feature, result.bin,
+                              result.missing_left, result.gain, result.left_stats, result.right_stats)
+
     def node_objective(self, stats):
         return -self._score(self._check_stats(stats))
 
@@ -201,7 +220,7 @@ class VarianceCriterion(Criterion):
         y : array-like, shape (n,) or (n, n_targets)
         sample_weight : array-like, shape (n,), optional
         """
-        y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+        y = as_columns(y)
         if y.shape[1] != self.n_targets:
             raise ValueError(f"expected {self.n_targets} targets, got y of shape {y.shape}")
         w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)

@@ -179,7 +179,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             raise ValueError(f"y must have shape (n,) or (n, n_outputs) with n = {len(X)}, got {y.shape}")
         if not np.all(np.isfinite(y)):
             raise ValueError("y contains NaN or infinite values")
-        y2 = y.reshape(len(y), -1)
+        y2 = y.reshape(len(y), 1 if y.ndim == 1 else y.shape[1])  # explicit width: a rank may hold 0 rows
         g = check_weight(sample_weight, len(X))
         n_out = y2.shape[1]
         gids, n_global = global_ids(comm, len(X))
