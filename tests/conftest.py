@@ -9,6 +9,7 @@ tests compute first and assert after the last collective (or use ``comm.abort``)
 import numpy as np
 import pytest
 
+from native.blocks import block_range
 from native.comm import world
 
 
@@ -21,14 +22,14 @@ def comm():
 def block_slice(n, size, rank):
     """Contiguous block of ``n`` global rows owned by ``rank`` (sizes differ by <= 1).
 
+    Test modules should not import this (``conftest`` names collide between test
+    folders); use the ``rank_slice`` fixture or ``native.blocks.block_range``.
+
     Returns
     -------
     slice
     """
-    base, extra = divmod(n, size)
-    start = rank * base + min(rank, extra)
-    stop = start + base + (1 if rank < extra else 0)
-    return slice(start, stop)
+    return slice(*block_range(n, size, rank))
 
 
 @pytest.fixture

@@ -11,7 +11,12 @@ from histogram.binning import BinMapper
 from native import collectives as col
 from native.comm import SelfCommunicator
 
-from conftest import block_slice
+from native.blocks import block_range
+
+
+def block_slice(n, size, rank):
+    """This rank's contiguous block of n global rows (same blocks as native.blocks)."""
+    return slice(*block_range(n, size, rank))
 
 SELF = SelfCommunicator()
 
