@@ -1,1 +1,28 @@
-"""forest: tree engine, estimators, model files, command-line tools and reports."""
+"""forest: tree engine, estimators, model files, command-line tools and reports.
+
+The estimators are exported lazily (PEP 562), so ``import forest`` (and therefore
+``forest-train --help``) does not pay for importing scikit-learn and compiling
+Numba kernels until an estimator is actually used::
+
+    from forest import CausalForest, RegressionForest, GBDTRegressor, GBDTClassifier
+"""
+import importlib
+
+_EXPORTS = {
+    "CausalForest": "forest.causal_forest",
+    "RegressionForest": "forest.regression_forest",
+    "GBDTRegressor": "forest.gbdt",
+    "GBDTClassifier": "forest.gbdt",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'forest' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)
