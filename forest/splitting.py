@@ -20,9 +20,14 @@ Missing direction when a node saw no missing values for the chosen feature
     Both directions score the same; rows with NaN at prediction time are sent to the
     child with more weight (as scikit-learn does), which is deterministic too.
 
-:func:`find_best_splits` is the vectorised NumPy implementation used by the growers;
-:func:`find_best_splits_reference` is a slow loop over candidates used by tests.
+:func:`find_best_splits` is the vectorised NumPy implementation used by the growers for
+any criterion; for :class:`forest.criteria.NewtonCriterion` it runs a Numba kernel
+instead (same candidates, constraints, ties and missing rule), because boosting calls
+the search once per split step on one or two nodes, where NumPy's per-call overhead
+and temporaries dominated fit time. :func:`find_best_splits_reference` is a slow loop
+over candidates used by tests.
 """
+import numba
 import numpy as np
 
 #: Upper bound on the float64 elements of one candidate block (per chunk of nodes),
@@ -140,6 +145,13 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
     result = SplitResult.empty(n_nodes, n_channels)
     if n_nodes == 0 or n_features == 0:
         return result
+    if getattr(criterion, "numba_search", None) is not None:
+        pc = None if parent_count is None else np.ascontiguousarray(parent_count, dtype=np.float64)
+        criterion.numba_search(np.ascontiguousarray(hist, dtype=np.float64), parent, nb, int(missing_bin),
+                               None if feature_mask is None else np.ascontiguousarray(feature_mask), pc,
+                               float(min_gain), float(rel_tol), result)
+        result.feature[result.feature >= 0] += feature_offset
+        return result
     valid = _candidate_valid(nb, missing_bin)
     per_node = n_features * missing_bin * 2 * n_channels * 6
     chunk = max(1, _CHUNK_ELEMENTS // max(per_node, 1))
@@ -196,6 +208,113 @@ def _search_chunk(hist, parent, criterion, valid, missing_bin, feature_mask, par
     result.gain[sl] = np.where(ok, best, -np.inf)
     result.left_stats[sl] = np.where(ok[:, None], lstats, 0.0)
     result.right_stats[sl] = np.where(ok[:, None], rstats, 0.0)
+
+
+@numba.njit(cache=True, inline="always")
+def _newton_score(st, k, lam):
+    s = 0.0
+    for j in range(k):
+        d = st[k + j] + lam
+        if d > 0:
+            s += st[j] * st[j] / d
+    return s
+
+
+@numba.njit(cache=True)
+def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_count, use_count, k, lam, min_leaf,
+                          min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_left, out_right):
+    n_nodes, n_features, _, c = hist.shape
+    nv = missing_bin
+    gains = np.empty((n_features, nv, 2))
+    cum = np.empty(c)
+    total = np.empty(c)
+    left = np.empty(c)
+    right = np.empty(c)
+    for n in range(n_nodes):
+        hp = 0.0
+        for j in range(k):
+            hp += parent[n, k + j]
+        factor = 1.0
+        if use_count:
+            factor = parent_count[n] / hp if hp > 0 else 0.0
+        score_p = _newton_score(parent[n], k, lam)
+        best = -np.inf
+        for f in range(n_features):
+            for b in range(nv):
+                gains[f, b, 0] = -np.inf
+                gains[f, b, 1] = -np.inf
+            if use_mask and not mask[n, f]:
+                continue
+            nbf = nb[f]
+            for ch in range(c):
+                acc = 0.0
+                for b in range(nv):
+                    acc += hist[n, f, b, ch]
+                total[ch] = acc + hist[n, f, missing_bin, ch]
+                cum[ch] = 0.0
+            for b in range(nbf):
+                for ch in range(c):
+                    cum[ch] += hist[n, f, b, ch]
+                for d in range(2):
+                    if d == 1 and b == nbf - 1:
+                        continue
+                    hl = 0.0
+                    hr = 0.0
+                    for ch in range(c):
+                        left[ch] = cum[ch] + hist[n, f, missing_bin, ch] if d == 1 else cum[ch]
+                        right[ch] = total[ch] - left[ch]
+                    for j in range(k):
+                        hl += left[k + j]
+                        hr += right[k + j]
+                    if hl < min_hess or hr < min_hess or hl * factor < min_leaf or hr * factor < min_leaf:
+                        continue
+                    g = _newton_score(left, k, lam) + _newton_score(right, k, lam) - score_p
+                    gains[f, b, d] = g
+                    if g > best:
+                        best = g
+        out_f[n] = -1
+        out_gain[n] = -np.inf
+        if not (best > min_gain and best < np.inf):
+            continue
+        thr = best - rel_tol * abs(best)
+        found = False
+        for f in range(n_features):
+            for b in range(nv):
+                for d in range(2):
+                    if gains[f, b, d] >= thr:
+                        found = True
+                        break
+                if found:
+                    break
+            if found:
+                break
+        # recompute the chosen children's sums exactly as in the scan
+        miss_w = 0.0
+        for j in range(k):
+            miss_w += hist[n, f, missing_bin, k + j]
+        for ch in range(c):
+            acc = 0.0
+            for bb in range(nv):
+                acc += hist[n, f, bb, ch]
+            tot = acc + hist[n, f, missing_bin, ch]
+            acc = 0.0
+            for bb in range(b + 1):
+                acc += hist[n, f, bb, ch]
+            lv = acc + hist[n, f, missing_bin, ch] if d == 1 else acc
+            out_left[n, ch] = lv
+            out_right[n, ch] = tot - lv
+        ml = d == 1
+        if miss_w == 0.0:
+            lw = 0.0
+            rw = 0.0
+            for j in range(k):
+                lw += out_left[n, k + j]
+                rw += out_right[n, k + j]
+            ml = lw >= rw
+        out_f[n] = f
+        out_b[n] = b
+        out_ml[n] = ml
+        out_gain[n] = best
 
 
 def find_best_splits_reference(hist, parent, criterion, n_bins_non_missing, missing_bin, feature_mask=None,

@@ -52,6 +52,33 @@ def test_vectorised_matches_reference(rng, crit):
     assert np.all(mask[np.flatnonzero(fast.valid), fast.feature[fast.valid]])
 
 
+class _NumpyNewton(NewtonCriterion):
+    numba_search = None  # force the generic vectorised search
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_newton_numba_search_matches_vectorised(rng, k):
+    crit = NewtonCriterion(n_outputs=k, l2_regularization=0.3, min_samples_leaf=5, min_child_weight=0.2)
+    plain = _NumpyNewton(n_outputs=k, l2_regularization=0.3, min_samples_leaf=5, min_child_weight=0.2)
+    hist, parent = _random_hist(rng, 9, 5, 12, crit)
+    nb = np.array([12, 12, 4, 1, 9])
+    for f, n in enumerate(nb):
+        hist[:, f, n:12] = 0.0
+    hist[3, :, 12] = 0.0  # a node without missing values
+    parent = hist[:, 0].sum(axis=1)
+    mask = rng.random((9, 5)) < 0.7
+    counts = rng.uniform(20, 80, size=9)
+    a = find_best_splits(hist, parent, crit, nb, 12, feature_mask=mask, parent_count=counts, min_gain=0.01)
+    b = find_best_splits(hist, parent, plain, nb, 12, feature_mask=mask, parent_count=counts, min_gain=0.01)
+    np.testing.assert_array_equal(a.feature, b.feature)
+    np.testing.assert_array_equal(a.bin, b.bin)
+    np.testing.assert_array_equal(a.missing_left, b.missing_left)
+    np.testing.assert_allclose(a.gain, b.gain, rtol=1e-12)
+    np.testing.assert_allclose(a.left_stats, b.left_stats, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(a.right_stats, b.right_stats, rtol=1e-12, atol=1e-12)
+    assert a.valid.sum() >= 5
+
+
 def test_best_split_is_the_known_step():
     # y jumps between value bins 2 and 3 of feature 1; feature 0 is noise.
     rng = np.random.default_rng(0)
