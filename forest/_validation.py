@@ -19,6 +19,15 @@ def _is_arrow(X):
     return type(X).__module__.startswith("pyarrow") and hasattr(X, "column_names") and hasattr(X, "column")
 
 
+def _numeric_dtype(dt):
+    """Whether a pandas column dtype (numpy or extension) holds numbers or booleans."""
+    try:
+        np_dt = np.dtype(getattr(dt, "numpy_dtype", dt))
+    except TypeError:  # string, categorical and other extension dtypes
+        return False
+    return np_dt.kind in "biuf"
+
+
 def _arrow_column(col, name):
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -65,9 +74,7 @@ def as_float_matrix(X, *, name="X", allow_nan=True, allow_empty=False):
         arr = np.stack(cols, axis=1) if cols else np.zeros((X.num_rows, 0))
     elif _is_pandas(X):
         names = [str(c) for c in X.columns]
-        bad = [c for c, dt in zip(names, X.dtypes) if not (np.issubdtype(np.dtype(getattr(dt, "numpy_dtype", dt)),
-                                                                          np.number)
-                                                          or np.dtype(getattr(dt, "numpy_dtype", dt)) == bool)]
+        bad = [c for c, dt in zip(names, X.dtypes) if not _numeric_dtype(dt)]
         if bad:
             raise ValueError(f"{name} has non-numeric columns {bad}; encode them as numbers first")
         arr = X.to_numpy(dtype=np.float64, na_value=np.nan)
