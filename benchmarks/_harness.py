@@ -210,10 +210,11 @@ def run_contender(name, module, function, kwargs=None, threads=2, timeout=3600,
     if verbose:
         extra = ""
         if result["status"] == "ok":
-            extra = (f" fit {result.get('fit_s', float('nan')):.2f}s"
-                     f" predict {result.get('predict_s', float('nan')):.2f}s"
-                     f" peak {result.get('peak_rss_mb', float('nan')):.0f} MB"
-                     f" metrics {result.get('metrics', {})}")
+            for key, label, form in (("fit_s", "fit", "{:.2f}s"), ("predict_s", "predict", "{:.2f}s"),
+                                     ("peak_rss_mb", "peak", "{:.0f} MB")):
+                if isinstance(result.get(key), (int, float)):
+                    extra += f" {label} " + form.format(result[key])
+            extra += f" metrics {result.get('metrics', {})}"
         print(f"[{name}] {result['status']} in {result['wall_s']:.1f}s{extra}", flush=True)
     return result
 

@@ -328,7 +328,7 @@ def big_table(ours, lgb, n):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help="smoke run: n 4k/10k, 1M case at 50k, 40 trees, 2 IHDP replications, 2 coverage seeds")
+                   help="smoke run: n 4k/10k, 1M case at 20k, 40 trees, 2 IHDP replications, 2 coverage seeds")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--trees", type=int, default=None, help="trees per forest (default 200; 40 with --quick)")
     p.add_argument("--min-samples-leaf", type=int, default=5)
@@ -340,7 +340,10 @@ def parse_args(argv=None):
     p.add_argument("--ihdp-replications", type=int, default=None, help="default 10 (2 with --quick)")
     p.add_argument("--coverage-seeds", type=int, default=None, help="default 5 (2 with --quick)")
     p.add_argument("--coverage-trees", type=int, default=None, help="default 2000 (200 with --quick)")
-    p.add_argument("--no-write", action="store_true", help="print tables only; leave RESULTS.md alone")
+    p.add_argument("--write", dest="write", action="store_true", default=None,
+                   help="write the tables to RESULTS.md (default for full runs)")
+    p.add_argument("--no-write", dest="write", action="store_false",
+                   help="print tables only; leave RESULTS.md alone (default with --quick)")
     args = p.parse_args(argv)
     q = args.quick
     args.trees = args.trees or (40 if q else 200)
@@ -349,7 +352,7 @@ def parse_args(argv=None):
     args.coverage_seeds = args.coverage_seeds or (2 if q else 5)
     args.coverage_trees = args.coverage_trees or (200 if q else 2000)
     args.accuracy_n = [4_000, 10_000] if q else [20_000, 100_000]
-    args.big_n = 50_000 if q else 1_000_000
+    args.big_n = 20_000 if q else 1_000_000
     return args
 
 
@@ -462,7 +465,7 @@ def main(argv=None):
         body += ["", f"- {r['name']}: {r['status']}"]
     text = "\n".join(body)
     print("\n" + text)
-    if not args.no_write:
+    if args.write if args.write is not None else not args.quick:
         title = "Quick smoke run" if args.quick else "Full run"
         _harness.write_results_section(SECTION, text, title=title)
         print(f"\nwritten to {_harness.RESULTS_PATH} under '## {SECTION}'")

@@ -280,7 +280,10 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=None, help="seconds per contender (default 3600; 600 with --quick)")
     p.add_argument("--only", default=None,
                    help="comma list among ours,lightgbm,xgboost,hgb,mpi,lgb-dp (default: all)")
-    p.add_argument("--no-write", action="store_true", help="print tables only; leave RESULTS.md alone")
+    p.add_argument("--write", dest="write", action="store_true", default=None,
+                   help="write the tables to RESULTS.md (default for full runs)")
+    p.add_argument("--no-write", dest="write", action="store_false",
+                   help="print tables only; leave RESULTS.md alone (default with --quick)")
     args = p.parse_args(argv)
     if args.quick and args.n_train == 1_000_000:
         args.n_train = 100_000
@@ -340,7 +343,7 @@ def main(argv=None):
         body += ["", f"- {r['name']}: {r['status']}"]
     text = "\n".join(body)
     print("\n" + text)
-    if not args.no_write:
+    if args.write if args.write is not None else not args.quick:
         title = f"{'Quick smoke run' if args.quick else 'Full run'}, {args.n_train:,} training rows"
         _harness.write_results_section(SECTION, text, title=title)
         print(f"\nwritten to {_harness.RESULTS_PATH} under '## {SECTION}'")
