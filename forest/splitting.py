@@ -220,6 +220,60 @@ def _newton_score(st, k, lam):
     return s
 
 
+@numba.njit(cache=True, inline="always")
+def _newton_score1(g, h, lam):
+    d = h + lam
+    return g * g / d if d > 0 else 0.0
+
+
+@numba.njit(cache=True)
+def _newton_scan_k1(hist, n, f, nbf, missing_bin, lam, min_leaf, min_hess, factor, score_p, gains):
+    """Fill gains[b, d] of one (node, feature) for one output (scalar fast path).
+
+    Skipped candidates stay -inf and never change the result: an empty bin repeats
+    the previous bin's split (which comes first in tie order), and without missing
+    rows "missing left" repeats "missing right" (which comes first too).
+    """
+    gt = 0.0
+    ht = 0.0
+    for b in range(missing_bin):
+        gt += hist[n, f, b, 0]
+        ht += hist[n, f, b, 1]
+    gm = hist[n, f, missing_bin, 0]
+    hm = hist[n, f, missing_bin, 1]
+    gt += gm
+    ht += hm
+    has_missing = gm != 0.0 or hm != 0.0
+    gl = 0.0
+    hl = 0.0
+    best = -np.inf
+    for b in range(nbf):
+        gb = hist[n, f, b, 0]
+        hb = hist[n, f, b, 1]
+        gl += gb
+        hl += hb
+        if b > 0 and gb == 0.0 and hb == 0.0:
+            continue
+        for d in range(2):
+            if d == 1 and (b == nbf - 1 or not has_missing):
+                continue
+            if d == 0:
+                lg = gl
+                lh = hl
+            else:
+                lg = gl + gm
+                lh = hl + hm
+            rg = gt - lg
+            rh = ht - lh
+            if lh < min_hess or rh < min_hess or lh * factor < min_leaf or rh * factor < min_leaf:
+                continue
+            g = _newton_score1(lg, lh, lam) + _newton_score1(rg, rh, lam) - score_p
+            gains[b, d] = g
+            if g > best:
+                best = g
+    return best
+
+
 @numba.njit(cache=True)
 def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_count, use_count, k, lam, min_leaf,
                           min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_left, out_right):
@@ -239,24 +293,35 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
             factor = parent_count[n] / hp if hp > 0 else 0.0
         score_p = _newton_score(parent[n], k, lam)
         best = -np.inf
+        gains[:] = -np.inf
         for f in range(n_features):
-            for b in range(nv):
-                gains[f, b, 0] = -np.inf
-                gains[f, b, 1] = -np.inf
             if use_mask and not mask[n, f]:
                 continue
             nbf = nb[f]
+            if k == 1:
+                bf = _newton_scan_k1(hist, n, f, nbf, missing_bin, lam, min_leaf, min_hess, factor, score_p, gains[f])
+                if bf > best:
+                    best = bf
+                continue
+            has_missing = False
             for ch in range(c):
                 acc = 0.0
                 for b in range(nv):
                     acc += hist[n, f, b, ch]
                 total[ch] = acc + hist[n, f, missing_bin, ch]
                 cum[ch] = 0.0
+                if hist[n, f, missing_bin, ch] != 0.0:
+                    has_missing = True
             for b in range(nbf):
+                empty = True
                 for ch in range(c):
                     cum[ch] += hist[n, f, b, ch]
+                    if hist[n, f, b, ch] != 0.0:
+                        empty = False
+                if b > 0 and empty:
+                    continue  # same split as the previous bin (see _newton_scan_k1)
                 for d in range(2):
-                    if d == 1 and b == nbf - 1:
+                    if d == 1 and (b == nbf - 1 or not has_missing):
                         continue
                     hl = 0.0
                     hr = 0.0
@@ -288,7 +353,7 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
                     break
             if found:
                 break
-        # recompute the chosen children's sums exactly as in the scan
+        # the chosen children's sums, summed in the same order as in the scan
         miss_w = 0.0
         for j in range(k):
             miss_w += hist[n, f, missing_bin, k + j]
