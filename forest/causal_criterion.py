@@ -55,7 +55,7 @@ which equals GRF's estimate with its forest weights.
 import numpy as np
 
 from forest._validation import as_columns
-from numba import vectorize
+from numba import njit, vectorize
 
 from .criteria import Criterion
 
@@ -166,15 +166,14 @@ class CausalChannels:
         return g, w, y, wy, ww
 
 
-@vectorize(["float64(float64, float64, float64, float64, float64, float64, float64, float64, float64, float64,"
-            " float64, float64, float64, float64, float64, float64, float64, float64, float64, float64, float64)"],
-           cache=True)
-def _gain_scalar_ufunc(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, ar, wb, yb, tau, floor, valid, m,
-                       pen):
-    """Fused ``K = M = 1`` gain (one pass, no temporaries); see ``CausalCriterion.gain``.
+@njit(cache=True)
+def _gain_scalar_core(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, ar, wb, yb, tau, floor, valid, m,
+                      pen):
+    """Fused ``K = M = 1`` gain of one candidate (no temporaries); see ``CausalCriterion.gain``.
 
     For one treatment column the two constraint kinds coincide: ``a >= m`` and
-    ``n - a >= m`` on each side, ``a`` the arm-1 (or positive-sign) count.
+    ``n - a >= m`` on each side, ``a`` the arm-1 (or positive-sign) count. Shared by
+    the vectorised ufunc below and the exact small-node grower (:func:`causal_gain`).
     """
     if valid == 0.0 or gl <= 0.0 or gr <= 0.0:
         return -np.inf
@@ -192,6 +191,53 @@ def _gain_scalar_ufunc(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, a
             return -np.inf
         score -= pen * (1.0 / size_l + 1.0 / size_r)
     return score
+
+
+@vectorize(["float64(float64, float64, float64, float64, float64, float64, float64, float64, float64, float64,"
+            " float64, float64, float64, float64, float64, float64, float64, float64, float64, float64, float64)"],
+           cache=True)
+def _gain_scalar_ufunc(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, ar, wb, yb, tau, floor, valid, m,
+                       pen):
+    """Vectorised :func:`_gain_scalar_core` (the histogram split search's ``K = M = 1`` path)."""
+    return _gain_scalar_core(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, ar, wb, yb, tau, floor, valid,
+                             m, pen)
+
+
+#: ``forest.criteria.NumbaGain.kind`` of :class:`CausalCriterion` with ``K = M = 1``.
+KIND_CAUSAL = 1
+
+
+@njit(cache=True)
+def causal_prepare(parent, params, out):
+    """Node constants of the ``K = M = 1`` causal gain, as ``_parent_terms`` computes them.
+
+    ``params = [min_samples_leaf, alpha, imbalance_penalty]``; ``out[:5]`` becomes
+    ``wbar, ybar, tau_P, alpha * spread_P, valid_P``.
+    """
+    g = parent[0]
+    w = parent[1]
+    y = parent[2]
+    wy = parent[3]
+    ww = parent[4]
+    wbar = w / g if g > 0 else 0.0
+    ybar = y / g if g > 0 else 0.0
+    mp = ww - w * wbar
+    cp = wy - w * ybar
+    scale = max(ww, 1e-300)
+    valid = g > 0 and mp > 1e-12 * scale
+    out[0] = wbar
+    out[1] = ybar
+    out[2] = cp / (mp if valid else 1.0)
+    out[3] = params[1] * mp
+    out[4] = 1.0 if valid else 0.0
+
+
+@njit(cache=True)
+def causal_gain(left, right, consts, params):
+    """Scalar ``K = M = 1`` :meth:`CausalCriterion.gain` (``consts`` from :func:`causal_prepare`)."""
+    return _gain_scalar_core(left[0], left[1], left[2], left[3], left[4], left[5], left[6],
+                             right[0], right[1], right[2], right[3], right[4], right[5], right[6],
+                             consts[0], consts[1], consts[2], consts[3], consts[4], params[0], params[2])
 
 
 def _safe_div(num, den):
@@ -388,6 +434,20 @@ class CausalCriterion(Criterion):
     def node_weight(self, stats):
         """Row count, shape (...)."""
         return self._check_stats(stats)[..., self.layout.i_count]
+
+    def numba_gain(self):
+        """Compiled scalar gain (``forest.criteria.NumbaGain``), or ``None``.
+
+        Only the single-column case (``K = M = 1`` without preconditioning: binary or
+        scalar continuous treatment, scalar outcome) has a kernel; multi-arm and vector
+        cases return ``None`` and growers keep the histogram path for every node.
+        """
+        if not (self.K == 1 and self.M == 1 and not self.precondition):
+            return None
+        from .criteria import NumbaGain
+
+        return NumbaGain(KIND_CAUSAL, causal_prepare, causal_gain,
+                         [self.min_samples_leaf, self.alpha, self.imbalance_penalty], self.layout.i_count)
 
 
 # ---------------------------------------------------------------------- references

@@ -268,3 +268,95 @@ class VarianceCriterion(Criterion):
 
     def node_objective(self, stats):
         return -self._score(self._check_stats(stats))
+
+    def numba_gain(self):
+        """Compiled scalar gain of this criterion, any number of targets (see :class:`NumbaGain`)."""
+        params = [self.n_targets, 1.0 if self.count_channel else 0.0, self.min_samples_leaf, self.min_weight_leaf]
+        return NumbaGain(KIND_VARIANCE, variance_prepare, variance_gain, params, 0)
+
+
+# ---------------------------------------------------------------------- scalar kernels
+# Compiled per-candidate versions of ``VarianceCriterion.gain`` for the exact
+# small-node grower (:mod:`forest.local_growth`), which scores one candidate split at
+# a time instead of whole histogram blocks. ``prepare`` turns a parent's channel sums
+# into the node constants the gain needs (here the parent's score), once per node.
+
+import numba as _numba  # noqa: E402  (kept next to the kernels it serves)
+
+
+class NumbaGain:
+    """A criterion's compiled scalar gain, as :mod:`forest.local_growth` calls it.
+
+    Attributes
+    ----------
+    kind : int
+        Which kernel pair :mod:`forest.local_growth` dispatches to
+        (:data:`KIND_VARIANCE` or ``forest.causal_criterion.KIND_CAUSAL``).
+    prepare : numba dispatcher
+        ``prepare(parent (C,), params, out (8,))``: node constants into ``out``.
+    gain : numba dispatcher
+        ``gain(left (C,), right (C,), consts (8,), params) -> float64``; equals the
+        criterion's vectorised ``gain`` for the same sums (``-inf`` where a
+        constraint fails).
+    params : ndarray of float64
+        The criterion's parameters in the kernel's layout.
+    weight_channel : int
+        Channel that ``node_weight`` returns.
+    """
+
+    def __init__(self, kind, prepare, gain, params, weight_channel):
+        self.kind = int(kind)
+        self.prepare = prepare
+        self.gain = gain
+        self.params = np.ascontiguousarray(params, dtype=np.float64)
+        self.weight_channel = int(weight_channel)
+
+    def __call__(self, left, right, parent):
+        """Gain of one candidate from NumPy vectors (for tests and checks)."""
+        consts = np.zeros(8)
+        self.prepare(np.ascontiguousarray(parent, dtype=np.float64), self.params, consts)
+        return float(self.gain(np.ascontiguousarray(left, dtype=np.float64),
+                               np.ascontiguousarray(right, dtype=np.float64), consts, self.params))
+
+
+#: ``NumbaGain.kind`` of :class:`VarianceCriterion`.
+KIND_VARIANCE = 0
+
+
+@_numba.njit(cache=True, inline="always")
+def _variance_score(st, n_targets):
+    w = st[0]
+    s = 0.0
+    if w > 0:
+        for t in range(n_targets):
+            s += st[1 + t] * st[1 + t] / w
+    return s
+
+
+@_numba.njit(cache=True)
+def variance_prepare(parent, params, out):
+    """Node constants of :class:`VarianceCriterion`: ``out[0]`` = the parent's score.
+
+    ``params = [n_targets, count_channel, min_samples_leaf, min_weight_leaf]``.
+    """
+    out[0] = _variance_score(parent, int(params[0]))
+
+
+@_numba.njit(cache=True)
+def variance_gain(left, right, consts, params):
+    """Scalar :meth:`VarianceCriterion.gain` (``consts`` from :func:`variance_prepare`)."""
+    n_targets = int(params[0])
+    wl = left[0]
+    wr = right[0]
+    if not (wl > 0 and wr > 0 and wl >= params[3] and wr >= params[3]):
+        return -np.inf
+    if params[1] != 0.0:
+        c = left.shape[0] - 1
+        cl = left[c]
+        cr = right[c]
+    else:
+        cl = wl
+        cr = wr
+    if not (cl >= params[2] and cr >= params[2]):
+        return -np.inf
+    return _variance_score(left, n_targets) + _variance_score(right, n_targets) - consts[0]

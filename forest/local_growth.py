@@ -1,0 +1,555 @@
+"""Exact growth of whole subtrees of small nodes from binned codes, without histograms.
+
+This module owns the "finish small nodes locally" step of level-wise forest growth
+(:func:`forest.grower.grow_levelwise`). Deep forest trees (``min_samples_leaf`` ~ 5)
+have thousands of nodes of a handful of rows each; giving every one of them a dense
+``n_features x n_bins x C`` histogram costs ``nodes x F x B x C`` work (and bytes in the
+collectives). A node of ``m`` rows instead is split exactly from its rows: per
+feature, its rows are kept ordered by bin code, channel sums are accumulated along
+that order, and every boundary between two distinct codes is scored, with the missing
+bin on either side. A whole subtree costs ``O(F m depth)`` after one counting sort.
+
+Same split rule as the histogram path (:mod:`forest.splitting`)
+    Of all histogram thresholds that give the same partition, the histogram search's
+    tie rule picks the lowest bin, so only the present codes ``c`` (threshold
+    ``b = c``) and, when the node has missing rows and no row in bin 0, the
+    "missing rows alone on the left" candidate (``b = 0``, missing left) can win;
+    these are exactly the candidates scored here, in the same (feature, bin,
+    missing-right before missing-left) order. The best gain ``g`` wins with ties
+    within ``rel_tol * |g|`` going to the first candidate in that order; a split
+    needs ``g > min_gain``; a node whose chosen feature has no missing weight sends
+    missing values to the heavier child. ``min_samples_split`` and ``max_depth``
+    stop growth as in the histogram path, and per-node feature subsampling uses the
+    same hash as :func:`forest.splitting.mtry_feature_mask` (:func:`mtry_mask`).
+Determinism
+    A subtree is a pure function of its rows *in their given order* (the caller passes
+    them in global-row-id order), so every rank and every rank count that finishes a
+    node grows the same subtree bit for bit: the counting sort and the partitions are
+    stable, and sums run in that order.
+Node ids
+    A tree's subtrees are grown one after another (parallelism is over trees), and a
+    split's two children take the next two ids of the tree, in depth-first order, so
+    ids are contiguous, parents precede children, and the mtry key of a node is its
+    final id.
+
+The kernels return flat records (one per split); :func:`forest.grower.grow_levelwise`
+appends them to the :class:`forest.tree.Tree` objects. :func:`grow_subtrees_reference`
+is a slow pure-Python version used by tests.
+"""
+import numba
+import numpy as np
+
+from histogram.rowhash import _GOLDEN, _mix64
+
+from .causal_criterion import KIND_CAUSAL, causal_gain, causal_prepare
+from .criteria import KIND_VARIANCE, variance_gain, variance_prepare
+
+#: Stream of :func:`forest.splitting.mtry_feature_mask` (``"mtry"``).
+_MTRY_STREAM = 0x6D747279
+
+#: Columns of the integer record array.
+REC_NODE, REC_LEFT, REC_DEPTH, REC_FEATURE, REC_BIN, REC_MISSING_LEFT = range(6)
+N_INT_FIELDS = 6
+
+#: Below this many rows in a call, the kernel runs on one thread (waking the pool
+#: costs more than the work).
+_SERIAL_ROWS = 4096
+
+
+def mtry_stream_keys(seed):
+    """The two per-seed keys of the mtry hash, as uint64 (see :func:`mtry_mask`)."""
+    out = []
+    for stream in (_MTRY_STREAM, _MTRY_STREAM + 1):
+        with np.errstate(over="ignore"):
+            key = _mix64(np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF) * _GOLDEN + np.uint64(stream))
+        out.append(np.uint64(key))
+    return out[0], out[1]
+
+
+@numba.njit(cache=True, inline="always")
+def _mix(z):
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True)
+def mtry_mask(key1, key2, tree_index, node_id, n_features, mtry, out):
+    """Numba port of :func:`forest.splitting.mtry_feature_mask` for one node.
+
+    Parameters
+    ----------
+    key1, key2 : uint64
+        From :func:`mtry_stream_keys`.
+    tree_index, node_id : int
+    n_features, mtry : int
+        ``mtry <= 0`` or ``>= n_features`` allows every feature.
+    out : ndarray of bool, shape (n_features,)
+        Filled in place.
+    """
+    if mtry <= 0 or mtry >= n_features:
+        out[:] = True
+        return
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    node = np.uint64((np.int64(tree_index) << np.int64(31)) ^ np.int64(node_id))
+    node_key = _mix(node * golden + key1)
+    keys = np.empty(n_features, dtype=np.uint64)
+    for f in range(n_features):
+        keys[f] = _mix((node_key + np.uint64(f)) * golden + key2)
+    order = np.argsort(keys, kind="mergesort")
+    out[:] = False
+    for j in range(mtry):
+        out[order[j]] = True
+
+
+@numba.njit(cache=True, inline="always")
+def _prepare(kind, parent, params, consts):
+    if kind == KIND_CAUSAL:
+        causal_prepare(parent, params, consts)
+    else:
+        variance_prepare(parent, params, consts)
+
+
+@numba.njit(cache=True, inline="always")
+def _gain(kind, left, right, consts, params):
+    if kind == KIND_CAUSAL:
+        return causal_gain(left, right, consts, params)
+    return variance_gain(left, right, consts, params)
+
+
+@numba.njit(cache=True)
+def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, next_id, rec, rec_i, rec_f,
+               nb, missing_bin, kind, params, wch, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
+    """Grow the subtree of one node from its rows ``rows[s:e]``; returns ``(next_id, rec)``."""
+    m = e - s
+    n_features = binned.shape[0]
+    c = channels.shape[1]
+    # Local copies: codes (F, m) and channels (m, C) of the node's rows, by position.
+    tc = np.empty((n_features, m), dtype=np.uint8)
+    ch = np.empty((m, c))
+    for i in range(m):
+        r = rows[s + i]
+        for k in range(c):
+            ch[i, k] = channels[r, k]
+    for f in range(n_features):
+        for i in range(m):
+            tc[f, i] = binned[f, rows[s + i]]
+    # Stable counting sort of positions by code, per feature; later partitions keep it.
+    order = np.empty((n_features, m), dtype=np.int32)
+    counts = np.empty(257, dtype=np.int64)
+    for f in range(n_features):
+        counts[:] = 0
+        for i in range(m):
+            counts[np.int64(tc[f, i]) + 1] += 1
+        for b in range(256):
+            counts[b + 1] += counts[b]
+        for i in range(m):
+            code = np.int64(tc[f, i])
+            order[f, counts[code]] = i
+            counts[code] += 1
+    # Depth-first stack of nodes still to split: segment [lo, hi) of every order row.
+    st_lo = np.empty(m + 1, dtype=np.int64)
+    st_hi = np.empty(m + 1, dtype=np.int64)
+    st_node = np.empty(m + 1, dtype=np.int64)
+    st_depth = np.empty(m + 1, dtype=np.int64)
+    st_stats = np.empty((m + 1, c))
+    for k in range(c):
+        acc = 0.0
+        for i in range(m):
+            acc += ch[i, k]
+        st_stats[0, k] = acc
+    st_lo[0] = 0
+    st_hi[0] = m
+    st_node[0] = root_id
+    st_depth[0] = root_depth
+    sp = 1
+    if not (st_stats[0, wch] >= min_split and root_depth < max_depth):
+        sp = 0
+    cand_gain = np.empty((n_features, 2 * m + 2))
+    cand_bin = np.empty((n_features, 2 * m + 2), dtype=np.int64)
+    cand_dir = np.empty((n_features, 2 * m + 2), dtype=np.int64)
+    cand_end = np.empty((n_features, 2 * m + 2), dtype=np.int64)
+    n_cand = np.zeros(n_features, dtype=np.int64)
+    allowed = np.empty(n_features, dtype=np.bool_)
+    parent = np.empty(c)
+    consts = np.zeros(8)
+    cum = np.empty(c)
+    miss = np.empty(c)
+    left = np.empty(c)
+    right = np.empty(c)
+    goes_left = np.empty(m, dtype=np.bool_)
+    scratch = np.empty(m, dtype=np.int32)
+    while sp > 0:
+        sp -= 1
+        lo = st_lo[sp]
+        hi = st_hi[sp]
+        node = st_node[sp]
+        depth = st_depth[sp]
+        for k in range(c):
+            parent[k] = st_stats[sp, k]
+        _prepare(kind, parent, params, consts)
+        mtry_mask(key1, key2, tree_index, node, n_features, mtry, allowed)
+        best = -np.inf
+        for f in range(n_features):
+            n_cand[f] = 0
+            if not allowed[f]:
+                continue
+            # Missing rows sort last (missing_bin is the largest code).
+            kv = hi
+            while kv > lo and np.int64(tc[f, order[f, kv - 1]]) == missing_bin:
+                kv -= 1
+            if kv == lo:
+                continue
+            n_miss = hi - kv
+            for k in range(c):
+                miss[k] = 0.0
+            for i in range(kv, hi):
+                p = order[f, i]
+                for k in range(c):
+                    miss[k] += ch[p, k]
+            nc = 0
+            if n_miss > 0 and tc[f, order[f, lo]] > 0:
+                # threshold bin 0 with no row in bin 0: the missing rows alone go left
+                for k in range(c):
+                    left[k] = 0.0 + miss[k]
+                    right[k] = parent[k] - left[k]
+                g = _gain(kind, left, right, consts, params)
+                cand_gain[f, nc] = g
+                cand_bin[f, nc] = 0
+                cand_dir[f, nc] = 1
+                cand_end[f, nc] = lo - 1
+                nc += 1
+                if g > best:
+                    best = g
+            for k in range(c):
+                cum[k] = 0.0
+            for i in range(lo, kv):
+                p = order[f, i]
+                for k in range(c):
+                    cum[k] += ch[p, k]
+                code = tc[f, p]
+                if i + 1 < kv and tc[f, order[f, i + 1]] == code:
+                    continue
+                if not (i == kv - 1 and n_miss == 0):
+                    for k in range(c):
+                        right[k] = parent[k] - cum[k]
+                    g = _gain(kind, cum, right, consts, params)
+                    cand_gain[f, nc] = g
+                    cand_bin[f, nc] = code
+                    cand_dir[f, nc] = 0
+                    cand_end[f, nc] = i
+                    nc += 1
+                    if g > best:
+                        best = g
+                if n_miss > 0 and i < kv - 1:
+                    for k in range(c):
+                        left[k] = cum[k] + miss[k]
+                        right[k] = parent[k] - left[k]
+                    g = _gain(kind, left, right, consts, params)
+                    cand_gain[f, nc] = g
+                    cand_bin[f, nc] = code
+                    cand_dir[f, nc] = 1
+                    cand_end[f, nc] = i
+                    nc += 1
+                    if g > best:
+                        best = g
+            n_cand[f] = nc
+        if not (best > min_gain and best < np.inf):
+            continue
+        thr = best - rel_tol * abs(best)
+        bf = -1
+        bj = -1
+        for f in range(n_features):
+            for j in range(n_cand[f]):
+                if cand_gain[f, j] >= thr:
+                    bf = f
+                    bj = j
+                    break
+            if bf >= 0:
+                break
+        b = cand_bin[bf, bj]
+        d = cand_dir[bf, bj]
+        end = cand_end[bf, bj]
+        # The chosen children's sums, recomputed in the scan's order (same bits).
+        for k in range(c):
+            cum[k] = 0.0
+            miss[k] = 0.0
+        for i in range(lo, end + 1):
+            p = order[bf, i]
+            for k in range(c):
+                cum[k] += ch[p, k]
+        for i in range(lo, hi):
+            p = order[bf, i]
+            if np.int64(tc[bf, p]) == missing_bin:
+                for k in range(c):
+                    miss[k] += ch[p, k]
+        for k in range(c):
+            left[k] = cum[k] + miss[k] if d == 1 else cum[k]
+            right[k] = parent[k] - left[k]
+        ml = d == 1
+        if miss[wch] == 0.0:
+            ml = left[wch] >= right[wch]
+        for i in range(lo, hi):
+            p = order[bf, i]
+            code = np.int64(tc[bf, p])
+            goes_left[p] = ml if code == missing_bin else code <= b
+        n_left = 0
+        for f in range(n_features):
+            nl = 0
+            nr = 0
+            for i in range(lo, hi):
+                p = order[f, i]
+                if goes_left[p]:
+                    order[f, lo + nl] = p
+                    nl += 1
+                else:
+                    scratch[nr] = p
+                    nr += 1
+            for j in range(nr):
+                order[f, lo + nl + j] = scratch[j]
+            n_left = nl
+        lid = next_id
+        next_id += 2
+        rec_i[rec, REC_NODE] = node
+        rec_i[rec, REC_LEFT] = lid
+        rec_i[rec, REC_DEPTH] = depth + 1
+        rec_i[rec, REC_FEATURE] = bf
+        rec_i[rec, REC_BIN] = b
+        rec_i[rec, REC_MISSING_LEFT] = 1 if ml else 0
+        rec_f[rec, 0] = best
+        for k in range(c):
+            rec_f[rec, 1 + k] = left[k]
+            rec_f[rec, 1 + c + k] = right[k]
+        rec += 1
+        mid = lo + n_left
+        # Push right first so the left child is split next (depth-first, left first).
+        if right[wch] >= min_split and depth + 1 < max_depth:
+            st_lo[sp] = mid
+            st_hi[sp] = hi
+            st_node[sp] = lid + 1
+            st_depth[sp] = depth + 1
+            for k in range(c):
+                st_stats[sp, k] = right[k]
+            sp += 1
+        if left[wch] >= min_split and depth + 1 < max_depth:
+            st_lo[sp] = lo
+            st_hi[sp] = mid
+            st_node[sp] = lid
+            st_depth[sp] = depth + 1
+            for k in range(c):
+                st_stats[sp, k] = left[k]
+            sp += 1
+    return next_id, rec
+
+
+@numba.njit(cache=True)
+def _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
+                   tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch, min_split,
+                   max_depth, min_gain, rel_tol, mtry, key1, key2):
+    next_id = tree_next[t]
+    rec = rec_offsets[t]
+    for task in range(tree_task_starts[t], tree_task_starts[t + 1]):
+        next_id, rec = _grow_task(binned, channels, rows, task_starts[task], task_starts[task + 1], task_node[task],
+                                  task_depth[task], tree_index[t], next_id, rec, rec_i, rec_f, nb, missing_bin, kind,
+                                  params, wch, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
+    rec_count[t] = rec - rec_offsets[t]
+
+
+@numba.njit(cache=True)
+def _grow_trees_serial(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
+                       tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
+                       min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
+    for t in range(tree_next.shape[0]):
+        _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
+                       tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
+                       min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
+
+
+@numba.njit(cache=True, parallel=True)
+def _grow_trees_parallel(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
+                         tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
+                         min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
+    # Each tree writes only its own record slice and count: no races.
+    for t in numba.prange(tree_next.shape[0]):
+        _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
+                       tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
+                       min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
+
+
+class SubtreeRecords:
+    """Splits made by :func:`grow_subtrees`, grouped by tree, in id order.
+
+    Attributes
+    ----------
+    ints : ndarray of int64, shape (n_splits, 6)
+        Columns ``REC_NODE`` (split node id), ``REC_LEFT`` (left child id; the right
+        child is ``left + 1``), ``REC_DEPTH`` (children's depth), ``REC_FEATURE``,
+        ``REC_BIN``, ``REC_MISSING_LEFT``.
+    floats : ndarray of float64, shape (n_splits, 1 + 2 C)
+        Gain, then the left child's channel sums, then the right child's.
+    tree_starts : ndarray of int64, shape (n_trees + 1,)
+        Tree ``t``'s splits are rows ``tree_starts[t]:tree_starts[t+1]``.
+    """
+
+    def __init__(self, ints, floats, tree_starts):
+        self.ints = ints
+        self.floats = floats
+        self.tree_starts = tree_starts
+
+
+def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, task_depth, tree_next, tree_index,
+                  numba_gain, n_bins_non_missing, missing_bin, *, min_samples_split=2.0, max_depth=None, min_gain=0.0,
+                  rel_tol=1e-12, mtry=None, seed=0):
+    """Grow the full subtrees of a set of nodes exactly from their rows.
+
+    Parameters
+    ----------
+    binned : ndarray of uint8, shape (n_features, n_rows)
+    channels : ndarray of float64, shape (n_rows, C)
+    rows : ndarray of int64, shape (m,)
+        Row ids into ``binned`` / ``channels``, grouped by task (subtree root); within a
+        task the order is the summation and tie order (pass global-row-id order).
+    task_starts : ndarray of int64, shape (n_tasks + 1,)
+    task_tree : ndarray of int64, shape (n_tasks,)
+        Batch-local tree of each task, non-decreasing in ``[0, n_trees)``.
+    task_node, task_depth : ndarray of int64, shape (n_tasks,)
+        Node id (already in the tree) and depth of each subtree root.
+    tree_next : ndarray of int64, shape (n_trees,)
+        First free node id of each tree.
+    tree_index : ndarray of int64, shape (n_trees,)
+        Global tree index (keys mtry).
+    numba_gain : forest.criteria.NumbaGain
+    n_bins_non_missing : ndarray of int, shape (n_features,)
+    missing_bin : int
+    min_samples_split, max_depth, min_gain, rel_tol, mtry, seed
+        As in :func:`forest.grower.grow_levelwise`.
+
+    Returns
+    -------
+    SubtreeRecords
+    """
+    binned = np.asarray(binned)
+    channels = np.ascontiguousarray(channels, dtype=np.float64)
+    if binned.ndim != 2 or binned.dtype != np.uint8:
+        raise ValueError(f"binned must be uint8 of shape (n_features, n_rows), got {binned.dtype} {binned.shape}")
+    if channels.ndim != 2 or channels.shape[0] != binned.shape[1]:
+        raise ValueError(f"channels must have shape ({binned.shape[1]}, C), got {channels.shape}")
+    c = channels.shape[1]
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    task_starts = np.ascontiguousarray(task_starts, dtype=np.int64)
+    task_tree = np.ascontiguousarray(task_tree, dtype=np.int64)
+    tree_next = np.ascontiguousarray(tree_next, dtype=np.int64)
+    n_trees = len(tree_next)
+    n_tasks = len(task_tree)
+    if task_starts.shape != (n_tasks + 1,) or task_starts[-1] != len(rows):
+        raise ValueError("task_starts must have n_tasks + 1 entries ending at len(rows)")
+    if n_tasks and (np.any(np.diff(task_tree) < 0) or task_tree[0] < 0 or task_tree[-1] >= n_trees):
+        raise ValueError("task_tree must be non-decreasing tree numbers in [0, n_trees)")
+    tree_task_starts = np.searchsorted(task_tree, np.arange(n_trees + 1)).astype(np.int64)
+    # A subtree of m rows makes at most m - 1 splits (every leaf keeps a row).
+    rows_per_tree = np.bincount(task_tree, weights=np.diff(task_starts), minlength=n_trees).astype(np.int64)
+    rec_offsets = np.zeros(n_trees + 1, dtype=np.int64)
+    np.cumsum(rows_per_tree, out=rec_offsets[1:])
+    total = int(rec_offsets[-1])
+    rec_i = np.empty((total, N_INT_FIELDS), dtype=np.int64)
+    rec_f = np.empty((total, 1 + 2 * c))
+    rec_count = np.zeros(n_trees, dtype=np.int64)
+    key1, key2 = mtry_stream_keys(seed)
+    mt = 0 if mtry is None else int(mtry)
+    md = np.iinfo(np.int64).max if max_depth is None else int(max_depth)
+    nb = np.ascontiguousarray(n_bins_non_missing, dtype=np.int64)
+    args = (binned, channels, rows, task_starts, tree_task_starts, np.ascontiguousarray(task_node, dtype=np.int64),
+            np.ascontiguousarray(task_depth, dtype=np.int64), tree_next,
+            np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count, nb,
+            int(missing_bin), numba_gain.kind, numba_gain.params, numba_gain.weight_channel, float(min_samples_split),
+            md, float(min_gain), float(rel_tol), mt, key1, key2)
+    if n_tasks:
+        if len(rows) < _SERIAL_ROWS or n_trees == 1 or numba.get_num_threads() == 1:
+            _grow_trees_serial(*args)
+        else:
+            _grow_trees_parallel(*args)
+    keep = np.concatenate([np.arange(rec_offsets[t], rec_offsets[t] + rec_count[t]) for t in range(n_trees)]) \
+        if n_trees else np.zeros(0, dtype=np.int64)
+    starts = np.zeros(n_trees + 1, dtype=np.int64)
+    np.cumsum(rec_count, out=starts[1:])
+    return SubtreeRecords(rec_i[keep], rec_f[keep], starts)
+
+
+# ---------------------------------------------------------------------- reference
+def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task_node, task_depth, tree_next,
+                            tree_index, criterion, n_bins_non_missing, missing_bin, *, min_samples_split=2.0,
+                            max_depth=None, min_gain=0.0, rel_tol=1e-12, mtry=None, seed=0):
+    """Slow reference of :func:`grow_subtrees`: per node, a dense per-bin table and the
+    vectorised criterion over *every* histogram threshold (no candidate pruning), with
+    the tie rule of :func:`forest.splitting.find_best_splits_reference`.
+
+    Same parameters (``criterion`` instead of its ``NumbaGain``) and result, except
+    that sums come from per-bin tables, so channel sums may differ in the last bits.
+    """
+    from .splitting import mtry_feature_mask
+
+    c = channels.shape[1]
+    n_features = binned.shape[0]
+    nb = np.asarray(n_bins_non_missing, dtype=np.int64)
+    wch = criterion.numba_gain().weight_channel
+    max_depth = np.iinfo(np.int64).max if max_depth is None else int(max_depth)
+    n_trees = len(tree_next)
+    ints = [[] for _ in range(n_trees)]
+    floats = [[] for _ in range(n_trees)]
+    for t in range(n_trees):
+        next_id = int(tree_next[t])
+        for task in np.flatnonzero(np.asarray(task_tree) == t):
+            seg = np.asarray(rows[task_starts[task]:task_starts[task + 1]], dtype=np.int64)
+            root_stats = channels[seg].sum(axis=0) if len(seg) else np.zeros(c)
+            stack = [(seg, int(task_node[task]), int(task_depth[task]), root_stats)]
+            if not (root_stats[wch] >= min_samples_split and task_depth[task] < max_depth):
+                stack = []
+            while stack:
+                seg, node, depth, pstats = stack.pop()
+                mask = mtry_feature_mask(seed, [tree_index[t]], [node], n_features, mtry)[0]
+                cands = []
+                for f in range(n_features):
+                    if not mask[f]:
+                        continue
+                    codes = binned[f, seg].astype(np.int64)
+                    table = np.zeros((missing_bin + 1, c))
+                    np.add.at(table, codes, channels[seg])
+                    miss = table[missing_bin]
+                    for b in range(int(nb[f])):
+                        for d in (0, 1):
+                            if d == 1 and b == nb[f] - 1:
+                                continue
+                            left_rows = (codes <= b) & (codes != missing_bin)
+                            if d == 1:
+                                left_rows |= codes == missing_bin
+                            if left_rows.all() or not left_rows.any():
+                                continue
+                            left = channels[seg[left_rows]].sum(axis=0)
+                            right = pstats - left
+                            g = float(criterion.gain(left, right, pstats))
+                            cands.append((g, f, b, d, left, right, left_rows, miss))
+                if not cands:
+                    continue
+                best = max(x[0] for x in cands)
+                if not (np.isfinite(best) and best > min_gain):
+                    continue
+                for g, f, b, d, left, right, left_rows, miss in cands:
+                    if g >= best - rel_tol * abs(best):
+                        break
+                ml = bool(d)
+                if miss[wch] == 0:
+                    ml = bool(left[wch] >= right[wch])
+                    codes = binned[f, seg].astype(np.int64)
+                    left_rows = np.where(codes == missing_bin, ml, codes <= b)
+                lid = next_id
+                next_id += 2
+                ints[t].append([node, lid, depth + 1, f, b, int(ml)])
+                floats[t].append(np.concatenate([[best], left, right]))
+                for child_rows, cid, st in ((seg[~left_rows], lid + 1, right), (seg[left_rows], lid, left)):
+                    if st[wch] >= min_samples_split and depth + 1 < max_depth:
+                        stack.append((child_rows, cid, depth + 1, st))
+    starts = np.zeros(n_trees + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in ints], out=starts[1:])
+    all_i = np.array([r for x in ints for r in x], dtype=np.int64).reshape(-1, N_INT_FIELDS)
+    all_f = np.array([r for x in floats for r in x], dtype=np.float64).reshape(-1, 1 + 2 * c)
+    return SubtreeRecords(all_i, all_f, starts)

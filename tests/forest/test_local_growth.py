@@ -1,0 +1,174 @@
+"""Exact small-node growth (forest.local_growth) against slow references."""
+import numpy as np
+import pytest
+
+from forest.causal_criterion import CausalCriterion
+from forest.criteria import VarianceCriterion
+from forest.local_growth import grow_subtrees, grow_subtrees_reference, mtry_mask, mtry_stream_keys
+from forest.splitting import mtry_feature_mask
+
+
+def _causal_channels(rng, n, crit):
+    w = (rng.random(n) < 0.4).astype(float)
+    y = rng.normal(size=n) + w * rng.normal(size=n)
+    wc = w - 0.4
+    yc = y - y.mean()
+    return crit.make_channels(wc, yc, rng.uniform(0.5, 2.0, n), w)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mtry_mask_matches_numpy(seed):
+    k1, k2 = mtry_stream_keys(seed)
+    rng = np.random.default_rng(seed)
+    trees = rng.integers(0, 1000, 40)
+    nodes = rng.integers(0, 100000, 40)
+    for n_features, mtry in ((7, 3), (20, 5), (20, 1), (5, None), (5, 9)):
+        ref = mtry_feature_mask(seed, trees, nodes, n_features, mtry)
+        out = np.empty(n_features, dtype=bool)
+        for i in range(len(trees)):
+            mtry_mask(k1, k2, trees[i], nodes[i], n_features, 0 if mtry is None else mtry, out)
+            assert np.array_equal(out, ref[i])
+
+
+def test_variance_scalar_gain_equals_vectorised():
+    rng = np.random.default_rng(3)
+    for n_targets in (1, 3):
+        crit = VarianceCriterion(n_targets, min_samples_leaf=3, min_weight_leaf=0.5, count_channel=True)
+        ng = crit.numba_gain()
+        for _ in range(300):
+            nl, nr = rng.integers(0, 8, 2)
+            left = np.concatenate([[rng.uniform(0, 5) * (nl > 0)], rng.normal(size=n_targets), [nl]])
+            right = np.concatenate([[rng.uniform(0, 5) * (nr > 0)], rng.normal(size=n_targets), [nr]])
+            parent = left + right
+            ref = float(crit.gain(left, right, parent))
+            got = ng(left, right, parent)
+            if np.isinf(ref):
+                assert got == ref
+            else:
+                assert got == pytest.approx(ref, rel=1e-12, abs=1e-12)
+    # without a count channel the weight is the count
+    crit = VarianceCriterion(1, min_samples_leaf=2)
+    ng = crit.numba_gain()
+    for wl in (0.0, 1.0, 2.0, 3.0):
+        left, right = np.array([wl, 0.3 * wl]), np.array([2.0, -1.0])
+        assert ng(left, right, left + right) == float(crit.gain(left, right, left + right))
+
+
+@pytest.mark.parametrize("penalty", [0.0, 0.5])
+def test_causal_scalar_gain_equals_vectorised(penalty):
+    rng = np.random.default_rng(4)
+    crit = CausalCriterion(1, 1, min_samples_leaf=3, alpha=0.05, imbalance_penalty=penalty)
+    ng = crit.numba_gain()
+    n_inf = 0
+    for _ in range(300):
+        n = int(rng.integers(2, 40))
+        ch = _causal_channels(rng, n, crit)
+        cut = int(rng.integers(0, n + 1))
+        left, right = ch[:cut].sum(axis=0), ch[cut:].sum(axis=0)
+        parent = ch.sum(axis=0)
+        ref = float(crit.gain(left, right, parent))
+        got = ng(left, right, parent)
+        if np.isinf(ref):
+            n_inf += 1
+            assert got == ref
+        else:
+            assert got == ref  # same operations in the same order
+    assert 0 < n_inf < 300
+    # degenerate parent (no treatment spread): every split is invalid
+    ch = _causal_channels(rng, 20, crit)
+    ch[:, 1] = 0.0
+    ch[:, 3] = 0.0
+    ch[:, 4] = 0.0
+    assert ng(ch[:10].sum(0), ch[10:].sum(0), ch.sum(0)) == -np.inf
+
+
+def test_causal_numba_gain_only_single_column():
+    assert CausalCriterion(2, 1).numba_gain() is None
+    assert CausalCriterion(1, 2).numba_gain() is None
+    assert CausalCriterion(1, 1, precondition=True).numba_gain() is None
+
+
+def _tasks(rng, n_trees, n_rows, sizes):
+    """Random tasks: per tree some disjoint row subsets, rows ascending."""
+    rows, starts, tree, node, depth = [], [0], [], [], []
+    for t in range(n_trees):
+        for j, m in enumerate(sizes):
+            r = np.sort(rng.choice(n_rows, size=m, replace=False))
+            rows.append(r)
+            starts.append(starts[-1] + m)
+            tree.append(t)
+            node.append(j)
+            depth.append(int(rng.integers(0, 3)))
+    return (np.concatenate(rows), np.array(starts), np.array(tree), np.array(node), np.array(depth),
+            np.full(n_trees, len(sizes)))
+
+
+def _binned(rng, n_rows, n_features, n_values, missing_bin, p_missing):
+    codes = rng.integers(0, n_values, size=(n_features, n_rows))
+    codes[rng.random((n_features, n_rows)) < p_missing] = missing_bin
+    codes[0, :] = rng.integers(2, n_values, size=n_rows)  # feature 0 never uses bins 0, 1
+    return codes.astype(np.uint8)
+
+
+def _compare(a, b, c):
+    assert np.array_equal(a.tree_starts, b.tree_starts)
+    assert np.array_equal(a.ints, b.ints)
+    np.testing.assert_allclose(a.floats, b.floats, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("mtry,max_depth,missing", [(None, None, 0.0), (None, 4, 0.15), (2, None, 0.15)])
+def test_grow_subtrees_variance_matches_reference(mtry, max_depth, missing):
+    rng = np.random.default_rng(5)
+    n_rows, n_features, missing_bin = 300, 4, 16
+    binned = _binned(rng, n_rows, n_features, 12, missing_bin, missing)
+    nb = np.full(n_features, 12)
+    y = rng.normal(size=n_rows) + binned[1] * 0.1
+    crit = VarianceCriterion(1, min_samples_leaf=3, count_channel=True)
+    ch = crit.make_channels(y, rng.uniform(0.5, 2, n_rows))
+    rows, starts, tree, node, depth, nxt = _tasks(rng, 3, n_rows, [60, 7, 1, 25])
+    kw = dict(min_samples_split=6.0, max_depth=max_depth, mtry=mtry, seed=11)
+    got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([4, 9, 2]), crit.numba_gain(),
+                        nb, missing_bin, **kw)
+    ref = grow_subtrees_reference(binned, ch, rows, starts, tree, node, depth, nxt, np.array([4, 9, 2]), crit, nb,
+                                  missing_bin, **kw)
+    assert len(got.ints) > 30
+    _compare(got, ref, ch.shape[1])
+    if missing:
+        assert set(got.ints[:, 5]) == {0, 1}
+
+
+def test_grow_subtrees_causal_matches_reference():
+    rng = np.random.default_rng(6)
+    n_rows, n_features, missing_bin = 400, 3, 10
+    binned = _binned(rng, n_rows, n_features, 8, missing_bin, 0.1)
+    crit = CausalCriterion(1, 1, min_samples_leaf=4)
+    ch = _causal_channels(rng, n_rows, crit)
+    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [150, 40])
+    nb = np.full(n_features, 8)
+    got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit.numba_gain(), nb,
+                        missing_bin, min_samples_split=8.0)
+    ref = grow_subtrees_reference(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit, nb,
+                                  missing_bin, min_samples_split=8.0)
+    assert len(got.ints) > 10
+    _compare(got, ref, ch.shape[1])
+
+
+def test_grow_subtrees_ids_and_row_order_invariance():
+    """Ids are contiguous per tree (parents first); the result depends on the rows only."""
+    rng = np.random.default_rng(7)
+    n_rows, missing_bin = 200, 16
+    binned = _binned(rng, n_rows, 3, 16, missing_bin, 0.0)
+    crit = VarianceCriterion(1, min_samples_leaf=2, count_channel=True)
+    ch = crit.make_channels(rng.normal(size=n_rows))
+    rows = np.arange(n_rows)
+    args = (np.array([0, n_rows]), np.array([0]), np.array([5]), np.array([2]), np.array([6]), np.array([0]),
+            crit.numba_gain(), np.full(3, 16), missing_bin)
+    a = grow_subtrees(binned, ch, rows, *args)
+    ids = a.ints[:, 1]
+    assert np.array_equal(ids, 6 + 2 * np.arange(len(ids)))
+    assert np.all(a.ints[:, 0] < a.ints[:, 1])
+    # the same rows stored elsewhere (a permuted copy, addressed in the same order)
+    perm = rng.permutation(n_rows)
+    inv = np.argsort(perm)
+    b = grow_subtrees(np.ascontiguousarray(binned[:, perm]), ch[perm], inv, *args)
+    assert np.array_equal(a.ints, b.ints) and np.array_equal(a.floats, b.floats)
