@@ -137,6 +137,58 @@ class Tree:
         a["left"][node] = left
         a["right"][node] = right
 
+    def split_nodes(self, nodes, features, bin_thresholds, thresholds, missing_left, gains, depth, weights,
+                    counts, impurities, values):
+        """Split several leaves at once, appending children ``(l_0, r_0, l_1, r_1, ...)``.
+
+        Parameters
+        ----------
+        nodes : ndarray of int, shape (m,)
+            Leaves to split.
+        features, bin_thresholds : ndarray of int, shape (m,)
+        thresholds : ndarray of float64, shape (m,)
+        missing_left : ndarray of bool, shape (m,)
+        gains : ndarray of float64, shape (m,)
+        depth : int
+            Depth of the new children.
+        weights, counts, impurities : ndarray of float64, shape (m, 2)
+            Per split, the (left, right) children's fields.
+        values : ndarray of float64, shape (m, 2, n_outputs)
+
+        Returns
+        -------
+        left, right : ndarray of int64, shape (m,)
+        """
+        m = len(nodes)
+        first = self.node_count
+        self._grow(first + 2 * m)
+        new = slice(first, first + 2 * m)
+        a = self._arrays
+        a["feature"][new] = LEAF
+        a["bin_threshold"][new] = 0
+        a["threshold"][new] = np.nan
+        a["missing_left"][new] = 0
+        a["left"][new] = LEAF
+        a["right"][new] = LEAF
+        a["gain"][new] = 0.0
+        a["weight"][new] = np.asarray(weights, dtype=np.float64).reshape(-1)
+        a["count"][new] = np.asarray(counts, dtype=np.float64).reshape(-1)
+        a["impurity"][new] = np.asarray(impurities, dtype=np.float64).reshape(-1)
+        a["depth"][new] = depth
+        self._value[new] = np.asarray(values, dtype=np.float64).reshape(2 * m, self.n_outputs)
+        self.node_count = first + 2 * m
+        left = first + 2 * np.arange(m, dtype=np.int64)
+        right = left + 1
+        nodes = np.asarray(nodes, dtype=np.int64)
+        a["feature"][nodes] = features
+        a["bin_threshold"][nodes] = bin_thresholds
+        a["threshold"][nodes] = thresholds
+        a["missing_left"][nodes] = np.asarray(missing_left, dtype=bool)
+        a["gain"][nodes] = gains
+        a["left"][nodes] = left
+        a["right"][nodes] = right
+        return left, right
+
     # ------------------------------------------------------------------ access
     def __getattr__(self, name):
         # Only reached for attributes not found normally: expose trimmed node arrays.
