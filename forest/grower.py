@@ -80,6 +80,12 @@ class BinInfo:
         self.n_bins_non_missing = np.asarray(n_bins_non_missing, dtype=np.int64)
         self.bin_thresholds = [np.asarray(t, dtype=np.float64) for t in bin_thresholds]
         self.n_features = len(self.n_bins_non_missing)
+        # (n_features, max bins) table of raw thresholds, +inf past each feature's last
+        # edge, so a batch of (feature, bin) pairs maps to thresholds in one lookup.
+        width = max([len(t) for t in self.bin_thresholds] + [0]) + 1
+        self.threshold_table = np.full((self.n_features, width), np.inf)
+        for f, t in enumerate(self.bin_thresholds):
+            self.threshold_table[f, :len(t)] = t
 
     @classmethod
     def from_mapper(cls, mapper):
@@ -226,7 +232,7 @@ class HistogramReducer:
         rec[:, 4:4 + c] = res.left_stats
         rec[:, 4 + c:] = res.right_stats
         with phase("communication"):
-            best = col.allreduce_best(self.comm, rec, rtol=REL_TOL)
+            best = col.allreduce_best(self.comm, rec, rtol=REL_TOL, n_keys=3)  # (feature, bin, missing_left)
         valid = np.isfinite(best[:, 0]) & (best[:, 1] < self.n_features)
         return SplitResult(np.where(valid, best[:, 1], -1).astype(np.int32), best[:, 2].astype(np.int32),
                            best[:, 3] != 0, np.where(valid, best[:, 0], -np.inf),
@@ -251,9 +257,226 @@ def _add_child(tree, criterion, stats, depth, shrinkage=1.0, count=None):
                          float(criterion.node_objective(stats)), count=count)
 
 
+#: Default ``local_threshold`` of :func:`grow_levelwise` (global node weight, i.e. rows
+#: for the forests' criteria). A histogram node costs ``F x B x C`` to subtract and
+#: search (20 x 256 x 7 = 36k cells for the causal forest) however few rows it has,
+#: while the exact subtree of an ``m``-row node costs about ``F x m x C`` per level
+#: below it; the histogram path therefore only pays for itself on nodes of thousands
+#: of rows, and on several ranks only there does it split work between ranks. The
+#: value was chosen by measurement (see the module docstring of forest.local_growth
+#: and the report in the commit history).
+DEFAULT_LOCAL_THRESHOLD = 2048
+
+#: Bound on the bytes of node rows one allgatherv of local finishing moves (all ranks
+#: together); a level with more is finished in several chunks of trees.
+LOCAL_GATHER_BYTES = 256 * 2 ** 20
+
+
+def _threshold_table(bin_info):
+    """``table[f, b]`` = :meth:`BinInfo.threshold` (``+inf`` past the last edge), shape (F, n_bins)."""
+    table = np.full((bin_info.n_features, bin_info.n_bins), np.inf)
+    for f, t in enumerate(bin_info.bin_thresholds):
+        table[f, :len(t)] = t
+    return table
+
+
+def _append_nodes(tree, stats, weight, count, value, objective, depth):
+    """Append ``len(stats)`` leaves to ``tree`` at once (vectorised ``Tree.add_node``).
+
+    Parameters
+    ----------
+    tree : Tree
+    stats : ndarray, shape (k, C)
+        Unused except for its length (kept for clarity at call sites).
+    weight, count, objective : ndarray of float64, shape (k,)
+    value : ndarray of float64, shape (k, n_outputs)
+    depth : ndarray of int, shape (k,)
+
+    Returns
+    -------
+    int
+        Id of the first new node (the others follow in order).
+    """
+    k = len(stats)
+    first = tree.node_count
+    tree._grow(first + k)
+    a = tree._arrays
+    sl = slice(first, first + k)
+    a["feature"][sl] = -1
+    a["bin_threshold"][sl] = 0
+    a["threshold"][sl] = np.nan
+    a["missing_left"][sl] = 0
+    a["left"][sl] = -1
+    a["right"][sl] = -1
+    a["gain"][sl] = 0.0
+    a["weight"][sl] = weight
+    a["count"][sl] = count
+    a["impurity"][sl] = objective
+    a["depth"][sl] = depth
+    tree._value[sl] = value
+    tree.node_count += k
+    return first
+
+
+def _set_splits(tree, nodes, feature, bins, thresholds, missing_left, gain, left):
+    """Vectorised ``Tree.set_split`` (right child = left + 1)."""
+    a = tree._arrays
+    a["feature"][nodes] = feature
+    a["bin_threshold"][nodes] = bins
+    a["threshold"][nodes] = thresholds
+    a["missing_left"][nodes] = missing_left
+    a["gain"][nodes] = gain
+    a["left"][nodes] = left
+    a["right"][nodes] = left + 1
+
+
+def _node_fields(criterion, stats):
+    """``(weight, count, value, objective)`` of nodes with channel sums ``stats`` (k, C)."""
+    return (np.asarray(criterion.node_weight(stats), dtype=np.float64),
+            np.asarray(criterion.node_count(stats), dtype=np.float64),
+            np.asarray(criterion.node_value(stats), dtype=np.float64),
+            np.asarray(criterion.node_objective(stats), dtype=np.float64))
+
+
+def _add_split_children(trees, criterion, owner, parent_node, left_stats, right_stats, depth, feature, bins,
+                        missing_left, gain, thr_table):
+    """Append both children of each split and record the splits, tree by tree.
+
+    ``owner`` (batch-local tree of each split) must be non-decreasing; within a tree
+    the children take consecutive ids in split order (left, right, left, right, ...).
+
+    Returns
+    -------
+    left_ids : ndarray of int64, shape (n_splits,)
+    """
+    n = len(owner)
+    c = left_stats.shape[1]
+    stats = np.stack([left_stats, right_stats], axis=1).reshape(2 * n, c)
+    weight, count, value, objective = _node_fields(criterion, stats)
+    depth = np.broadcast_to(np.asarray(depth), (n,))
+    child_depth = np.repeat(depth, 2)
+    feature = np.asarray(feature, dtype=np.int64)
+    bins = np.asarray(bins, dtype=np.int64)
+    thresholds = thr_table[feature, bins]
+    left_ids = np.empty(n, dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(owner)) + 1
+    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [n]])):
+        if hi <= lo:
+            continue
+        tree = trees[owner[lo]]
+        s = slice(2 * lo, 2 * hi)
+        first = _append_nodes(tree, stats[s], weight[s], count[s], value[s], objective[s], child_depth[s])
+        lids = first + 2 * np.arange(hi - lo, dtype=np.int64)
+        _set_splits(tree, np.asarray(parent_node[lo:hi], dtype=np.int64), feature[lo:hi], bins[lo:hi],
+                    thresholds[lo:hi], np.asarray(missing_left[lo:hi], dtype=np.uint8), gain[lo:hi], lids)
+        left_ids[lo:hi] = lids
+    return left_ids
+
+
+class _LocalFinisher:
+    """Finishes the subtrees of small frontier nodes with :mod:`forest.local_growth`.
+
+    One call per level: the nodes' rows are brought together (on several ranks with
+    one ``allgatherv`` per chunk of trees, every rank receiving every row), put in
+    global-row-id order, and every rank grows every subtree itself; the inputs are
+    identical on every rank and for every rank count, so are the trees.
+    """
+
+    def __init__(self, numba_gain, binned, channels, gids, bin_info, comm, criterion, thr_table, tree_indices,
+                 kwargs):
+        self.numba_gain = numba_gain
+        self.binned = binned
+        self.channels = channels
+        self.gids = gids
+        self.bin_info = bin_info
+        self.comm = comm
+        self.criterion = criterion
+        self.thr_table = thr_table
+        self.tree_indices = tree_indices
+        self.kwargs = kwargs
+        # Single rank: rows are used in local order, which is global-id order when the
+        # ids increase with the local row (as native.blocks / global_ids lay them out).
+        self.sort_local = gids is not None and len(gids) > 1 and not np.all(np.diff(gids) > 0)
+
+    def finish(self, trees, rows, t_tree, t_node, t_depth, t_lo, t_hi, t_count):
+        """Grow the subtrees of nodes ``(t_tree, t_node)`` (tree-sorted) owning ``rows[t_lo:t_hi]``."""
+        from .local_growth import grow_subtrees
+
+        if len(t_tree) == 0:
+            return
+        if self.comm.size == 1:
+            with phase("local"):
+                gathered, g_starts = _gather_segments(rows, t_lo, t_hi)
+                if self.sort_local:
+                    task = np.repeat(np.arange(len(t_lo)), np.diff(g_starts))
+                    gathered = gathered[np.lexsort((self.gids[gathered], task))]
+                tree_next = np.array([t.node_count for t in trees], dtype=np.int64)
+                recs = grow_subtrees(self.binned, self.channels, gathered, g_starts, t_tree, t_node, t_depth,
+                                     tree_next, self.tree_indices, self.numba_gain,
+                                     self.bin_info.n_bins_non_missing, self.bin_info.missing_bin, **self.kwargs)
+                self._append(trees, recs)
+            return
+        # Several ranks: chunks of whole trees, each at most LOCAL_GATHER_BYTES on the wire.
+        c = self.channels.shape[1]
+        row_bytes = self.binned.shape[0] + 8 * c + 16
+        per_tree = np.bincount(t_tree, weights=t_count, minlength=len(trees))
+        cum = np.cumsum(per_tree) * row_bytes
+        chunk_of_tree = (cum // LOCAL_GATHER_BYTES).astype(np.int64)
+        chunk_of_task = chunk_of_tree[t_tree]
+        for ch in np.unique(chunk_of_task):
+            sel = np.flatnonzero(chunk_of_task == ch)
+            self._finish_gathered(trees, rows, t_tree[sel], t_node[sel], t_depth[sel], t_lo[sel], t_hi[sel])
+
+    def _finish_gathered(self, trees, rows, t_tree, t_node, t_depth, t_lo, t_hi):
+        from .local_growth import grow_subtrees
+
+        f = self.binned.shape[0]
+        c = self.channels.shape[1]
+        with phase("local"):
+            mine, m_starts = _gather_segments(rows, t_lo, t_hi)
+            task = np.repeat(np.arange(len(t_lo), dtype=np.int64), np.diff(m_starts))
+            # One row record: task, global id, codes, channels (as bytes).
+            pack = np.empty((len(mine), 16 + f + 8 * c), dtype=np.uint8)
+            pack[:, 0:8] = task.view(np.uint8).reshape(-1, 8)
+            pack[:, 8:16] = np.ascontiguousarray(self.gids[mine], dtype=np.int64).view(np.uint8).reshape(-1, 8)
+            pack[:, 16:16 + f] = self.binned[:, mine].T
+            pack[:, 16 + f:] = np.ascontiguousarray(self.channels[mine]).view(np.uint8).reshape(-1, 8 * c)
+        with phase("communication"):
+            allp = col.allgatherv(self.comm, pack)
+        with phase("local"):
+            g_task = np.ascontiguousarray(allp[:, 0:8]).view(np.int64).ravel()
+            g_gid = np.ascontiguousarray(allp[:, 8:16]).view(np.int64).ravel()
+            order = np.lexsort((g_gid, g_task))
+            allp = allp[order]
+            g_binned = np.ascontiguousarray(allp[:, 16:16 + f].T)
+            g_channels = np.ascontiguousarray(allp[:, 16 + f:]).view(np.float64).reshape(-1, c)
+            counts = np.bincount(g_task, minlength=len(t_lo))
+            g_starts = np.zeros(len(t_lo) + 1, dtype=np.int64)
+            np.cumsum(counts, out=g_starts[1:])
+            tree_next = np.array([t.node_count for t in trees], dtype=np.int64)
+            recs = grow_subtrees(g_binned, g_channels, np.arange(len(order), dtype=np.int64), g_starts, t_tree,
+                                 t_node, t_depth, tree_next, self.tree_indices, self.numba_gain,
+                                 self.bin_info.n_bins_non_missing, self.bin_info.missing_bin, **self.kwargs)
+            self._append(trees, recs)
+
+    def _append(self, trees, recs):
+        from .local_growth import REC_BIN, REC_DEPTH, REC_FEATURE, REC_LEFT, REC_MISSING_LEFT, REC_NODE
+
+        ints, floats = recs.ints, recs.floats
+        if len(ints) == 0:
+            return
+        c = self.channels.shape[1]
+        owner = np.repeat(np.arange(len(trees)), np.diff(recs.tree_starts))
+        lids = _add_split_children(trees, self.criterion, owner, ints[:, REC_NODE], floats[:, 1:1 + c],
+                                   floats[:, 1 + c:], ints[:, REC_DEPTH], ints[:, REC_FEATURE], ints[:, REC_BIN],
+                                   ints[:, REC_MISSING_LEFT], floats[:, 0], self.thr_table)
+        if not np.array_equal(lids, ints[:, REC_LEFT]):
+            raise RuntimeError("local growth and the trees disagree on node ids")
+
+
 def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_indices=None, max_depth=None,
                    min_samples_split=2.0, min_gain=0.0, mtry=None, seed=0, comm=None, backend="auto",
-                   split_mode="allreduce", algorithm="auto"):
+                   split_mode="allreduce", algorithm="auto", gids=None, local_threshold=None):
     """Grow a batch of trees level by level.
 
     Parameters
@@ -285,6 +508,17 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
     split_mode : {"allreduce", "reduce_scatter"}
     algorithm : str
         Collective algorithm.
+    gids : ndarray of int64, shape (n_rows,), optional
+        Global id of each local row. Required for local finishing on several ranks
+        (the gathered rows of a node are put in global-id order).
+    local_threshold : float or None
+        Frontier nodes whose global ``criterion.node_weight`` is at most this are
+        finished exactly by :mod:`forest.local_growth` instead of by histograms
+        (criteria with a ``numba_gain`` kernel only; others use histograms for every
+        node). ``None`` means :data:`DEFAULT_LOCAL_THRESHOLD`; ``0`` disables it.
+        Node ids then follow histogram levels down to the small nodes and depth-first
+        order inside each finished subtree; with ``mtry=None`` and no tied gains the
+        trees have the same structure for every threshold.
 
     Returns
     -------
@@ -303,9 +537,26 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
     tree_indices = np.arange(n_trees) if tree_indices is None else np.asarray(tree_indices, dtype=np.int64)
     if tree_indices.shape != (n_trees,):
         raise ValueError(f"tree_indices must have shape ({n_trees},)")
+    local_threshold = DEFAULT_LOCAL_THRESHOLD if local_threshold is None else float(local_threshold)
+    numba_gain = criterion.numba_gain() if (local_threshold > 0 and hasattr(criterion, "numba_gain")) else None
+    if gids is not None:
+        gids = np.asarray(gids, dtype=np.int64)
+        if gids.shape != (binned.shape[1],):
+            raise ValueError(f"gids must have shape ({binned.shape[1]},), got {gids.shape}")
+    if numba_gain is not None and comm.size > 1 and gids is None:
+        raise ValueError("local finishing on several ranks needs gids (global row ids); pass gids= or "
+                         "local_threshold=0")
+    max_depth_arg = max_depth
     max_depth = np.iinfo(np.int32).max if max_depth is None else int(max_depth)
     reducer = HistogramReducer(comm, bin_info.n_features, split_mode, algorithm)
     n_bins = bin_info.n_bins
+    thr_table = _threshold_table(bin_info)
+    finisher = None
+    if numba_gain is not None:
+        finisher = _LocalFinisher(numba_gain, binned, channels, gids, bin_info, comm, criterion, thr_table,
+                                  tree_indices, dict(min_samples_split=float(min_samples_split),
+                                                     max_depth=max_depth_arg, min_gain=float(min_gain),
+                                                     rel_tol=REL_TOL, mtry=mtry, seed=seed))
 
     lengths = np.array([len(r) for r in tree_rows], dtype=np.int64)
     rows = np.concatenate([np.asarray(r, dtype=np.int32) for r in tree_rows]) if lengths.sum() else \
@@ -321,17 +572,28 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
     hist, tot = reducer.reduce(local_hist, local_tot.ravel())
     stats = tot.reshape(n_trees, -1)
     trees = [Tree(criterion.n_outputs) for _ in range(n_trees)]
+    weight, count, value, objective = _node_fields(criterion, stats)
     for t in range(n_trees):
-        _add_child(trees[t], criterion, stats[t], 0)
+        _append_nodes(trees[t], stats[t:t + 1], weight[t:t + 1], count[t:t + 1], value[t:t + 1],
+                      objective[t:t + 1], np.zeros(1, dtype=np.int32))
 
     f_tree = np.arange(n_trees)
     f_node = np.zeros(n_trees, dtype=np.int64)
     f_lo, f_hi = starts[:-1].copy(), starts[1:].copy()
     depth = 0
-    keep = (criterion.node_weight(stats) >= min_samples_split) & (depth < max_depth)
+    keep = (weight >= min_samples_split) & (depth < max_depth)
+    small = keep & (weight <= local_threshold) if finisher is not None else np.zeros(n_trees, dtype=bool)
+    # Pending small nodes: (tree, node, depth, lo, hi, rows) finished at the top of the loop.
+    pend = (f_tree[small], f_node[small], np.zeros(int(small.sum()), dtype=np.int64), f_lo[small], f_hi[small],
+            count[small])
+    keep &= ~small
     f_tree, f_node, f_lo, f_hi, stats, hist = (f_tree[keep], f_node[keep], f_lo[keep], f_hi[keep], stats[keep],
                                                hist[keep])
-    while len(f_tree):
+    while True:
+        if finisher is not None:
+            finisher.finish(trees, rows, *pend)
+        if not len(f_tree):
+            break
         mask = None if mtry is None else mtry_feature_mask(seed, tree_indices[f_tree], f_node, bin_info.n_features,
                                                            mtry)
         res = reducer.find(hist, stats, criterion, bin_info, feature_mask=mask, min_gain=min_gain)
@@ -341,27 +603,40 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
         with phase("partition"):
             n_left = partition_rows(rows, scratch, f_lo[split], f_hi[split], binned, res.feature[split],
                                     res.bin[split], res.missing_left[split].astype(np.uint8), bin_info.missing_bin)
-        # Record the splits and children (left id, right id) in tree order.
+        # Record the splits and children (left id, right id = left + 1) in tree order.
         child_depth = depth + 1
-        left_ids = np.empty(len(split), dtype=np.int64)
-        right_ids = np.empty(len(split), dtype=np.int64)
-        for j, i in enumerate(split):
-            tree = trees[f_tree[i]]
-            lid = _add_child(tree, criterion, res.left_stats[i], child_depth)
-            rid = _add_child(tree, criterion, res.right_stats[i], child_depth)
-            f, b = int(res.feature[i]), int(res.bin[i])
-            tree.set_split(int(f_node[i]), f, b, bin_info.threshold(f, b), bool(res.missing_left[i]),
-                           float(res.gain[i]), lid, rid)
-            left_ids[j], right_ids[j] = lid, rid
+        with phase("other"):
+            left_ids = _add_split_children(trees, criterion, f_tree[split], f_node[split], res.left_stats[split],
+                                           res.right_stats[split], child_depth, res.feature[split], res.bin[split],
+                                           res.missing_left[split], res.gain[split], thr_table)
+        right_ids = left_ids + 1
         lo, hi = f_lo[split], f_hi[split]
         mid = lo + n_left
         lw = criterion.node_weight(res.left_stats[split])
         rw = criterion.node_weight(res.right_stats[split])
         can_l = (lw >= min_samples_split) & (child_depth < max_depth)
         can_r = (rw >= min_samples_split) & (child_depth < max_depth)
-        need = can_l | can_r
+        if finisher is not None:
+            loc_l, loc_r = can_l & (lw <= local_threshold), can_r & (rw <= local_threshold)
+        else:
+            loc_l = loc_r = np.zeros(len(split), dtype=bool)
+        # Small children wait for local finishing, interleaved (left, right) per split.
+        tl = f_tree[split]
+        p_tree = np.stack([tl, tl], axis=1).ravel()
+        p_node = np.stack([left_ids, right_ids], axis=1).ravel()
+        p_lo = np.stack([lo, mid], axis=1).ravel()
+        p_hi = np.stack([mid, hi], axis=1).ravel()
+        p_cnt = np.stack([criterion.node_count(res.left_stats[split]), criterion.node_count(res.right_stats[split])],
+                         axis=1).ravel()
+        p_sel = np.stack([loc_l, loc_r], axis=1).ravel()
+        pend = (p_tree[p_sel], p_node[p_sel], np.full(int(p_sel.sum()), child_depth, dtype=np.int64), p_lo[p_sel],
+                p_hi[p_sel], p_cnt[p_sel])
+        hist_l, hist_r = can_l & ~loc_l, can_r & ~loc_r
+        need = hist_l | hist_r
+        depth = child_depth
         if not need.any():
-            break
+            f_tree = f_tree[:0]
+            continue
         p = np.flatnonzero(need)
         build_left = lw[p] <= rw[p]  # smaller child by global weight; ties build the left
         b_lo = np.where(build_left, lo[p], mid[p])
@@ -372,7 +647,7 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
         sib_hist = hist[split[p]] - child_hist
         left_hist = np.where(build_left[:, None, None, None], child_hist, sib_hist)
         right_hist = np.where(build_left[:, None, None, None], sib_hist, child_hist)
-        # Next frontier: interleave (left, right) per split, keep the splittable ones.
+        # Next frontier: interleave (left, right) per split, keep the histogram ones.
         tp = f_tree[split[p]]
         n_tree = np.stack([tp, tp], axis=1).ravel()
         n_node = np.stack([left_ids[p], right_ids[p]], axis=1).ravel()
@@ -380,10 +655,9 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
         n_hi = np.stack([mid[p], hi[p]], axis=1).ravel()
         n_stats = np.stack([res.left_stats[split[p]], res.right_stats[split[p]]], axis=1).reshape(-1, stats.shape[1])
         n_hist = np.stack([left_hist, right_hist], axis=1).reshape((-1,) + hist.shape[1:])
-        n_keep = np.stack([can_l[p], can_r[p]], axis=1).ravel()
+        n_keep = np.stack([hist_l[p], hist_r[p]], axis=1).ravel()
         f_tree, f_node, f_lo, f_hi = n_tree[n_keep], n_node[n_keep], n_lo[n_keep], n_hi[n_keep]
         stats, hist = n_stats[n_keep], n_hist[n_keep]
-        depth = child_depth
     return trees
 
 

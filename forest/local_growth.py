@@ -41,8 +41,8 @@ import numpy as np
 
 from histogram.rowhash import _GOLDEN, _mix64
 
-from .causal_criterion import KIND_CAUSAL, causal_gain, causal_prepare
-from .criteria import KIND_VARIANCE, variance_gain, variance_prepare
+from .causal_criterion import KIND_CAUSAL, causal_gains, causal_prepare
+from .criteria import KIND_VARIANCE, variance_gains, variance_prepare
 
 #: Stream of :func:`forest.splitting.mtry_feature_mask` (``"mtry"``).
 _MTRY_STREAM = 0x6D747279
@@ -111,15 +111,17 @@ def _prepare(kind, parent, params, consts):
 
 
 @numba.njit(cache=True, inline="always")
-def _gain(kind, left, right, consts, params):
+def _gains(kind, lefts, rights, consts, params, out, n):
     if kind == KIND_CAUSAL:
-        return causal_gain(left, right, consts, params)
-    return variance_gain(left, right, consts, params)
+        causal_gains(lefts, rights, consts, params, out, n)
+    else:
+        variance_gains(lefts, rights, consts, params, out, n)
 
 
 @numba.njit(cache=True)
 def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, next_id, rec, rec_i, rec_f,
-               nb, missing_bin, kind, params, wch, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
+               nb, missing_bin, kind, params, wch, min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1,
+               key2):
     """Grow the subtree of one node from its rows ``rows[s:e]``; returns ``(next_id, rec)``."""
     m = e - s
     n_features = binned.shape[0]
@@ -177,6 +179,8 @@ def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, ne
     miss = np.empty(c)
     left = np.empty(c)
     right = np.empty(c)
+    lefts = np.empty((2 * m + 2, c))
+    rights = np.empty((2 * m + 2, c))
     goes_left = np.empty(m, dtype=np.bool_)
     scratch = np.empty(m, dtype=np.int32)
     while sp > 0:
@@ -207,20 +211,19 @@ def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, ne
                 p = order[f, i]
                 for k in range(c):
                     miss[k] += ch[p, k]
+            # Candidates in (bin, missing-right, missing-left) order; sides with fewer
+            # than min_rows rows fail the criterion's constraints and are not scored.
             nc = 0
-            if n_miss > 0 and tc[f, order[f, lo]] > 0:
+            n_node = hi - lo
+            if n_miss > 0 and tc[f, order[f, lo]] > 0 and n_miss >= min_rows and n_node - n_miss >= min_rows:
                 # threshold bin 0 with no row in bin 0: the missing rows alone go left
                 for k in range(c):
-                    left[k] = 0.0 + miss[k]
-                    right[k] = parent[k] - left[k]
-                g = _gain(kind, left, right, consts, params)
-                cand_gain[f, nc] = g
+                    lefts[nc, k] = 0.0 + miss[k]
+                    rights[nc, k] = parent[k] - lefts[nc, k]
                 cand_bin[f, nc] = 0
                 cand_dir[f, nc] = 1
                 cand_end[f, nc] = lo - 1
                 nc += 1
-                if g > best:
-                    best = g
             for k in range(c):
                 cum[k] = 0.0
             for i in range(lo, kv):
@@ -230,30 +233,30 @@ def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, ne
                 code = tc[f, p]
                 if i + 1 < kv and tc[f, order[f, i + 1]] == code:
                     continue
-                if not (i == kv - 1 and n_miss == 0):
+                n_l = i + 1 - lo
+                if n_l >= min_rows and n_node - n_l >= min_rows:
                     for k in range(c):
-                        right[k] = parent[k] - cum[k]
-                    g = _gain(kind, cum, right, consts, params)
-                    cand_gain[f, nc] = g
+                        lefts[nc, k] = cum[k]
+                        rights[nc, k] = parent[k] - cum[k]
                     cand_bin[f, nc] = code
                     cand_dir[f, nc] = 0
                     cand_end[f, nc] = i
                     nc += 1
-                    if g > best:
-                        best = g
-                if n_miss > 0 and i < kv - 1:
+                if n_miss > 0 and i < kv - 1 and n_l + n_miss >= min_rows and n_node - n_l - n_miss >= min_rows:
                     for k in range(c):
-                        left[k] = cum[k] + miss[k]
-                        right[k] = parent[k] - left[k]
-                    g = _gain(kind, left, right, consts, params)
-                    cand_gain[f, nc] = g
+                        lefts[nc, k] = cum[k] + miss[k]
+                        rights[nc, k] = parent[k] - lefts[nc, k]
                     cand_bin[f, nc] = code
                     cand_dir[f, nc] = 1
                     cand_end[f, nc] = i
                     nc += 1
-                    if g > best:
-                        best = g
             n_cand[f] = nc
+            if nc > 0:
+                gf = cand_gain[f]
+                _gains(kind, lefts, rights, consts, params, gf, nc)
+                for j in range(nc):
+                    if gf[j] > best:
+                        best = gf[j]
         if not (best > min_gain and best < np.inf):
             continue
         thr = best - rel_tol * abs(best)
@@ -344,36 +347,36 @@ def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, ne
 
 @numba.njit(cache=True)
 def _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
-                   tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch, min_split,
-                   max_depth, min_gain, rel_tol, mtry, key1, key2):
+                   tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch, min_rows,
+                   min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
     next_id = tree_next[t]
     rec = rec_offsets[t]
     for task in range(tree_task_starts[t], tree_task_starts[t + 1]):
         next_id, rec = _grow_task(binned, channels, rows, task_starts[task], task_starts[task + 1], task_node[task],
                                   task_depth[task], tree_index[t], next_id, rec, rec_i, rec_f, nb, missing_bin, kind,
-                                  params, wch, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
+                                  params, wch, min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
     rec_count[t] = rec - rec_offsets[t]
 
 
 @numba.njit(cache=True)
 def _grow_trees_serial(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                        tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
+                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
     for t in range(tree_next.shape[0]):
         _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                        tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
+                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
 
 
 @numba.njit(cache=True, parallel=True)
 def _grow_trees_parallel(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                          tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                         min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
+                         min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
     # Each tree writes only its own record slice and count: no races.
     for t in numba.prange(tree_next.shape[0]):
         _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                        tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
+                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
 
 
 class SubtreeRecords:
@@ -461,7 +464,8 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     args = (binned, channels, rows, task_starts, tree_task_starts, np.ascontiguousarray(task_node, dtype=np.int64),
             np.ascontiguousarray(task_depth, dtype=np.int64), tree_next,
             np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count, nb,
-            int(missing_bin), numba_gain.kind, numba_gain.params, numba_gain.weight_channel, float(min_samples_split),
+            int(missing_bin), numba_gain.kind, numba_gain.params, numba_gain.weight_channel,
+            int(numba_gain.min_child_rows), float(min_samples_split),
             md, float(min_gain), float(rel_tol), mt, key1, key2)
     if n_tasks:
         if len(rows) < _SERIAL_ROWS or n_trees == 1 or numba.get_num_threads() == 1:
