@@ -71,7 +71,8 @@ def _check_against_brute(tree, node, codes, y, w, rows, nb, missing_bin, min_lea
                                depth + 1, max_depth)
 
 
-def test_levelwise_matches_brute_force(rng):
+@pytest.mark.parametrize("local_threshold", [0, None])  # histogram path only / exact small-node finishing
+def test_levelwise_matches_brute_force(rng, local_threshold):
     X, y = _data(rng)
     w = rng.uniform(0.5, 2.0, size=len(y))
     bm = BinMapper(max_bins=16).fit(X, comm=SELF)
@@ -79,7 +80,7 @@ def test_levelwise_matches_brute_force(rng):
     crit = VarianceCriterion(min_samples_leaf=8, count_channel=True)
     ch = crit.make_channels(y, w)
     sets = [np.arange(len(y), dtype=np.int32), np.flatnonzero(rng.random(len(y)) < 0.6).astype(np.int32)]
-    trees = grow_levelwise(codes, ch, sets, crit, bm, max_depth=3, comm=SELF)
+    trees = grow_levelwise(codes, ch, sets, crit, bm, max_depth=3, comm=SELF, local_threshold=local_threshold)
     for tree, rows in zip(trees, sets):
         n = _check_against_brute(tree, 0, codes, y, w, rows, bm.n_bins_non_missing_, bm.missing_bin_, 8, 0, 3)
         assert n == tree.node_count and tree.node_count >= 7
@@ -229,8 +230,14 @@ def test_trees_identical_across_ranks(comm, split_mode):
     bm = BinMapper(max_bins=32).fit(X[sl], comm=comm)
     codes = bm.transform(X[sl])
     sets = [(s[(s >= sl.start) & (s < sl.stop)] - sl.start).astype(np.int32) for s in sets_full]
+    gids = np.arange(sl.start, sl.stop, dtype=np.int64)
     dist = grow_levelwise(codes, ch_full[sl], sets, crit, bm, max_depth=4, mtry=3, seed=1, comm=comm,
-                          split_mode=split_mode)
+                          split_mode=split_mode, gids=gids)
+    # The pure histogram path (no exact small-node finishing) must agree with it too.
+    dist_hist = grow_levelwise(codes, ch_full[sl], sets, crit, bm, max_depth=4, mtry=3, seed=1, comm=comm,
+                               split_mode=split_mode, local_threshold=0)
+    ref_hist = grow_levelwise(codes_full, ch_full, sets_full, crit, bm_full, max_depth=4, mtry=3, seed=1, comm=SELF,
+                              local_threshold=0)
     dist_leaf = LeafwiseGrower(codes, bm, newton, max_leaf_nodes=12, comm=comm,
                                split_mode=split_mode).grow(gch_full[sl]).tree
     # Honest re-estimation on the other rows, one collective.
@@ -240,7 +247,7 @@ def test_trees_identical_across_ranks(comm, split_mode):
     sums_ref = reestimate_leaves(ref, codes_full, ch_full, est_full, crit.node_value, bm_full.missing_bin_, comm=SELF)
     gathered = col.allgather_object(comm, [t.to_arrays()["feature"].tolist() for t in dist])
 
-    for a, b in zip(ref, dist):
+    for a, b in zip(ref + ref_hist, dist + dist_hist):
         for x, z in zip(a.structure(), b.structure()):
             np.testing.assert_array_equal(x, z)
         np.testing.assert_allclose(a.value, b.value, rtol=1e-9, atol=1e-12)
