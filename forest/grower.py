@@ -829,6 +829,54 @@ class LeafwiseGrower:
         return min(node for node, g in cands if g >= best - REL_TOL * abs(best))
 
 
+@numba.njit(cache=True)
+def _route_sum_tree(t, binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
+                    missing_bin, out):
+    # Sums tree t's rows into the leaf each reaches (rows in the given order).
+    base = offsets[t]
+    c = channels.shape[1]
+    for i in range(row_starts[t], row_starts[t + 1]):
+        r = rows[i]
+        node = 0
+        while feature[base + node] >= 0:
+            code = np.int64(binned[feature[base + node], r])
+            if code == missing_bin:
+                go_left = missing_left[base + node] != 0
+            else:
+                go_left = code <= bin_thr[base + node]
+            node = left[base + node] if go_left else right[base + node]
+        for k in range(c):
+            out[base + node, k] += channels[r, k]
+
+
+@numba.njit(cache=True)
+def _route_sum_serial(binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
+                      missing_bin, out):
+    for t in range(offsets.shape[0] - 1):
+        _route_sum_tree(t, binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
+                        missing_bin, out)
+
+
+@numba.njit(cache=True, parallel=True)
+def _route_sum_parallel(binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
+                        missing_bin, out):
+    # Trees own disjoint node slices of ``out``: no races.
+    for t in numba.prange(offsets.shape[0] - 1):
+        _route_sum_tree(t, binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
+                        missing_bin, out)
+
+
+@numba.njit(cache=True)
+def _sum_inner_nodes(feature, left, right, offsets, sums):
+    # Children have larger ids than their parent: one backward pass per tree.
+    for t in range(offsets.shape[0] - 1):
+        base = offsets[t]
+        for node in range(offsets[t + 1] - base - 1, -1, -1):
+            if feature[base + node] >= 0:
+                for k in range(sums.shape[1]):
+                    sums[base + node, k] = sums[base + left[base + node], k] + sums[base + right[base + node], k]
+
+
 def reestimate_leaves(trees, binned, channels, tree_rows, value_fn, missing_bin, comm=None, algorithm="auto"):
     """Set node values from another row set per tree (honest estimation).
 
@@ -842,8 +890,9 @@ def reestimate_leaves(trees, binned, channels, tree_rows, value_fn, missing_bin,
     tree_rows : sequence of ndarray of int
         Per tree, this rank's local estimation rows.
     value_fn : callable
-        ``value_fn(sums (n_nodes, C)) -> (n_nodes, n_outputs)``; it is called once per
-        tree with the global sums of every node (inner nodes sum their leaves).
+        ``value_fn(sums (n_nodes, C)) -> (n_nodes, n_outputs)``, row by row; it is
+        called once with the global sums of every node of every tree stacked (inner
+        nodes sum their leaves).
     missing_bin : int
     comm : native.comm.Communicator, optional
     algorithm : str
@@ -866,24 +915,28 @@ def reestimate_leaves(trees, binned, channels, tree_rows, value_fn, missing_bin,
     np.cumsum(sizes, out=offsets[1:])
     local = np.zeros((int(offsets[-1]), c))
     with phase("leaves"):
-        for t, (tree, rws) in enumerate(zip(trees, tree_rows)):
-            rws = np.asarray(rws, dtype=np.int64)
-            if len(rws) == 0:
-                continue
-            leaf = predict_leaves_binned(tree, binned, missing_bin, rows=rws)[:, 0]
-            local[offsets[t]:offsets[t + 1]] = sum_channels_by_node(channels, rws, leaf, tree.node_count)
+        # One kernel for all trees (tree-local child ids, concatenated node arrays).
+        cat = {name: np.ascontiguousarray(np.concatenate([getattr(t, name) for t in trees]))
+               for name in ("feature", "bin_threshold", "missing_left", "left", "right")} if trees else None
+        lengths = np.array([len(r) for r in tree_rows], dtype=np.int64)
+        row_starts = np.zeros(len(trees) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=row_starts[1:])
+        all_rows = np.ascontiguousarray(np.concatenate([np.asarray(r, dtype=np.int64) for r in tree_rows])) \
+            if lengths.sum() else np.zeros(0, dtype=np.int64)
+        if trees and len(all_rows):
+            kernel = _route_sum_serial if (len(all_rows) < _SERIAL_BUILD_ROWS or numba.get_num_threads() == 1) \
+                else _route_sum_parallel
+            kernel(np.asarray(binned), channels, all_rows, row_starts, cat["feature"], cat["bin_threshold"],
+                   cat["missing_left"], cat["left"], cat["right"], offsets, int(missing_bin), local)
     with phase("communication"):
         total = col.allreduce(comm, local, algorithm=algorithm) if comm.size > 1 else local
     out = []
     with phase("leaves"):
+        total = np.ascontiguousarray(total.reshape(-1, c))
+        if trees:
+            _sum_inner_nodes(cat["feature"], cat["left"], cat["right"], offsets, total)
+            values = np.asarray(value_fn(total), dtype=np.float64).reshape(len(total), -1)
         for t, tree in enumerate(trees):
-            sums = total[offsets[t]:offsets[t + 1]].copy()
-            # Inner nodes sum their children, deepest level first.
-            inner = tree.feature >= 0
-            depth = tree.depth
-            for d in range(int(depth.max()) - 1, -1, -1):
-                nodes = np.flatnonzero(inner & (depth == d))
-                sums[nodes] = sums[tree.left[nodes]] + sums[tree.right[nodes]]
-            tree.value = np.asarray(value_fn(sums), dtype=np.float64).reshape(tree.node_count, -1)
-            out.append(sums)
+            tree.value = values[offsets[t]:offsets[t + 1]]
+            out.append(total[offsets[t]:offsets[t + 1]].copy())
     return out

@@ -22,7 +22,7 @@ from numba import njit, prange
 from histogram.binning import BinMapper
 from native import collectives as col
 
-from .grower import grow_levelwise, reestimate_leaves
+from .grower import DEFAULT_LOCAL_THRESHOLD, grow_levelwise, reestimate_leaves
 from .predictor import predict_leaves, predict_leaves_binned
 from .profiling import phase
 from .subsample import OUT, STRUCTURE, BOTH, ESTIMATION, tree_row_codes
@@ -60,18 +60,35 @@ def fit_binning(X, max_bins, seed, comm):
         return mapper, mapper.transform(X)
 
 
-def auto_batch_size(n_struct_global, n_features, n_bins, n_channels, min_leaf, max_depth, n_trees):
+def auto_batch_size(n_struct_global, n_features, n_bins, n_channels, min_leaf, max_depth, n_trees,
+                    local_threshold=0.0):
     """Trees per level-wise batch, so the widest frontier fits :data:`HIST_BUDGET_BYTES`.
 
     A tree of ``s`` structure rows with children of at least ``min_leaf`` rows has
     at most ``s / min_leaf`` nodes on a level (fewer with ``max_depth``); a level keeps
-    about three histogram copies of its frontier.
+    about three histogram copies of its frontier. With local finishing
+    (``local_threshold > 0``, see :func:`forest.grower.grow_levelwise`) only nodes
+    heavier than the threshold get histograms: at most ``s / local_threshold`` per
+    level, two children each.
     """
     per_node = n_features * n_bins * n_channels * 8 * 3
     frontier = max(1.0, n_struct_global / max(2 * min_leaf, 1))
+    if local_threshold and local_threshold > 0:
+        frontier = min(frontier, max(1.0, 2.0 * n_struct_global / local_threshold))
     if max_depth is not None:
         frontier = min(frontier, 2.0 ** max_depth)
     return int(np.clip(HIST_BUDGET_BYTES // (per_node * frontier), 1, min(n_trees, 128)))
+
+
+@njit(cache=True)
+def _fill_from_parent(value, feature, left, right, count_col):
+    # Parents have smaller ids than their children: one forward pass settles chains.
+    for node in range(value.shape[0]):
+        if feature[node] >= 0:
+            for child in (left[node], right[node]):
+                if value[child, count_col] <= 0:
+                    for j in range(value.shape[1]):
+                        value[child, j] = value[node, j]
 
 
 def fill_empty_from_parent(tree, count_col):
@@ -84,19 +101,12 @@ def fill_empty_from_parent(tree, count_col):
     count_col : int
         Column of ``tree.value`` holding the node's estimation row count.
     """
-    value = tree.value.copy()
-    parent = np.full(tree.node_count, -1, dtype=np.int64)
-    inner = np.flatnonzero(tree.feature >= 0)
-    parent[tree.left[inner]] = inner
-    parent[tree.right[inner]] = inner
-    # parents have smaller ids than their children: one forward pass settles chains
-    empty = value[:, count_col] <= 0
-    if not empty.any():
+    value = tree.value
+    if not (value[:, count_col] <= 0).any():
         return
-    for node in np.flatnonzero(empty):
-        p = parent[node]
-        if p >= 0:
-            value[node] = value[p]
+    value = np.ascontiguousarray(value, dtype=np.float64).copy()
+    _fill_from_parent(value, np.ascontiguousarray(tree.feature), np.ascontiguousarray(tree.left),
+                      np.ascontiguousarray(tree.right), int(count_col))
     tree.value = value
 
 
@@ -136,7 +146,8 @@ def oob_accumulate(packed, leaves, codes, acc, cnt):
 
 def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimators, seed, sample_fraction,
                        ci_group_size, honest, honesty_fraction, max_depth, min_samples_split, mtry,
-                       batch_size, n_global, value_fn, count_col, comm, oob=False, progress=None):
+                       batch_size, n_global, value_fn, count_col, comm, oob=False, progress=None,
+                       local_threshold=None):
     """Grow and honestly re-estimate a forest in batches.
 
     Parameters
@@ -166,6 +177,8 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
         Also accumulate out-of-bag leaf values for this rank's rows.
     progress : callable, optional
         ``progress(n_trees_done, n_trees_total)`` after each batch.
+    local_threshold : float or None
+        Passed to :func:`forest.grower.grow_levelwise` (``None``: its default).
 
     Returns
     -------
@@ -175,10 +188,14 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
     oob_cnt : ndarray, shape (n_local,), or None
     """
     n_local = binned.shape[1]
+    if local_threshold is None:
+        local_threshold = DEFAULT_LOCAL_THRESHOLD
+    finishes_locally = local_threshold > 0 and getattr(criterion, "numba_gain", lambda: None)() is not None
     if batch_size is None:
         n_struct = n_global * sample_fraction * (honesty_fraction if honest else 1.0)
         batch_size = auto_batch_size(n_struct, binned.shape[0], mapper.n_bins_, criterion.n_channels,
-                                     getattr(criterion, "min_samples_leaf", 1), max_depth, n_estimators)
+                                     getattr(criterion, "min_samples_leaf", 1), max_depth, n_estimators,
+                                     local_threshold if finishes_locally else 0.0)
     if ci_group_size > 1:
         batch_size = max(ci_group_size, batch_size - batch_size % ci_group_size)
     trees = []
@@ -193,7 +210,7 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
             est_rows = [np.flatnonzero((c == ESTIMATION) | (c == BOTH)).astype(np.int32) for c in codes]
         batch = grow_levelwise(binned, channels, grow_rows, criterion, mapper, tree_indices=idx,
                                max_depth=max_depth, min_samples_split=min_samples_split, mtry=mtry, seed=seed,
-                               comm=comm)
+                               comm=comm, gids=gids, local_threshold=local_threshold)
         reestimate_leaves(batch, binned, channels, est_rows, value_fn, mapper.missing_bin_, comm=comm)
         with phase("leaves"):
             for tree in batch:
