@@ -412,8 +412,14 @@ def machine_description():
         pass
     versions = ", ".join(f"{k} {v}" for k, v in package_versions().items())
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        # Timings on a busy machine are not comparable (OpenMP pools in particular slow
+        # down badly when oversubscribed), so the load at write time goes on record.
+        load = "load average %.2f/%.2f/%.2f (1/5/15 min)" % os.getloadavg()
+    except OSError:
+        load = "load average unknown"
     return (f"{date}; {cpu_model()}, {os.cpu_count()} logical cores ({affinity} usable), "
-            f"{mem} RAM; Python {platform.python_version()} on {platform.system()} "
+            f"{mem} RAM, {load}; Python {platform.python_version()} on {platform.system()} "
             f"{platform.release()}; {versions}; git {git_commit()}")
 
 

@@ -337,6 +337,10 @@ def parse_args(argv=None):
                    help="seconds per contender (default 7200; 600 with --quick)")
     p.add_argument("--parts", default="accuracy,ihdp,big,mpi,coverage",
                    help="comma list among accuracy,ihdp,big,mpi,coverage")
+    p.add_argument("--accuracy-n", default=None,
+                   help="comma list of training sizes for the accuracy part (default 20000,100000; 4000,10000 with --quick)")
+    p.add_argument("--big-n", type=int, default=None,
+                   help="rows of the scale and mpirun parts (default 1000000; 20000 with --quick)")
     p.add_argument("--ihdp-replications", type=int, default=None, help="default 10 (2 with --quick)")
     p.add_argument("--coverage-seeds", type=int, default=None, help="default 5 (2 with --quick)")
     p.add_argument("--coverage-trees", type=int, default=None, help="default 2000 (200 with --quick)")
@@ -351,8 +355,16 @@ def parse_args(argv=None):
     args.ihdp_replications = args.ihdp_replications or (2 if q else 10)
     args.coverage_seeds = args.coverage_seeds or (2 if q else 5)
     args.coverage_trees = args.coverage_trees or (200 if q else 2000)
-    args.accuracy_n = [4_000, 10_000] if q else [20_000, 100_000]
-    args.big_n = 20_000 if q else 1_000_000
+    if args.accuracy_n:
+        args.accuracy_n = [int(v) for v in args.accuracy_n.split(",")]
+    else:
+        args.accuracy_n = [4_000, 10_000] if q else [20_000, 100_000]
+    args.big_n = args.big_n or (20_000 if q else 1_000_000)
+    if min(args.accuracy_n + [args.big_n]) < 100:
+        p.error("data set sizes must be at least 100 rows")
+    unknown = set(args.parts.split(",")) - {"accuracy", "ihdp", "big", "mpi", "coverage"}
+    if unknown:
+        p.error(f"unknown --parts {sorted(unknown)}")
     return args
 
 
