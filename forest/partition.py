@@ -9,8 +9,13 @@ next to it; tests compare them.
 import numba
 import numpy as np
 
-#: Segments longer than this are partitioned by several threads (two passes).
+#: Work (rows over all segments) from which several segments are partitioned in parallel.
 _PARALLEL_MIN_ROWS = 1 << 18
+#: One segment is split across threads (two passes) only from this many rows. The serial
+#: branch-free loop does ~3.5 ns/row, so below this a tree's root partition costs a few
+#: ms; the two-pass parallel version read every code twice and, on a loaded machine
+#: (Numba's OpenMP layer spins at barriers), measured 77 vs 7 ns/row wall at 1M rows.
+_PARALLEL_ONE_SEGMENT_MIN_ROWS = 1 << 21
 
 
 @numba.njit(cache=True, inline="always")
@@ -22,18 +27,22 @@ def _goes_left(code, thr, missing_left, missing_bin):
 
 @numba.njit(cache=True)
 def _partition_one(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin):
+    # Branch-free: whether a row goes left is close to a coin flip, so an if/else
+    # mispredicts about every other row. Each row is written to both destinations
+    # (left rows compacted in place, right rows into the scratch slots of the same
+    # range; the write index never passes the read index) and only the counts move.
+    # Measured 7.2 -> 3.1 ns/row (one thread, 200k rows, 50/50 split).
     nl = 0
     nr = 0
-    # Left rows are compacted in place (the write index never passes the read
-    # index); right rows wait in the scratch slots of the same range.
+    codes = binned[f]
     for i in range(lo, hi):
         r = rows[i]
-        if _goes_left(np.int32(binned[f, r]), thr, ml, missing_bin):
-            rows[lo + nl] = r
-            nl += 1
-        else:
-            scratch[lo + nr] = r
-            nr += 1
+        code = np.int32(codes[r])
+        go = ((code <= thr) & (code != missing_bin)) | ((code == missing_bin) & (ml != 0))
+        rows[lo + nl] = r
+        scratch[lo + nr] = r
+        nl += np.int64(go)
+        nr += 1 - np.int64(go)
     for j in range(nr):
         rows[lo + nl + j] = scratch[lo + j]
     return nl
@@ -58,22 +67,24 @@ def _par_partition_segments(rows, scratch, starts, stops, binned, features, thre
 @numba.njit(cache=True)
 def _count_left(rows, a, b, binned, f, thr, ml, missing_bin):
     k = 0
+    codes = binned[f]
     for i in range(a, b):
-        if _goes_left(np.int32(binned[f, rows[i]]), thr, ml, missing_bin):
-            k += 1
+        code = np.int32(codes[rows[i]])
+        k += np.int64(((code <= thr) & (code != missing_bin)) | ((code == missing_bin) & (ml != 0)))
     return k
 
 
 @numba.njit(cache=True)
 def _scatter(rows, scratch, a, b, pl, pr, binned, f, thr, ml, missing_bin):
+    # Destination chosen by a select, not a branch (see _partition_one).
+    codes = binned[f]
     for i in range(a, b):
         r = rows[i]
-        if _goes_left(np.int32(binned[f, r]), thr, ml, missing_bin):
-            scratch[pl] = r
-            pl += 1
-        else:
-            scratch[pr] = r
-            pr += 1
+        code = np.int32(codes[r])
+        go = ((code <= thr) & (code != missing_bin)) | ((code == missing_bin) & (ml != 0))
+        scratch[pl if go else pr] = r
+        pl += np.int64(go)
+        pr += 1 - np.int64(go)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -138,7 +149,7 @@ def partition_rows(rows, scratch, starts, stops, binned, features, bin_threshold
     n_left = np.zeros(len(starts), dtype=np.int64)
     threads = numba.get_num_threads()
     total = int((stops - starts).sum())
-    if threads == 1 or total < _PARALLEL_MIN_ROWS:
+    if threads == 1 or total < _PARALLEL_MIN_ROWS or (len(starts) == 1 and total < _PARALLEL_ONE_SEGMENT_MIN_ROWS):
         # Small work: starting the thread pool would cost more than the loop.
         _partition_segments(rows, scratch, starts, stops, binned, features, bin_thresholds, missing_left,
                             int(missing_bin), n_left)
