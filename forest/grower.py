@@ -719,6 +719,37 @@ class LeafwiseGrower:
         self.backend = backend
         self.reducer = HistogramReducer(self.comm, self.bin_info.n_features, split_mode, algorithm)
         self._scratch = None
+        # The (g, h) fast path reads codes unchecked, so they are checked here, once per
+        # fit, instead of by every histogram call.
+        self._fast = backend in ("auto", "numba") and criterion.n_channels == 2
+        if self._fast:
+            self.binned = np.ascontiguousarray(self.binned)
+            if self.binned.size and self.bin_info.n_bins < 256 and int(self.binned.max()) >= self.bin_info.n_bins:
+                raise ValueError(f"binned holds code {int(self.binned.max())} >= n_bins={self.bin_info.n_bins}")
+        self._gh_buf = None
+
+    def _build_node(self, channels, rows, start, stop):
+        """Local histogram of one node, shape (1, n_features, n_bins, C).
+
+        ``rows`` None: the node is the positions ``start:stop`` (the root over all rows).
+        """
+        if not self._fast:
+            if rows is None:
+                return _build(self.binned, channels, None, np.array([start, stop]), self.bin_info.n_bins,
+                              self.backend)
+            return _build(self.binned, channels, rows[start:stop], np.array([0, stop - start]),
+                          self.bin_info.n_bins, self.backend)
+        from histogram.cpu_kernels import build_gh_histogram
+
+        with phase("histogram"):
+            out = np.empty((1, self.bin_info.n_features, self.bin_info.n_bins, 2))
+            m = stop - start
+            if rows is not None and (self._gh_buf is None or len(self._gh_buf) < 2 * m):
+                self._gh_buf = np.empty(2 * len(rows))
+            threads = 1 if m < _SERIAL_BUILD_ROWS else numba.get_num_threads()
+            buf = self._gh_buf if rows is not None else np.empty(0)
+            build_gh_histogram(self.binned, channels, rows, start, stop, out[0], buf, n_threads=threads)
+            return out
 
     def _splittable(self, depth, count):
         min_leaf = getattr(self.criterion, "min_samples_leaf", 1)
@@ -751,7 +782,7 @@ class LeafwiseGrower:
         scratch = self._scratch
         n_local = len(rows)
 
-        local = _build(binned, channels, None if identity else rows, np.array([0, n_local]), info.n_bins, self.backend)
+        local = self._build_node(channels, None if identity else rows, 0, n_local)
         local_tot = channels.sum(axis=0) if identity else channels[rows].sum(axis=0)
         hist, extra = red.reduce(local, np.concatenate([local_tot, [n_local]]))
         root_stats, root_count = extra[:-1], extra[-1]
@@ -790,7 +821,7 @@ class LeafwiseGrower:
                 continue
             build_left = lw <= rw
             b_lo, b_hi = (lo, mid) if build_left else (mid, hi)
-            local = _build(binned, channels, rows[b_lo:b_hi], np.array([0, b_hi - b_lo]), info.n_bins, self.backend)
+            local = self._build_node(channels, rows, b_lo, b_hi)
             small, extra = red.reduce(local, np.array([float(b_hi - b_lo)]))
             small = small[0]
             sib = phist - small

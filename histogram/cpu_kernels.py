@@ -359,3 +359,148 @@ def _default_big_rows(total_rows, n_features, n_threads):
     if n_threads <= 1 or 4 * n_threads <= n_features:
         return np.iinfo(np.int64).max
     return max(4 * ROW_BLOCK, total_rows // n_threads)
+
+
+# --------------------------------------------------------------------------------------
+# Single-node (gradient, hessian) kernels: the boosting engine's trusted fast path.
+#
+# Leaf-wise boosting builds one node at a time (the root, then each split's smaller
+# child) with exactly two channels. The general entry point above pays per call for
+# validation scans and task planning (~0.2 ms, a tenth of a small child's build) and
+# reads channels through the row index once per feature. Here (g, h) is one complex128
+# per row, and a row subset first gathers its (g, h) pairs into a contiguous buffer
+# ("ordered gradients", as LightGBM does), so each of the 28 feature passes streams
+# that buffer instead of chasing indices into the full channel array. Measured on one
+# thread, 200k x 28 random codes, CPU time per row: root 25 -> 18 ns; a random half /
+# quarter / 1/16 of the rows 37 / 41 / 44 -> 26 / 24-33 / 27 ns. Blocking the gather
+# into 1-4k-row pieces (to keep the buffer in L1) measured no better, and a row-major
+# (n_rows, n_features) copy of the codes was no better either (its 28 histograms, 114
+# KiB, fall out of L1).
+
+
+@njit(cache=True)
+def _gh_features(binned, gh, rows, s, e, identity, f0, f1, out):
+    """out[f] = histogram of complex (g, h) over rows s:e for f in f0:f1 (out zeroed here).
+
+    With ``identity`` the rows are the positions ``s:e`` and ``gh`` is the full array;
+    otherwise ``gh[k - s]`` is the pair of row ``rows[k]`` (already gathered).
+    """
+    for f in range(f0, f1):
+        out[f, :] = 0.0
+    f = f0
+    while f + 4 <= f1:
+        h0 = out[f]
+        h1 = out[f + 1]
+        h2 = out[f + 2]
+        h3 = out[f + 3]
+        c0 = binned[f]
+        c1 = binned[f + 1]
+        c2 = binned[f + 2]
+        c3 = binned[f + 3]
+        if identity:
+            for r in range(s, e):
+                v = gh[r]
+                h0[c0[r]] += v
+                h1[c1[r]] += v
+                h2[c2[r]] += v
+                h3[c3[r]] += v
+        else:
+            for k in range(s, e):
+                r = rows[k]
+                v = gh[k - s]
+                h0[c0[r]] += v
+                h1[c1[r]] += v
+                h2[c2[r]] += v
+                h3[c3[r]] += v
+        f += 4
+    while f < f1:
+        h0 = out[f]
+        c0 = binned[f]
+        if identity:
+            for r in range(s, e):
+                h0[c0[r]] += gh[r]
+        else:
+            for k in range(s, e):
+                h0[c0[rows[k]]] += gh[k - s]
+        f += 1
+
+
+@njit(cache=True)
+def _gather(gh, rows, s, e, buf):
+    for k in range(s, e):
+        buf[k - s] = gh[rows[k]]
+
+
+@njit(cache=True)
+def _gh_serial(binned, gh, rows, s, e, identity, buf, out):
+    if identity:
+        _gh_features(binned, gh, rows, s, e, True, 0, binned.shape[0], out)
+    else:
+        _gather(gh, rows, s, e, buf)
+        _gh_features(binned, buf, rows, s, e, False, 0, binned.shape[0], out)
+
+
+@njit(cache=True, parallel=True)
+def _gh_parallel(binned, gh, rows, s, e, identity, buf, out, n_parts):
+    # Gather in row chunks, then one feature range per part (parts own their slabs).
+    n_features = binned.shape[0]
+    if not identity:
+        chunk = (e - s + n_parts - 1) // n_parts
+        for p in prange(n_parts):
+            a = min(e, s + p * chunk)
+            _gather(gh, rows, a, min(e, a + chunk), buf[a - s:])
+    for p in prange(n_parts):
+        f0 = p * n_features // n_parts
+        f1 = (p + 1) * n_features // n_parts
+        if identity:
+            _gh_features(binned, gh, rows, s, e, True, f0, f1, out)
+        else:
+            _gh_features(binned, buf, rows, s, e, False, f0, f1, out)
+
+
+def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=1):
+    """One node's (gradient, hessian) histogram; the engine's unchecked fast path.
+
+    No input scan is made (callers validate ``binned`` once, at construction): codes
+    must be ``< out.shape[1]`` and row ids in range, or memory is read out of bounds.
+
+    Parameters
+    ----------
+    binned : ndarray of uint8, shape (n_features, n_rows), C-contiguous
+    channels : ndarray of float64, shape (n_rows, 2), C-contiguous
+        Gradient and hessian per row.
+    rows : ndarray of int32, shape (m,), or None
+        Local row ids; the node owns ``rows[start:stop]``. ``None``: the node owns the
+        positions ``start:stop`` themselves (the root).
+    start, stop : int
+    out : ndarray of float64, shape (n_features, n_bins, 2), C-contiguous
+        Overwritten and returned.
+    buf : ndarray of float64, shape (>= 2 * (stop - start),)
+        Scratch for the gathered (g, h) pairs (unused when ``rows`` is None).
+    n_threads : int
+        Threads (feature ranges); 1 runs the serial kernel without touching the pool.
+
+    Returns
+    -------
+    out
+    """
+    if channels.shape[1] != 2 or out.shape[2] != 2 or out.shape[0] != binned.shape[0]:
+        raise ValueError(f"build_gh_histogram needs 2 channels and out of shape ({binned.shape[0]}, n_bins, 2); "
+                         f"got channels {channels.shape}, out {out.shape}")
+    gh = channels.reshape(-1).view(np.complex128)
+    hv = out.reshape(out.shape[0], -1).view(np.complex128)
+    bv = buf.view(np.complex128)
+    identity = rows is None
+    if identity:
+        rows = _NO_ROWS
+    elif bv.shape[0] < stop - start:
+        raise ValueError(f"buf holds {bv.shape[0]} pairs, the node has {stop - start} rows")
+    n_parts = min(int(n_threads), binned.shape[0])
+    if n_parts <= 1:
+        _gh_serial(binned, gh, rows, int(start), int(stop), identity, bv, hv)
+    else:
+        _gh_parallel(binned, gh, rows, int(start), int(stop), identity, bv, hv, n_parts)
+    return out
+
+
+_NO_ROWS = np.zeros(0, dtype=np.int32)

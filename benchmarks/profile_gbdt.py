@@ -1,0 +1,124 @@
+"""Profile one GBDTClassifier fit: phase times, CPU vs wall time, peak RSS, vs sklearn HGB.
+
+This script owns the engine-side measurement of issue 4 (boosting speed). It fits
+the HIGGS-like binary task (generated in memory by :mod:`benchmarks.datasets`, not
+cached) with histforest's ``GBDTClassifier`` and scikit-learn's
+``HistGradientBoostingClassifier`` on identical settings (100 trees, 31 leaves,
+255 bins, lr 0.1, no early stopping) and prints, per contender and thread count,
+wall and process CPU seconds, plus histforest's per-phase table
+(:data:`forest.profiling.TIMER`, switched to process CPU seconds). CPU time is the steadier figure on a shared
+machine. Peak RSS is the process's high-water mark (``ru_maxrss``), so it is only
+meaningful for the first contender of a run; use ``--only`` to measure one alone.
+
+Usage::
+
+    .venv/bin/python benchmarks/profile_gbdt.py --rows 200000 --threads 1
+    .venv/bin/python benchmarks/profile_gbdt.py --quick          # 20k rows, 20 trees
+    .venv/bin/python benchmarks/profile_gbdt.py --cprofile       # top functions too
+"""
+import argparse
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _data(n, seed=0):
+    from benchmarks.datasets import _generate_higgs
+
+    X, y, _ = _generate_higgs(n, seed, 0)
+    return X, y
+
+
+def _timed(fn):
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - w0, time.process_time() - c0
+
+
+class _CpuClock:
+    """Stands in for the ``time`` module inside forest.profiling: phases in process CPU time."""
+
+    perf_counter = staticmethod(time.process_time)
+
+
+def _ours(X, y, threads, trees, cprofile):
+    import forest.profiling
+    from forest.gbdt import GBDTClassifier
+    from forest.profiling import TIMER
+
+    # Phase table in process CPU seconds (all threads): wall time is noise on a shared machine.
+    forest.profiling.time = _CpuClock
+
+    est = GBDTClassifier(n_estimators=trees, max_leaf_nodes=31, max_bins=255, learning_rate=0.1,
+                         early_stopping=False, n_threads=threads, random_state=0)
+    TIMER.reset()
+    if cprofile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+    _, wall, cpu = _timed(lambda: est.fit(X, y))
+    if cprofile:
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    return est, wall, cpu, TIMER.table()
+
+
+def _sklearn(X, y, threads, trees):
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from threadpoolctl import threadpool_limits
+
+    est = HistGradientBoostingClassifier(max_iter=trees, max_leaf_nodes=31, max_bins=255, learning_rate=0.1,
+                                         early_stopping=False, random_state=0)
+    with threadpool_limits(limits=threads, user_api="openmp"):
+        _, wall, cpu = _timed(lambda: est.fit(X, y))
+    return est, wall, cpu
+
+
+def _auc(est, X, y):
+    from sklearn.metrics import roc_auc_score
+
+    return roc_auc_score(y, est.predict_proba(X)[:, 1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=[200_000])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1])
+    ap.add_argument("--trees", type=int, default=100)
+    ap.add_argument("--quick", action="store_true", help="20k rows, 20 trees (smoke run)")
+    ap.add_argument("--only", choices=["ours", "sklearn"], help="run one contender (clean peak RSS)")
+    ap.add_argument("--cprofile", action="store_true", help="print the top functions of our fit")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rows, args.trees = [20_000], 20
+
+    # Warm Numba's caches so compile/load time is not counted in the first fit.
+    if args.only != "sklearn":
+        Xw, yw = _data(20_000, seed=1)
+        _ours(Xw, yw, 1, 2, False)
+    for n in args.rows:
+        X, y = _data(n)
+        Xt, yt = _data(20_000, seed=7)
+        for t in args.threads:
+            if args.only != "sklearn":
+                est, wall, cpu, table = _ours(X, y, t, args.trees, args.cprofile)
+                print(f"ours    n={n} threads={t}: wall {wall:.2f} s  cpu {cpu:.2f} s  "
+                      f"auc {_auc(est, Xt, yt):.4f}  trees {est.n_iter_}")
+                print(table)
+            if args.only != "ours":
+                est, wall, cpu = _sklearn(X, y, t, args.trees)
+                print(f"sklearn n={n} threads={t}: wall {wall:.2f} s  cpu {cpu:.2f} s  "
+                      f"auc {_auc(est, Xt, yt):.4f}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of this process: {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

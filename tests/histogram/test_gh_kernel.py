@@ -1,0 +1,57 @@
+"""The boosting fast path ``build_gh_histogram`` against the NumPy reference."""
+import numba
+import numpy as np
+import pytest
+
+from histogram.cpu_kernels import build_gh_histogram
+from histogram.reference import build_histograms_numpy
+
+
+def _reference(binned, channels, rows, start, stop, n_bins):
+    idx = np.arange(start, stop, dtype=np.int32) if rows is None else rows[start:stop]
+    return build_histograms_numpy(binned, channels, idx, np.array([0, len(idx)]), n_bins)[0]
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("n_features", [1, 4, 7, 9])
+@pytest.mark.parametrize("subset", [False, True])
+def test_gh_histogram_matches_reference(rng, n_threads, n_features, subset):
+    n, n_bins = 3001, 256
+    binned = rng.integers(0, n_bins, size=(n_features, n)).astype(np.uint8)
+    channels = rng.normal(size=(n, 2))
+    if subset:
+        rows = rng.permutation(n).astype(np.int32)
+        start, stop = 113, 2170
+    else:
+        rows, start, stop = None, 17, 2999
+    out = np.full((n_features, n_bins, 2), np.nan)  # stale contents must be overwritten
+    buf = np.empty(2 * n)
+    threads = min(n_threads, numba.config.NUMBA_NUM_THREADS)
+    got = build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=threads)
+    assert got is out
+    ref = _reference(binned, channels, rows, start, stop, n_bins)
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    # Bin sums are the node's channel totals (independent of the binning).
+    idx = np.arange(start, stop) if rows is None else rows[start:stop]
+    np.testing.assert_allclose(got.sum(axis=1), np.broadcast_to(channels[idx].sum(axis=0), (n_features, 2)),
+                               rtol=1e-9)
+
+
+def test_gh_histogram_empty_node_and_small_bins(rng):
+    binned = rng.integers(0, 8, size=(5, 100)).astype(np.uint8)
+    channels = rng.normal(size=(100, 2))
+    rows = np.arange(100, dtype=np.int32)
+    out = np.ones((5, 8, 2))
+    build_gh_histogram(binned, channels, rows, 40, 40, out, np.empty(0))
+    assert not out.any()
+    build_gh_histogram(binned, channels, rows, 0, 100, out, np.empty(200))
+    np.testing.assert_allclose(out, _reference(binned, channels, rows, 0, 100, 8), rtol=1e-12, atol=1e-12)
+
+
+def test_gh_histogram_rejects_bad_shapes(rng):
+    binned = np.zeros((3, 10), np.uint8)
+    with pytest.raises(ValueError, match="2 channels"):
+        build_gh_histogram(binned, np.zeros((10, 3)), None, 0, 10, np.zeros((3, 4, 2)), np.empty(0))
+    with pytest.raises(ValueError, match="buf holds"):
+        build_gh_histogram(binned, np.zeros((10, 2)), np.arange(10, dtype=np.int32), 0, 10, np.zeros((3, 4, 2)),
+                           np.empty(4))
