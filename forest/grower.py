@@ -38,6 +38,11 @@ Split modes (``split_mode``)
     missing-right), carrying the children's channel sums as payload. Both modes grow
     the same trees.
 
+Small nodes (global weight <= ``local_threshold``) leave the histogram path and are
+finished exactly by :mod:`forest.local_growth` (see ``_LocalFinisher``): a dense
+``F x B x C`` histogram per node of a handful of rows made deep forest trees cost
+``nodes x F x B x C`` in work and bytes.
+
 Histogram memory: a level holds the histograms of its frontier,
 ``n_frontier * n_features * n_bins * C * 8`` bytes; callers size tree batches with it.
 """
@@ -376,10 +381,14 @@ def _add_split_children(trees, criterion, owner, parent_node, left_stats, right_
 class _LocalFinisher:
     """Finishes the subtrees of small frontier nodes with :mod:`forest.local_growth`.
 
-    One call per level: the nodes' rows are brought together (on several ranks with
-    one ``allgatherv`` per chunk of trees, every rank receiving every row), put in
-    global-row-id order, and every rank grows every subtree itself; the inputs are
-    identical on every rank and for every rank count, so are the trees.
+    One call per level. Single rank: the nodes' local rows are used directly. Several
+    ranks, per chunk of trees (:data:`LOCAL_GATHER_BYTES`): one ``allgatherv`` of the
+    nodes' rows (codes, channels, global ids), put in global-row-id order; each tree
+    is given to one rank (greedy by rows, computed identically everywhere), which
+    grows its subtrees, and a second ``allgatherv`` shares the split records. A
+    subtree is a pure function of its gid-ordered rows, so the trees are identical
+    on every rank and for every rank count. (Growing every tree on every rank would
+    save the second collective but replicate the work: measured slower at -np 2.)
     """
 
     def __init__(self, numba_gain, binned, channels, gids, bin_info, comm, criterion, thr_table, tree_indices,
@@ -425,10 +434,11 @@ class _LocalFinisher:
         chunk_of_task = chunk_of_tree[t_tree]
         for ch in np.unique(chunk_of_task):
             sel = np.flatnonzero(chunk_of_task == ch)
-            self._finish_gathered(trees, rows, t_tree[sel], t_node[sel], t_depth[sel], t_lo[sel], t_hi[sel])
+            self._finish_gathered(trees, rows, t_tree[sel], t_node[sel], t_depth[sel], t_lo[sel], t_hi[sel],
+                                  t_count[sel])
 
-    def _finish_gathered(self, trees, rows, t_tree, t_node, t_depth, t_lo, t_hi):
-        from .local_growth import grow_subtrees
+    def _finish_gathered(self, trees, rows, t_tree, t_node, t_depth, t_lo, t_hi, t_count):
+        from .local_growth import SubtreeRecords, grow_subtrees
 
         f = self.binned.shape[0]
         c = self.channels.shape[1]
@@ -453,11 +463,37 @@ class _LocalFinisher:
             counts = np.bincount(g_task, minlength=len(t_lo))
             g_starts = np.zeros(len(t_lo) + 1, dtype=np.int64)
             np.cumsum(counts, out=g_starts[1:])
+            # Each tree's subtrees are grown by one rank (greedy by rows, the same on
+            # every rank since the counts are global), then the records are shared:
+            # a subtree depends only on its gid-ordered rows, not on who grows it.
+            per_tree = np.bincount(t_tree, weights=t_count, minlength=len(trees))
+            load = np.zeros(self.comm.size)
+            owner = np.full(len(trees), -1, dtype=np.int64)
+            busy = np.flatnonzero(per_tree > 0)
+            for t in busy[np.argsort(-per_tree[busy], kind="stable")]:
+                owner[t] = int(np.argmin(load))
+                load[owner[t]] += per_tree[t]
+            mine_t = owner[t_tree] == self.comm.rank
+            sub_rows = np.flatnonzero(np.repeat(mine_t, counts)).astype(np.int64)
+            sub_starts = np.zeros(int(mine_t.sum()) + 1, dtype=np.int64)
+            np.cumsum(counts[mine_t], out=sub_starts[1:])
             tree_next = np.array([t.node_count for t in trees], dtype=np.int64)
-            recs = grow_subtrees(g_binned, g_channels, np.arange(len(order), dtype=np.int64), g_starts, t_tree,
-                                 t_node, t_depth, tree_next, self.tree_indices, self.numba_gain,
+            recs = grow_subtrees(g_binned, g_channels, sub_rows, sub_starts, t_tree[mine_t], t_node[mine_t],
+                                 t_depth[mine_t], tree_next, self.tree_indices, self.numba_gain,
                                  self.bin_info.n_bins_non_missing, self.bin_info.missing_bin, **self.kwargs)
-            self._append(trees, recs)
+            rec_tree = np.repeat(np.arange(len(trees), dtype=np.int64), np.diff(recs.tree_starts))
+            n_int = recs.ints.shape[1]
+            packed = np.concatenate([rec_tree[:, None].astype(np.float64), recs.ints.astype(np.float64),
+                                     recs.floats], axis=1)
+        with phase("communication"):
+            allr = col.allgatherv(self.comm, np.ascontiguousarray(packed))
+        with phase("local"):
+            # each tree's records come from one rank, already in id order: stable sort by tree
+            allr = allr[np.argsort(allr[:, 0], kind="stable")]
+            starts = np.zeros(len(trees) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(allr[:, 0].astype(np.int64), minlength=len(trees)), out=starts[1:])
+            self._append(trees, SubtreeRecords(allr[:, 1:1 + n_int].astype(np.int64),
+                                               np.ascontiguousarray(allr[:, 1 + n_int:]), starts))
 
     def _append(self, trees, recs):
         from .local_growth import REC_BIN, REC_DEPTH, REC_FEATURE, REC_LEFT, REC_MISSING_LEFT, REC_NODE

@@ -22,7 +22,8 @@ from numba import njit, prange
 from histogram.binning import BinMapper
 from native import collectives as col
 
-from .grower import DEFAULT_LOCAL_THRESHOLD, grow_levelwise, reestimate_leaves
+from . import grower as _grower
+from .grower import grow_levelwise, reestimate_leaves
 from .predictor import predict_leaves, predict_leaves_binned
 from .profiling import phase
 from .subsample import OUT, STRUCTURE, BOTH, ESTIMATION, tree_row_codes
@@ -189,7 +190,7 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
     """
     n_local = binned.shape[1]
     if local_threshold is None:
-        local_threshold = DEFAULT_LOCAL_THRESHOLD
+        local_threshold = _grower.DEFAULT_LOCAL_THRESHOLD  # read at call time (benchmarks tune it)
     finishes_locally = local_threshold > 0 and getattr(criterion, "numba_gain", lambda: None)() is not None
     if batch_size is None:
         n_struct = n_global * sample_fraction * (honesty_fraction if honest else 1.0)
