@@ -819,7 +819,10 @@ class LeafwiseGrower:
         n_local = len(rows)
 
         local = self._build_node(channels, None if identity else rows, 0, n_local)
-        local_tot = channels.sum(axis=0) if identity else channels[rows].sum(axis=0)
+        # Every row lands in exactly one bin of feature 0, so its bins sum to the node's
+        # channel totals: no pass over the rows (numpy's strided axis-0 sum of an (n, 2)
+        # array cost 2.6 ms per tree at 200k rows).
+        local_tot = local[0, 0].sum(axis=0) if binned.shape[0] else np.zeros(channels.shape[1])
         hist, extra = red.reduce(local, np.concatenate([local_tot, [n_local]]))
         root_stats, root_count = extra[:-1], extra[-1]
         tree = Tree(crit.n_outputs)
