@@ -132,14 +132,15 @@ class BinMapper:
             local_sample = X[keep]
         sample = allgatherv(comm, local_sample)
 
-        per_feature = []
-        candidates = []  # features that look exact on the sample: verify on full data
-        for f in range(n_features):
-            col = sample[:, f]
-            values, counts = np.unique(col[~np.isnan(col)], return_counts=True)
-            per_feature.append((values, counts))
-            if values.shape[0] <= self.max_bins and not use_all:
-                candidates.append(f)
+        # Per-feature summaries of the gathered sample (sorting every column is most of
+        # fit's cost), each rank its own block of features, then gathered: a feature's
+        # summary is the same computation whichever rank runs it, so edges stay bitwise
+        # rank-count independent. A summary is the sorted distinct values when there are
+        # at most max_bins of them (kind 0, exact on the sample), else the finished
+        # quantile thresholds (kind 1).
+        summaries = self._feature_summaries(comm, sample)
+        per_feature = [(data, None) if kind == 0 else (None, None) for kind, data in summaries]
+        candidates = [f for f, (kind, _) in enumerate(summaries) if kind == 0 and not use_all]
 
         extras = {}
         if candidates:
@@ -148,8 +149,9 @@ class BinMapper:
         thresholds = []
         is_exact = np.zeros(n_features, dtype=bool)
         for f in range(n_features):
-            values, counts = per_feature[f]
-            if values.shape[0] <= self.max_bins:
+            kind, data = summaries[f]
+            if kind == 0:
+                values = data
                 union = np.union1d(values, extras.get(f, values[:0]))
                 if union.shape[0] <= self.max_bins:
                     values = union
@@ -158,8 +160,7 @@ class BinMapper:
                 # sample's own distinct values are the best max_bins-sized summary.
                 thresholds.append(_midpoints(values[:-1], values[1:]))
             else:
-                cuts = _greedy_cuts(counts.astype(np.int64), self.max_bins)
-                thresholds.append(_midpoints(values[cuts], values[cuts + 1]))
+                thresholds.append(data)
 
         self.n_features_in_ = n_features
         self.missing_bin_ = int(self.max_bins)
@@ -172,6 +173,35 @@ class BinMapper:
         self.is_exact_ = is_exact
         self.n_samples_fit_ = int(sample.shape[0])
         return self
+
+    def _feature_summaries(self, comm, sample):
+        """``[(kind, data)]`` per feature, computed by feature blocks and allgathered.
+
+        kind 0: ``data`` = sorted distinct non-NaN sample values (at most ``max_bins``);
+        kind 1: ``data`` = the feature's final thresholds (equal-count cuts).
+        """
+        n_features = sample.shape[1]
+        f0 = comm.rank * n_features // comm.size
+        f1 = (comm.rank + 1) * n_features // comm.size
+        packed = []
+        for f in range(f0, f1):
+            col = sample[:, f]
+            values, counts = np.unique(col[~np.isnan(col)], return_counts=True)
+            if values.shape[0] <= self.max_bins:
+                kind, data = 0, values
+            else:
+                cuts = _greedy_cuts(counts.astype(np.int64), self.max_bins)
+                kind, data = 1, _midpoints(values[cuts], values[cuts + 1])
+            packed.append(np.concatenate(([f, kind, data.shape[0]], data)).astype(X_DTYPE))
+        local = np.concatenate(packed) if packed else np.zeros(0, dtype=X_DTYPE)
+        flat = allgatherv(comm, local) if comm.size > 1 else local
+        out = [None] * n_features
+        i = 0
+        while i < flat.shape[0]:
+            f, kind, m = int(flat[i]), int(flat[i + 1]), int(flat[i + 2])
+            out[f] = (kind, flat[i + 3:i + 3 + m].copy())
+            i += 3 + m
+        return out
 
     def _gather_missed_values(self, comm, X, candidates, per_feature):
         """Values of candidate features present locally but absent from the sample.
