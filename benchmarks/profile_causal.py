@@ -1,0 +1,100 @@
+"""Profile one CausalForest fit (with its two nuisance forests): phases in CPU seconds.
+
+This script owns the engine-side measurement of issue 5 (honest-forest speed). It
+fits :class:`forest.CausalForest` on the Wager-Athey design
+(:func:`forest.simulate.athey_wager`, generated in memory) and prints wall and
+process CPU seconds plus the per-phase table of :data:`forest.profiling.TIMER`,
+switched to process CPU seconds (the steadier figure on a shared machine). Under
+``mpirun`` every rank holds a consecutive block of the rows; rank 0 prints its own
+table and the CPU seconds summed over ranks.
+
+Usage::
+
+    .venv/bin/python benchmarks/profile_causal.py --rows 20000 --threads 1
+    .venv/bin/python benchmarks/profile_causal.py --rows 100000 --threshold inf
+    NUMBA_NUM_THREADS=1 .venv/bin/mpirun -np 2 .venv/bin/python benchmarks/profile_causal.py --rows 100000
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class _CpuClock:
+    """Stands in for the ``time`` module inside forest.profiling: phases in process CPU time."""
+
+    perf_counter = staticmethod(time.process_time)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=20000)
+    p.add_argument("--features", type=int, default=20)
+    p.add_argument("--trees", type=int, default=200)
+    p.add_argument("--nuisance", type=int, default=None, help="trees per centering forest (default: the model's)")
+    p.add_argument("--threads", type=int, default=None, help="Numba threads (default: Numba's)")
+    p.add_argument("--threshold", type=float, default=None, help="local_threshold (inf: all local; 0: histograms)")
+    p.add_argument("--repeat", type=int, default=1, help="fits (the first one includes Numba cache loading)")
+    p.add_argument("--cprofile", action="store_true")
+    p.add_argument("--quick", action="store_true", help="2000 rows, 20 trees")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.rows, a.trees = 2000, 20
+
+    import numba
+
+    import forest.profiling
+    from forest import grower
+    from forest.causal_forest import CausalForest
+    from forest.profiling import TIMER
+    from forest.simulate import athey_wager
+    from native.comm import world
+
+    comm = world()
+    if a.threads:
+        numba.set_num_threads(a.threads)
+    if a.threshold is not None:
+        grower.DEFAULT_LOCAL_THRESHOLD = a.threshold
+    forest.profiling.time = _CpuClock
+    data = athey_wager(a.rows, a.features, seed=1)
+    lo = a.rows * comm.rank // comm.size
+    hi = a.rows * (comm.rank + 1) // comm.size
+    X, t, y = data.X[lo:hi], data.t[lo:hi], data.y[lo:hi]
+    for rep in range(a.repeat):
+        TIMER.reset()
+        comm.barrier()
+        w0, c0 = time.perf_counter(), time.process_time()
+        est = CausalForest(a.trees, nuisance_estimators=a.nuisance, random_state=0)
+        if a.cprofile and comm.rank == 0:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.runcall(est.fit, X, t, y, comm=comm)
+        else:
+            est.fit(X, t, y, comm=comm)
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        cpus = np.array([cpu])
+        if comm.size > 1:
+            from native import collectives as col
+
+            cpus = col.allreduce(comm, cpus)
+        tau = est.predict(data.X[:2000])
+        rmse = float(np.sqrt(np.mean((tau - data.tau[:2000]) ** 2)))
+        nodes = len(est.estimators_["feature"])
+        if comm.rank == 0:
+            print(f"rows={a.rows} d={a.features} trees={a.trees} ranks={comm.size} threads={numba.get_num_threads()} "
+                  f"threshold={grower.DEFAULT_LOCAL_THRESHOLD} rep={rep}: wall {wall:.2f} s, CPU {cpu:.2f} s "
+                  f"(all ranks {cpus[0]:.2f} s), nodes {nodes}, rmse(tau) {rmse:.4f}")
+            print(TIMER.table())
+            if a.cprofile:
+                pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
