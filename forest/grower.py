@@ -270,7 +270,14 @@ def _add_child(tree, criterion, stats, depth, shrinkage=1.0, count=None):
 #: of rows, and on several ranks only there does it split work between ranks. The
 #: value was chosen by measurement (see the module docstring of forest.local_growth
 #: and the report in the commit history).
-DEFAULT_LOCAL_THRESHOLD = 2048
+DEFAULT_LOCAL_THRESHOLD = np.inf
+
+#: Bound on the bytes one local-growth task may use (:func:`forest.local_growth.grow_subtrees`
+#: copies a node's codes and channels and keeps per-feature orders: about
+#: ``m * (6 F + 8 C + 48)`` bytes for ``m`` rows). Nodes heavier than this take the
+#: histogram path whatever ``local_threshold`` says, so huge data never has to fit
+#: one tree's rows into one task.
+LOCAL_TASK_BYTES = 1024 * 2 ** 20
 
 #: Bound on the bytes of node rows one allgatherv of local finishing moves (all ranks
 #: together); a level with more is finished in several chunks of trees.
@@ -456,7 +463,14 @@ class _LocalFinisher:
         with phase("local"):
             g_task = np.ascontiguousarray(allp[:, 0:8]).view(np.int64).ravel()
             g_gid = np.ascontiguousarray(allp[:, 8:16]).view(np.int64).ravel()
-            order = np.lexsort((g_gid, g_task))
+            # Ranks hold consecutive gid blocks in rank order (global_ids) and send
+            # their rows in local order, so a stable sort by task usually leaves each
+            # task in gid order already; the full sort is only the fallback.
+            order = np.argsort(g_task, kind="stable")
+            st_gid = g_gid[order]
+            same = g_task[order][1:] == g_task[order][:-1]
+            if np.any(same & (st_gid[1:] <= st_gid[:-1])):
+                order = np.lexsort((g_gid, g_task))
             allp = allp[order]
             g_binned = np.ascontiguousarray(allp[:, 16:16 + f].T)
             g_channels = np.ascontiguousarray(allp[:, 16 + f:]).view(np.float64).reshape(-1, c)
@@ -574,6 +588,8 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
     if tree_indices.shape != (n_trees,):
         raise ValueError(f"tree_indices must have shape ({n_trees},)")
     local_threshold = DEFAULT_LOCAL_THRESHOLD if local_threshold is None else float(local_threshold)
+    task_rows = LOCAL_TASK_BYTES / (6 * bin_info.n_features + 8 * channels.shape[1] + 48)
+    local_threshold = min(local_threshold, float(task_rows))
     numba_gain = criterion.numba_gain() if (local_threshold > 0 and hasattr(criterion, "numba_gain")) else None
     if gids is not None:
         gids = np.asarray(gids, dtype=np.int64)
@@ -602,11 +618,26 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
     starts = np.zeros(n_trees + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
 
-    # Roots: one build, one collective (histograms + each root's channel totals).
-    local_hist = _build(binned, channels, rows, starts, n_bins, backend)
     local_tot = sum_channels_by_node(channels, rows, np.repeat(np.arange(n_trees), lengths), n_trees)
-    hist, tot = reducer.reduce(local_hist, local_tot.ravel())
-    stats = tot.reshape(n_trees, -1)
+    if finisher is None:
+        # Roots: one build, one collective (histograms + each root's channel totals).
+        local_hist = _build(binned, channels, rows, starts, n_bins, backend)
+        hist, tot = reducer.reduce(local_hist, local_tot.ravel())
+        stats = tot.reshape(n_trees, -1)
+    else:
+        # Totals first (a small collective): roots that local finishing takes whole
+        # (all of them with the default threshold) need no histogram at all.
+        with phase("communication"):
+            tot = col.allreduce(comm, np.ascontiguousarray(local_tot.ravel()), algorithm=algorithm) \
+                if comm.size > 1 else local_tot.ravel()
+        stats = tot.reshape(n_trees, -1)
+        r_weight = np.asarray(criterion.node_weight(stats), dtype=np.float64)
+        big = np.flatnonzero((r_weight >= min_samples_split) & (0 < max_depth) & (r_weight > local_threshold))
+        hist = np.zeros((n_trees, reducer.f1 - reducer.f0, n_bins, channels.shape[1]))
+        if len(big):
+            g_rows, g_starts = _gather_segments(rows, starts[:-1][big], starts[1:][big])
+            big_hist, _ = reducer.reduce(_build(binned, channels, g_rows, g_starts, n_bins, backend), np.zeros(0))
+            hist[big] = big_hist
     trees = [Tree(criterion.n_outputs) for _ in range(n_trees)]
     weight, count, value, objective = _node_fields(criterion, stats)
     for t in range(n_trees):

@@ -462,8 +462,10 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     if n_tasks and (np.any(np.diff(task_tree) < 0) or task_tree[0] < 0 or task_tree[-1] >= n_trees):
         raise ValueError("task_tree must be non-decreasing tree numbers in [0, n_trees)")
     tree_task_starts = np.searchsorted(task_tree, np.arange(n_trees + 1)).astype(np.int64)
-    # A subtree of m rows makes at most m - 1 splits (every leaf keeps a row).
+    # A subtree of m rows makes at most m / r - 1 splits: every leaf keeps at least
+    # r = min_child_rows rows (the kernel never scores a smaller side).
     rows_per_tree = np.bincount(task_tree, weights=np.diff(task_starts), minlength=n_trees).astype(np.int64)
+    rows_per_tree //= max(1, int(numba_gain.min_child_rows))
     rec_offsets = np.zeros(n_trees + 1, dtype=np.int64)
     np.cumsum(rows_per_tree, out=rec_offsets[1:])
     total = int(rec_offsets[-1])
