@@ -24,7 +24,7 @@ from native import collectives as col
 
 from . import grower as _grower
 from .grower import grow_levelwise, reestimate_leaves
-from .predictor import predict_leaves, predict_leaves_binned
+from .predictor import accumulate_oob_binned, predict_leaves
 from .profiling import phase
 from .subsample import OUT, STRUCTURE, BOTH, ESTIMATION, tree_row_codes
 from .tree import pack_trees
@@ -218,11 +218,9 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
                 fill_empty_from_parent(tree, count_col)
         if oob:
             packed = pack_trees(batch)
-            leaves = predict_leaves_binned(packed, binned, mapper.missing_bin_)
             if oob_acc is None:
                 oob_acc = np.zeros((n_local, packed["value"].shape[1]))
-            with phase("prediction"):
-                oob_accumulate(packed, leaves, codes, oob_acc, oob_cnt)
+            accumulate_oob_binned(packed, binned, mapper.missing_bin_, codes, oob_acc, oob_cnt)
         trees.extend(batch)
         if progress is not None:
             progress(len(trees), n_estimators)

@@ -137,6 +137,30 @@ def _par_values_binned(binned, rows, feature, bin_threshold, missing_left, left,
                        out, c * chunk, min(n, (c + 1) * chunk))
 
 
+@numba.njit(cache=True)
+def _oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin, acc,
+                cnt, a, b):
+    n_trees = offsets.shape[0] - 1
+    k = value.shape[1]
+    for i in range(a, b):
+        for t in range(n_trees):
+            if codes[t, i] != 0:  # not out of bag: no walk at all
+                continue
+            leaf = _walk_binned(binned, i, offsets[t], feature, bin_threshold, missing_left, left, right, missing_bin)
+            for j in range(k):
+                acc[i, j] += value[leaf, j]
+            cnt[i] += 1.0
+
+
+@numba.njit(cache=True, parallel=True)
+def _par_oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
+                    acc, cnt, n_chunks):
+    n = binned.shape[1]
+    for c in numba.prange(n_chunks):
+        _oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
+                    acc, cnt, c * n // n_chunks, (c + 1) * n // n_chunks)
+
+
 def _run(serial, parallel, n, *args):
     """Serial kernel for small ``n`` or one thread, else the chunked parallel driver."""
     threads = numba.get_num_threads()
@@ -327,3 +351,37 @@ def predict_reference(trees, X):
             leaves[i, t] = node
             values[i] += tree.value[node]
     return leaves, values
+
+
+def accumulate_oob_binned(forest, binned, missing_bin, codes, acc, cnt):
+    """Add each tree's leaf vector to the rows the tree left out of bag (binned features).
+
+    Only out-of-bag (row, tree) pairs are routed: with half-samples that halves the
+    walks of routing every row through every tree and then masking.
+
+    Parameters
+    ----------
+    forest : dict (packed), Tree or sequence of Tree
+    binned : ndarray of uint8, shape (n_features, n_rows)
+    missing_bin : int
+    codes : ndarray of int8, shape (n_trees, n_rows)
+        ``0`` where the row is out of bag for the tree (:func:`forest.subsample.tree_row_codes`).
+    acc : ndarray of float64, shape (n_rows, n_outputs)
+        Added to in place.
+    cnt : ndarray of float64, shape (n_rows,)
+        Out-of-bag tree count per row, added to in place.
+    """
+    packed = as_packed(forest)
+    binned, _ = _check_binned(binned, np.zeros(0, dtype=np.int64), packed)
+    feature, _, bin_threshold, missing_left, left, right, value, offsets = _arrays(packed)
+    n = binned.shape[1]
+    codes = np.ascontiguousarray(codes, dtype=np.int8)
+    if codes.shape != (len(offsets) - 1, n):
+        raise ValueError(f"codes must have shape {(len(offsets) - 1, n)}, got {codes.shape}")
+    if acc.shape != (n, value.shape[1]) or acc.dtype != np.float64 or not acc.flags.c_contiguous:
+        raise ValueError(f"acc must be C-contiguous float64 of shape {(n, value.shape[1])}, got {acc.shape}")
+    if cnt.shape != (n,) or cnt.dtype != np.float64:
+        raise ValueError(f"cnt must be float64 of shape ({n},), got {cnt.shape}")
+    with phase("prediction"):
+        _run(_oob_binned, _par_oob_binned, n, binned, codes, feature, bin_threshold, missing_left, left, right, value,
+             offsets, int(missing_bin), acc, cnt)

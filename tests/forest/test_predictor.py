@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from forest.predictor import (predict_leaves, predict_leaves_binned, predict_reference, predict_values,
+from forest.predictor import (accumulate_oob_binned, predict_leaves, predict_leaves_binned, predict_reference, predict_values,
                               predict_values_binned)
 from forest.tree import Tree, pack_trees
 
@@ -58,6 +58,31 @@ def test_numba_matches_reference(rng, n_outputs):
     out = predict_values(packed, X, out=base)
     assert out is base
     np.testing.assert_allclose(out, ref_values + 1.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_rows", [300, 9000])  # serial and parallel drivers
+def test_accumulate_oob_binned_matches_masked_reference(rng, n_rows):
+    n_features, n_outputs, missing_bin = 4, 2, 9
+    thresholds = [np.sort(rng.normal(size=int(rng.integers(1, 9)))) for _ in range(n_features)]
+    trees = [_random_tree(rng, n_features, n_outputs, thresholds) for _ in range(6)]
+    X = rng.normal(size=(n_rows, n_features))
+    X[rng.random(X.shape) < 0.1] = np.nan
+    ref_leaves, _ = predict_reference(trees, X)
+    packed = pack_trees(trees)
+    codes = rng.integers(0, 4, size=(len(trees), n_rows)).astype(np.int8)
+    acc = np.full((n_rows, n_outputs), 0.5)
+    cnt = np.ones(n_rows)
+    accumulate_oob_binned(packed, _bin(X, thresholds, missing_bin), missing_bin, codes, acc, cnt)
+    ref_acc = np.full((n_rows, n_outputs), 0.5)
+    ref_cnt = np.ones(n_rows)
+    for t in range(len(trees)):
+        out = codes[t] == 0
+        ref_acc[out] += packed["value"][packed["tree_offsets"][t] + ref_leaves[out, t]]
+        ref_cnt[out] += 1
+    np.testing.assert_array_equal(cnt, ref_cnt)
+    np.testing.assert_allclose(acc, ref_acc, rtol=1e-12)
+    with pytest.raises(ValueError, match="codes"):
+        accumulate_oob_binned(packed, _bin(X, thresholds, missing_bin), missing_bin, codes[:2], acc, cnt)
 
 
 def test_nan_follows_missing_left():
