@@ -29,6 +29,8 @@ over a row-major copy of the codes for thinly spread nodes was 1.7-2.4x slower t
 the feature-major kernel for a 32-node level (its 28 feature histograms do not stay
 in L1); eight features per pass spilled registers and was slower than four.
 """
+import sys
+
 import numba
 import numpy as np
 from numba import njit, prange
@@ -425,6 +427,113 @@ def _gh_features(binned, gh, rows, s, e, identity, f0, f1, out):
         f += 1
 
 
+@njit(cache=True, inline="always")
+def _packed_code(codes4, f, r):
+    # Byte r % 4 of word r // 4: code of row r (little-endian packing).
+    return (codes4[f, r >> 2] >> ((r & 3) << 3)) & 255
+
+
+@njit(cache=True)
+def _gh_features_packed(codes4, gh, s, e, f0, f1, out):
+    """As :func:`_gh_features` for a contiguous row range, reading four codes per load.
+
+    ``codes4[f, q]`` holds the codes of rows ``4q .. 4q+3`` of feature ``f`` (the
+    uint32 view of the little-endian code bytes, zero-padded to a multiple of four
+    rows). One 32-bit load then serves four rows, so a feature pass issues a quarter
+    of the code loads; rows are still added in order, so the sums equal the byte
+    kernel's bit for bit. Measured on one thread, 200k x 28 random codes, CPU time:
+    0.70-0.76 -> 0.55 ns per bin update.
+    """
+    for f in range(f0, f1):
+        out[f, :] = 0.0
+    q0 = (s + 3) >> 2  # first whole word at or after s
+    q1 = e >> 2        # words q0:q1 are whole and inside s:e
+    if q1 < q0:
+        # No whole word inside s:e: every row goes through the head loop.
+        q1 = q0
+        head = e
+        tail = e
+    else:
+        head = q0 << 2
+        tail = q1 << 2
+    f = f0
+    while f + 4 <= f1:
+        h0 = out[f]
+        h1 = out[f + 1]
+        h2 = out[f + 2]
+        h3 = out[f + 3]
+        for r in range(s, head):
+            v = gh[r]
+            h0[_packed_code(codes4, f, r)] += v
+            h1[_packed_code(codes4, f + 1, r)] += v
+            h2[_packed_code(codes4, f + 2, r)] += v
+            h3[_packed_code(codes4, f + 3, r)] += v
+        w0s = codes4[f]
+        w1s = codes4[f + 1]
+        w2s = codes4[f + 2]
+        w3s = codes4[f + 3]
+        for q in range(q0, q1):
+            w0 = w0s[q]
+            w1 = w1s[q]
+            w2 = w2s[q]
+            w3 = w3s[q]
+            r = q << 2
+            for j in range(4):
+                v = gh[r + j]
+                sh = j << 3
+                h0[(w0 >> sh) & 255] += v
+                h1[(w1 >> sh) & 255] += v
+                h2[(w2 >> sh) & 255] += v
+                h3[(w3 >> sh) & 255] += v
+        for r in range(tail, e):
+            v = gh[r]
+            h0[_packed_code(codes4, f, r)] += v
+            h1[_packed_code(codes4, f + 1, r)] += v
+            h2[_packed_code(codes4, f + 2, r)] += v
+            h3[_packed_code(codes4, f + 3, r)] += v
+        f += 4
+    while f < f1:
+        h0 = out[f]
+        for r in range(s, e):
+            h0[_packed_code(codes4, f, r)] += gh[r]
+        f += 1
+
+
+@njit(cache=True)
+def _gh_packed_serial(codes4, gh, s, e, out):
+    _gh_features_packed(codes4, gh, s, e, 0, codes4.shape[0], out)
+
+
+@njit(cache=True, parallel=True)
+def _gh_packed_parallel(codes4, gh, s, e, out, n_parts):
+    n_features = codes4.shape[0]
+    for p in prange(n_parts):
+        _gh_features_packed(codes4, gh, s, e, p * n_features // n_parts, (p + 1) * n_features // n_parts, out)
+
+
+def pack_codes(binned):
+    """Four row codes per uint32 word, for the contiguous-rows (root) histogram path.
+
+    Parameters
+    ----------
+    binned : ndarray of uint8, shape (n_features, n_rows)
+
+    Returns
+    -------
+    ndarray of uint32, shape (n_features, ceil(n_rows / 4)), or None
+        A view of ``binned`` when it is C-contiguous with ``n_rows % 4 == 0``, else a
+        zero-padded copy; None on a big-endian machine (the byte order is assumed).
+    """
+    if sys.byteorder != "little" or binned.dtype != np.uint8 or binned.ndim != 2:
+        return None
+    n_features, n = binned.shape
+    if n % 4 == 0 and binned.flags.c_contiguous:
+        return binned.view(np.uint32)
+    padded = np.zeros((n_features, n + (-n) % 4), dtype=np.uint8)
+    padded[:, :n] = binned
+    return padded.view(np.uint32)
+
+
 @njit(cache=True)
 def _gather(gh, rows, s, e, buf):
     for k in range(s, e):
@@ -458,7 +567,7 @@ def _gh_parallel(binned, gh, rows, s, e, identity, buf, out, n_parts):
             _gh_features(binned, buf, rows, s, e, False, f0, f1, out)
 
 
-def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=1):
+def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=1, packed=None):
     """One node's (gradient, hessian) histogram; the engine's unchecked fast path.
 
     No input scan is made (callers validate ``binned`` once, at construction): codes
@@ -479,6 +588,9 @@ def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=
         Scratch for the gathered (g, h) pairs (unused when ``rows`` is None).
     n_threads : int
         Threads (feature ranges); 1 runs the serial kernel without touching the pool.
+    packed : ndarray of uint32, shape (n_features, ceil(n_rows / 4)), optional
+        :func:`pack_codes` of ``binned``; used for contiguous rows (``rows`` None),
+        where it reads four codes per load.
 
     Returns
     -------
@@ -496,6 +608,15 @@ def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=
     elif bv.shape[0] < stop - start:
         raise ValueError(f"buf holds {bv.shape[0]} pairs, the node has {stop - start} rows")
     n_parts = min(int(n_threads), binned.shape[0])
+    if identity and packed is not None:
+        if packed.shape != (binned.shape[0], (binned.shape[1] + 3) // 4) or packed.dtype != np.uint32:
+            raise ValueError(f"packed must be uint32 of shape ({binned.shape[0]}, {(binned.shape[1] + 3) // 4}), "
+                             f"got {packed.dtype} {packed.shape}")
+        if n_parts <= 1:
+            _gh_packed_serial(packed, gh, int(start), int(stop), hv)
+        else:
+            _gh_packed_parallel(packed, gh, int(start), int(stop), hv, n_parts)
+        return out
     if n_parts <= 1:
         _gh_serial(binned, gh, rows, int(start), int(stop), identity, bv, hv)
     else:
