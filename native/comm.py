@@ -187,6 +187,10 @@ def library_version():
 def world():
     """The process-wide communicator: MPI ``COMM_WORLD`` (size 1 when not under mpirun).
 
+    The first call under ``mpirun`` (size > 1) also installs
+    :func:`native.errors.abort_on_uncaught`, unless the program has its own
+    ``sys.excepthook``: an exception that escapes on one rank ends the whole job.
+
     Returns
     -------
     Communicator
@@ -194,4 +198,11 @@ def world():
     global _WORLD
     if _WORLD is None:
         _WORLD = MPICommunicator()
+        if _WORLD.size > 1 and sys.excepthook is sys.__excepthook__:
+            # Under mpirun an uncaught exception on one rank would leave the others
+            # blocked in their next collective forever; abort the job with the
+            # rank's traceback instead (a hook the program installed itself is kept).
+            from .errors import abort_on_uncaught
+
+            abort_on_uncaught(_WORLD)
     return _WORLD

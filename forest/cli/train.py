@@ -66,7 +66,7 @@ def build_parser():
     for flag, dest, _, text in PARAM_OPTIONS:
         g.add_argument(flag, dest=dest, default=None, help=text)
     g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="any other estimator parameter, e.g. --param honesty=false (repeatable)")
+                   help="any other estimator parameter, e.g. --param honest=false (repeatable)")
     p.add_argument("--verbose", "-v", action="store_true",
                    help="print a per-phase timing table and bytes communicated at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
