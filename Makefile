@@ -13,7 +13,9 @@ MPI_TIMEOUT ?= 900
 
 all: test
 
-$(STAMP): pyproject.toml
+# The editable install records the top-level packages when it runs, so a changed
+# package __init__ also triggers a reinstall (quick: the dependencies are already there).
+$(STAMP): pyproject.toml native/__init__.py histogram/__init__.py forest/__init__.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
