@@ -812,6 +812,9 @@ class LeafwiseGrower:
                                and self.reducer.f0 == 0 and self.reducer.f1 == self.bin_info.n_features
                                and self.bin_info.missing_bin > 0)
         self._nb = np.ascontiguousarray(self.bin_info.n_bins_non_missing, dtype=np.int64)
+        # One output: node weights, values and objectives from two floats (g, h) in
+        # Python arithmetic, the same IEEE operations as NewtonCriterion's array code.
+        self._scalar = type(criterion) is NewtonCriterion and criterion.n_outputs == 1
 
     def _build_node(self, channels, rows, start, stop):
         """Local histogram of one node, shape (1, n_features, n_bins, C).
@@ -876,7 +879,8 @@ class LeafwiseGrower:
         hist, extra = red.reduce(local, np.concatenate([local_tot, [n_local]]))
         root_stats, root_count = extra[:-1], extra[-1]
         tree = Tree(crit.n_outputs)
-        _add_child(tree, crit, root_stats, 0, shrinkage, root_count)
+        add_child = self._add_scalar_child if self._scalar else _add_child
+        add_child(tree, crit, root_stats, 0, shrinkage, root_count)
         # Per leaf: [lo, hi, depth, count, stats, hist, split]; split None = not splittable.
         leaves = {0: [0, n_local, 0, root_count, root_stats, hist[0], None]}
         if self._splittable(0, root_count):
@@ -893,12 +897,15 @@ class LeafwiseGrower:
                                             np.array([b]), np.array([ml], np.uint8), info.missing_bin)[0])
             mid = lo + n_left
             ls, rs = sp.left_stats[0], sp.right_stats[0]
-            lw, rw = float(crit.node_weight(ls)), float(crit.node_weight(rs))
+            if self._scalar:
+                lw, rw = float(ls[1]), float(rs[1])
+            else:
+                lw, rw = float(crit.node_weight(ls)), float(crit.node_weight(rs))
             # Counts are estimated from the weight share until the collective brings the exact one.
             tot_w = lw + rw
             l_est = count * lw / tot_w if tot_w > 0 else count / 2
-            lid = _add_child(tree, crit, ls, depth + 1, shrinkage, l_est)
-            rid = _add_child(tree, crit, rs, depth + 1, shrinkage, count - l_est)
+            lid = add_child(tree, crit, ls, depth + 1, shrinkage, l_est)
+            rid = add_child(tree, crit, rs, depth + 1, shrinkage, count - l_est)
             tree.set_split(node, f, b, info.threshold(f, b), ml, float(sp.gain[0]), lid, rid)
             n_leaves += 1
             can_l = bool(self._splittable(depth + 1, l_est))
@@ -926,7 +933,7 @@ class LeafwiseGrower:
                 res = self._find([leaves[i][5] for i in todo], [leaves[i][4] for i in todo],
                                  [leaves[i][3] for i in todo], depth + 1)
                 for j, i in enumerate(todo):
-                    leaves[i][6] = res.take([j])
+                    leaves[i][6] = res.take(slice(j, j + 1))  # views, no copies
             for i in (lid, rid):
                 leaves[i][5] = None if leaves[i][6] is None else leaves[i][5]
         leaf_nodes = np.array(sorted(leaves), dtype=np.int64)
@@ -969,9 +976,18 @@ class LeafwiseGrower:
         return res
 
     @staticmethod
+    def _add_scalar_child(tree, crit, stats, depth, shrinkage, count):
+        """``_add_child`` for a one-output NewtonCriterion (``stats`` = (G, H))."""
+        g, h = float(stats[0]), float(stats[1])
+        d = h + crit.l2_regularization
+        value, score = (-g / d, g * g / d) if d > 0 else (0.0, 0.0)
+        return tree.add_node(depth, h, (value * shrinkage,), -score, count=count)
+
+    @staticmethod
     def _pick(leaves):
         """Leaf to split next: largest gain; gains within REL_TOL tie to the lowest node id."""
-        cands = [(node, float(v[6].gain[0])) for node, v in leaves.items() if v[6] is not None and v[6].valid[0]]
+        cands = [(node, float(v[6].gain[0])) for node, v in leaves.items()
+                 if v[6] is not None and v[6].feature[0] >= 0]
         if not cands:
             return None
         best = max(g for _, g in cands)
