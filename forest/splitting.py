@@ -248,6 +248,10 @@ def _newton_scan_k1(hist, n, f, nbf, missing_bin, lam, min_leaf, min_hess, facto
     hl = 0.0
     best = -np.inf
     for b in range(nbf):
+        # Every candidate of bins 0:nbf is written (-inf when skipped): the caller
+        # does not pre-fill gains and reads only these entries.
+        gains[b, 0] = -np.inf
+        gains[b, 1] = -np.inf
         gb = hist[n, f, b, 0]
         hb = hist[n, f, b, 1]
         gl += gb
@@ -280,6 +284,7 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
     n_nodes, n_features, _, c = hist.shape
     nv = missing_bin
     gains = np.empty((n_features, nv, 2))
+    fbest = np.empty(n_features)  # best gain per feature: the tie scan visits only features that reach it
     cum = np.empty(c)
     total = np.empty(c)
     left = np.empty(c)
@@ -293,16 +298,18 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
             factor = parent_count[n] / hp if hp > 0 else 0.0
         score_p = _newton_score(parent[n], k, lam)
         best = -np.inf
-        gains[:] = -np.inf
         for f in range(n_features):
+            fbest[f] = -np.inf
             if use_mask and not mask[n, f]:
                 continue
             nbf = nb[f]
             if k == 1:
                 bf = _newton_scan_k1(hist, n, f, nbf, missing_bin, lam, min_leaf, min_hess, factor, score_p, gains[f])
+                fbest[f] = bf
                 if bf > best:
                     best = bf
                 continue
+            gains[f, :nbf, :] = -np.inf
             has_missing = False
             for ch in range(c):
                 acc = 0.0
@@ -335,6 +342,8 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
                         continue
                     g = _newton_score(left, k, lam) + _newton_score(right, k, lam) - score_p
                     gains[f, b, d] = g
+                    if g > fbest[f]:
+                        fbest[f] = g
                     if g > best:
                         best = g
         out_f[n] = -1
@@ -344,7 +353,9 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
         thr = best - rel_tol * abs(best)
         found = False
         for f in range(n_features):
-            for b in range(nv):
+            if not fbest[f] >= thr:
+                continue  # no candidate of this feature ties the best (unscanned rows unread)
+            for b in range(nb[f]):
                 for d in range(2):
                     if gains[f, b, d] >= thr:
                         found = True
