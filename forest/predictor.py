@@ -137,19 +137,28 @@ def _par_values_binned(binned, rows, feature, bin_threshold, missing_left, left,
                        out, c * chunk, min(n, (c + 1) * chunk))
 
 
+#: Rows per block of :func:`_oob_binned`.
+_OOB_BLOCK = 2048
+
+
 @numba.njit(cache=True)
 def _oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin, acc,
                 cnt, a, b):
     n_trees = offsets.shape[0] - 1
     k = value.shape[1]
-    for i in range(a, b):
+    # Blocks of rows, trees outer within a block: one tree's nodes stay in cache while
+    # a block's rows walk it (rows outer, trees inner thrashed all trees' nodes).
+    for a0 in range(a, b, _OOB_BLOCK):
+        b0 = min(b, a0 + _OOB_BLOCK)
         for t in range(n_trees):
-            if codes[t, i] != 0:  # not out of bag: no walk at all
-                continue
-            leaf = _walk_binned(binned, i, offsets[t], feature, bin_threshold, missing_left, left, right, missing_bin)
-            for j in range(k):
-                acc[i, j] += value[leaf, j]
-            cnt[i] += 1.0
+            root = offsets[t]
+            for i in range(a0, b0):
+                if codes[t, i] != 0:  # not out of bag: no walk at all
+                    continue
+                leaf = _walk_binned(binned, i, root, feature, bin_threshold, missing_left, left, right, missing_bin)
+                for j in range(k):
+                    acc[i, j] += value[leaf, j]
+                cnt[i] += 1.0
 
 
 @numba.njit(cache=True, parallel=True)
