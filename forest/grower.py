@@ -53,7 +53,7 @@ from native import collectives as col
 from native.blocks import block_range
 from native.comm import world
 
-from .partition import partition_rows, sum_channels_by_node
+from .partition import partition_rows, partition_segment, sum_channels_by_node
 from .predictor import predict_leaves_binned
 from .criteria import NewtonCriterion
 from .profiling import phase
@@ -893,8 +893,7 @@ class LeafwiseGrower:
             lo, hi, depth, count, stats, phist, sp = leaves.pop(node)
             f, b, ml = int(sp.feature[0]), int(sp.bin[0]), bool(sp.missing_left[0])
             with phase("partition"):
-                n_left = int(partition_rows(rows, scratch, np.array([lo]), np.array([hi]), binned, np.array([f]),
-                                            np.array([b]), np.array([ml], np.uint8), info.missing_bin)[0])
+                n_left = partition_segment(rows, scratch, lo, hi, binned, f, b, ml, info.missing_bin)
             mid = lo + n_left
             ls, rs = sp.left_stats[0], sp.right_stats[0]
             if self._scalar:

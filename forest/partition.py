@@ -163,6 +163,37 @@ def partition_rows(rows, scratch, starts, stops, binned, features, bin_threshold
     return n_left
 
 
+def partition_segment(rows, scratch, lo, hi, binned, feature, bin_threshold, missing_left, missing_bin):
+    """Stable in-place partition of one segment ``rows[lo:hi]``; scalar split arguments.
+
+    The boosting grower splits one node at a time; this entry point skips the
+    per-call array conversions of :func:`partition_rows` (six small arrays per split).
+
+    Parameters
+    ----------
+    rows, scratch : ndarray of int32, shape (m,)
+        As in :func:`partition_rows`.
+    lo, hi : int
+    binned : ndarray of uint8, shape (n_features, n_rows)
+    feature, bin_threshold : int
+    missing_left : bool
+    missing_bin : int
+
+    Returns
+    -------
+    int
+        Rows that went left (they now occupy ``rows[lo:lo + n_left]``).
+    """
+    if not 0 <= lo <= hi <= len(rows) or len(scratch) < hi:
+        raise ValueError(f"segment {lo}:{hi} outside rows of length {len(rows)} / scratch of length {len(scratch)}")
+    threads = numba.get_num_threads()
+    if threads > 1 and hi - lo >= _PARALLEL_ONE_SEGMENT_MIN_ROWS:
+        return int(_partition_one_parallel(rows, scratch, lo, hi, binned, int(feature), int(bin_threshold),
+                                           int(bool(missing_left)), int(missing_bin), 4 * threads))
+    return int(_partition_one(rows, scratch, int(lo), int(hi), binned, int(feature), int(bin_threshold),
+                              int(bool(missing_left)), int(missing_bin)))
+
+
 def partition_rows_reference(rows, starts, stops, binned, features, bin_thresholds, missing_left, missing_bin):
     """NumPy reference of :func:`partition_rows` (returns new rows and left counts)."""
     rows = np.array(rows, copy=True)
