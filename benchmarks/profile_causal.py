@@ -38,6 +38,8 @@ def main(argv=None):
     p.add_argument("--nuisance", type=int, default=None, help="trees per centering forest (default: the model's)")
     p.add_argument("--threads", type=int, default=None, help="Numba threads (default: Numba's)")
     p.add_argument("--threshold", type=float, default=None, help="local_threshold (inf: all local; 0: histograms)")
+    p.add_argument("--hist-rows", type=float, default=None,
+                   help="forest.local_growth.HIST_ROWS (inf: sorted-code scan only)")
     p.add_argument("--repeat", type=int, default=1, help="fits (the first one includes Numba cache loading)")
     p.add_argument("--cprofile", action="store_true")
     p.add_argument("--quick", action="store_true", help="2000 rows, 20 trees")
@@ -59,6 +61,10 @@ def main(argv=None):
         numba.set_num_threads(a.threads)
     if a.threshold is not None:
         grower.DEFAULT_LOCAL_THRESHOLD = a.threshold
+    if a.hist_rows is not None:
+        from forest import local_growth
+
+        local_growth.HIST_ROWS = a.hist_rows
     forest.profiling.time = _CpuClock
     data = athey_wager(a.rows, a.features, seed=1)
     lo = a.rows * comm.rank // comm.size

@@ -51,6 +51,12 @@ _MTRY_STREAM = 0x6D747279
 REC_NODE, REC_LEFT, REC_DEPTH, REC_FEATURE, REC_BIN, REC_MISSING_LEFT = range(6)
 N_INT_FIELDS = 6
 
+#: Nodes of more rows than this are split from per-feature histograms inside a task
+#: (smaller child built, sibling by subtraction: about F x m/2 x C per level plus
+#: F x bins x C per node), nodes of at most this many by the sorted-code scan (F x m
+#: x C per level plus a gain per distinct code). Chosen by measurement (see the commit log).
+HIST_ROWS = 1024
+
 #: Below this many rows in a call, the kernel runs on one thread (waking the pool
 #: costs more than the work).
 _SERIAL_ROWS = 4096
@@ -359,37 +365,318 @@ def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, ne
 
 
 @numba.njit(cache=True)
+def _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, sign):
+    """``hist[f, code] += sign * channels`` and ``hcnt[f, code] += sign`` over positions ``pos[lo:hi]``."""
+    n_features = tcb.shape[1]
+    c = chl.shape[1]
+    for i in range(lo, hi):
+        p = pos[i]
+        for f in range(n_features):
+            code = np.int64(tcb[p, f])
+            hcnt[f, code] += sign
+            for k in range(c):
+                hist[f, code, k] += sign * chl[p, k]
+
+
+@numba.njit(cache=True)
+def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_index, next_id, rec, rec_i, rec_f,
+                      nb, missing_bin, kind, params, wch, min_rows, min_split, max_depth, min_gain, rel_tol, mtry,
+                      key1, key2, hist_rows):
+    """:func:`_grow_task` for a node of any size: nodes above ``hist_rows`` rows split from
+    per-feature histograms (the smaller child built, its sibling by subtraction), and
+    every node at or below it is finished by the sorted-code scan of :func:`_grow_task`.
+
+    Same candidates, order, tie rule and depth-first ids as :func:`_grow_task`; only
+    the channel sums of histogram-mode nodes are added in another order (last bits).
+    The split is exactly the sorted scan's unless two gains tie within those bits.
+    """
+    m = e - s
+    if m <= hist_rows:
+        return _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, next_id, rec, rec_i, rec_f,
+                          nb, missing_bin, kind, params, wch, min_rows, min_split, max_depth, min_gain, rel_tol, mtry,
+                          key1, key2)
+    n_features = binned.shape[0]
+    c = channels.shape[1]
+    n_codes = missing_bin + 1
+    # Row-major local copies (a histogram pass reads all codes of one row together).
+    tcb = np.empty((m, n_features), dtype=np.uint8)
+    chl = np.empty((m, c))
+    for i in range(m):
+        r = rows[s + i]
+        for k in range(c):
+            chl[i, k] = channels[r, k]
+        for f in range(n_features):
+            tcb[i, f] = binned[f, r]
+    pos = np.arange(m)
+    scratch = np.empty(m, dtype=np.int64)
+    sub_rows = np.empty(m, dtype=np.int64)
+    # Histogram slots: live ones belong to disjoint nodes of more than hist_rows rows.
+    n_slots = min(m // max(hist_rows, 1) + 1, 32)
+    hist = np.zeros((n_slots, n_features, n_codes, c))
+    hcnt = np.zeros((n_slots, n_features, n_codes), dtype=np.int64)
+    free = np.empty(n_slots, dtype=np.int64)
+    n_free = n_slots
+    for j in range(n_slots):
+        free[j] = n_slots - 1 - j
+    # Stack: segment [lo, hi) of pos, node, depth, sums, histogram slot (-1: none).
+    st_lo = np.empty(m + 1, dtype=np.int64)
+    st_hi = np.empty(m + 1, dtype=np.int64)
+    st_node = np.empty(m + 1, dtype=np.int64)
+    st_depth = np.empty(m + 1, dtype=np.int64)
+    st_slot = np.empty(m + 1, dtype=np.int64)
+    st_stats = np.empty((m + 1, c))
+    for k in range(c):
+        acc = 0.0
+        for i in range(m):
+            acc += chl[i, k]
+        st_stats[0, k] = acc
+    st_lo[0] = 0
+    st_hi[0] = m
+    st_node[0] = root_id
+    st_depth[0] = root_depth
+    st_slot[0] = -1
+    sp = 1
+    if not (st_stats[0, wch] >= min_split and root_depth < max_depth):
+        sp = 0
+    n_slots_cand = 2 * n_codes + 2
+    cand_gain = np.empty((n_features, n_slots_cand))
+    cand_bin = np.empty((n_features, n_slots_cand), dtype=np.int64)
+    cand_dir = np.empty((n_features, n_slots_cand), dtype=np.int64)
+    n_cand = np.zeros(n_features, dtype=np.int64)
+    allowed = np.empty(n_features, dtype=np.bool_)
+    parent = np.empty(c)
+    consts = np.zeros(8)
+    cum = np.empty(c)
+    miss = np.empty(c)
+    left = np.empty(c)
+    right = np.empty(c)
+    lefts = np.empty((n_slots_cand, c))
+    rights = np.empty((n_slots_cand, c))
+    cand_left = np.empty((n_features, n_slots_cand, c))
+    while sp > 0:
+        sp -= 1
+        lo = st_lo[sp]
+        hi = st_hi[sp]
+        node = st_node[sp]
+        depth = st_depth[sp]
+        slot = st_slot[sp]
+        n_node = hi - lo
+        if slot < 0 and (n_node <= hist_rows or n_free == 0):
+            # Small node (or no histogram memory left): the exact sorted-code scan.
+            for i in range(n_node):
+                sub_rows[i] = rows[s + pos[lo + i]]
+            next_id, rec = _grow_task(binned, channels, sub_rows, 0, n_node, node, depth, tree_index, next_id, rec,
+                                      rec_i, rec_f, nb, missing_bin, kind, params, wch, min_rows, min_split,
+                                      max_depth, min_gain, rel_tol, mtry, key1, key2)
+            continue
+        if slot < 0:
+            n_free -= 1
+            slot = free[n_free]
+            hist[slot] = 0.0
+            hcnt[slot] = 0
+            _hist_add(hist[slot], hcnt[slot], tcb, chl, pos, lo, hi, 1)
+        h = hist[slot]
+        hc = hcnt[slot]
+        for k in range(c):
+            parent[k] = st_stats[sp, k]
+        _prepare(kind, parent, params, consts)
+        mtry_mask(key1, key2, tree_index, node, n_features, mtry, allowed)
+        best = -np.inf
+        for f in range(n_features):
+            n_cand[f] = 0
+            if not allowed[f]:
+                continue
+            n_miss = hc[f, missing_bin]
+            n_present = n_node - n_miss
+            if n_present == 0:
+                continue
+            for k in range(c):
+                miss[k] = h[f, missing_bin, k]
+            # Candidates in the sorted scan's order: (bin, missing-right, missing-left).
+            nc = 0
+            if n_miss > 0 and hc[f, 0] == 0 and n_miss >= min_rows and n_present >= min_rows:
+                for k in range(c):
+                    lefts[nc, k] = 0.0 + miss[k]
+                    rights[nc, k] = parent[k] - lefts[nc, k]
+                cand_bin[f, nc] = 0
+                cand_dir[f, nc] = 1
+                nc += 1
+            for k in range(c):
+                cum[k] = 0.0
+            n_l = 0
+            for b in range(missing_bin):
+                cb = hc[f, b]
+                if cb == 0:
+                    continue
+                for k in range(c):
+                    cum[k] += h[f, b, k]
+                n_l += cb
+                if n_l >= min_rows and n_node - n_l >= min_rows:
+                    for k in range(c):
+                        lefts[nc, k] = cum[k]
+                        rights[nc, k] = parent[k] - cum[k]
+                    cand_bin[f, nc] = b
+                    cand_dir[f, nc] = 0
+                    nc += 1
+                if n_miss > 0 and n_l < n_present and n_l + n_miss >= min_rows and \
+                        n_node - n_l - n_miss >= min_rows:
+                    for k in range(c):
+                        lefts[nc, k] = cum[k] + miss[k]
+                        rights[nc, k] = parent[k] - lefts[nc, k]
+                    cand_bin[f, nc] = b
+                    cand_dir[f, nc] = 1
+                    nc += 1
+                if n_l == n_present:
+                    break
+            n_cand[f] = nc
+            if nc > 0:
+                gf = cand_gain[f]
+                _gains(kind, lefts, rights, consts, params, gf, nc)
+                for j in range(nc):
+                    cand_left[f, j, :] = lefts[j, :]
+                    if gf[j] > best:
+                        best = gf[j]
+        if not (best > min_gain and best < np.inf):
+            n_free += 1
+            free[n_free - 1] = slot
+            continue
+        thr = best - rel_tol * abs(best)
+        bf = -1
+        bj = -1
+        for f in range(n_features):
+            for j in range(n_cand[f]):
+                if cand_gain[f, j] >= thr:
+                    bf = f
+                    bj = j
+                    break
+            if bf >= 0:
+                break
+        b = cand_bin[bf, bj]
+        d = cand_dir[bf, bj]
+        for k in range(c):
+            left[k] = cand_left[bf, bj, k]
+            right[k] = parent[k] - left[k]
+        ml = d == 1
+        # Row counts, not the subtracted sums, say whether the node has missing rows
+        # (parent minus child leaves rounding residue where the rows are gone).
+        if hc[bf, missing_bin] == 0 or h[bf, missing_bin, wch] == 0.0:
+            ml = left[wch] >= right[wch]
+        # Stable partition of the node's positions (gid order kept on both sides).
+        nl = 0
+        nr = 0
+        for i in range(lo, hi):
+            p = pos[i]
+            code = np.int64(tcb[p, bf])
+            if (ml if code == missing_bin else code <= b):
+                pos[lo + nl] = p
+                nl += 1
+            else:
+                scratch[nr] = p
+                nr += 1
+        for j in range(nr):
+            pos[lo + nl + j] = scratch[j]
+        mid = lo + nl
+        lid = next_id
+        next_id += 2
+        rec_i[rec, REC_NODE] = node
+        rec_i[rec, REC_LEFT] = lid
+        rec_i[rec, REC_DEPTH] = depth + 1
+        rec_i[rec, REC_FEATURE] = bf
+        rec_i[rec, REC_BIN] = b
+        rec_i[rec, REC_MISSING_LEFT] = 1 if ml else 0
+        rec_f[rec, 0] = best
+        for k in range(c):
+            rec_f[rec, 1 + k] = left[k]
+            rec_f[rec, 1 + c + k] = right[k]
+        rec += 1
+        can_l = left[wch] >= min_split and depth + 1 < max_depth
+        can_r = right[wch] >= min_split and depth + 1 < max_depth
+        big_l = can_l and nl > hist_rows
+        big_r = can_r and nr > hist_rows
+        slot_l = -1
+        slot_r = -1
+        if (big_l or big_r) and n_free > 0:
+            # Build the child with fewer rows; the parent's slot becomes its sibling.
+            n_free -= 1
+            s2 = free[n_free]
+            hist[s2] = 0.0
+            hcnt[s2] = 0
+            if nl <= nr:
+                _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, lo, mid, 1)
+                slot_l = s2
+                slot_r = slot
+            else:
+                _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, mid, hi, 1)
+                slot_l = slot
+                slot_r = s2
+            hist[slot] -= hist[s2]
+            hcnt[slot] -= hcnt[s2]
+            if not big_l:
+                n_free += 1
+                free[n_free - 1] = slot_l
+                slot_l = -1
+            if not big_r:
+                n_free += 1
+                free[n_free - 1] = slot_r
+                slot_r = -1
+        else:
+            n_free += 1
+            free[n_free - 1] = slot
+        # Push right first so the left child is split next (depth-first, left first).
+        if can_r:
+            st_lo[sp] = mid
+            st_hi[sp] = hi
+            st_node[sp] = lid + 1
+            st_depth[sp] = depth + 1
+            st_slot[sp] = slot_r
+            for k in range(c):
+                st_stats[sp, k] = right[k]
+            sp += 1
+        if can_l:
+            st_lo[sp] = lo
+            st_hi[sp] = mid
+            st_node[sp] = lid
+            st_depth[sp] = depth + 1
+            st_slot[sp] = slot_l
+            for k in range(c):
+                st_stats[sp, k] = left[k]
+            sp += 1
+    return next_id, rec
+
+
+@numba.njit(cache=True)
 def _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                    tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch, min_rows,
-                   min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
+                   min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows):
     next_id = tree_next[t]
     rec = rec_offsets[t]
     for task in range(tree_task_starts[t], tree_task_starts[t + 1]):
-        next_id, rec = _grow_task(binned, channels, rows, task_starts[task], task_starts[task + 1], task_node[task],
-                                  task_depth[task], tree_index[t], next_id, rec, rec_i, rec_f, nb, missing_bin, kind,
-                                  params, wch, min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
+        next_id, rec = _grow_task_hybrid(binned, channels, rows, task_starts[task], task_starts[task + 1],
+                                         task_node[task], task_depth[task], tree_index[t], next_id, rec, rec_i, rec_f,
+                                         nb, missing_bin, kind, params, wch, min_rows, min_split, max_depth, min_gain,
+                                         rel_tol, mtry, key1, key2, hist_rows)
     rec_count[t] = rec - rec_offsets[t]
 
 
 @numba.njit(cache=True)
 def _grow_trees_serial(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                        tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
+                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows):
     for t in range(tree_next.shape[0]):
         _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                        tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
+                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows)
 
 
 @numba.njit(cache=True, parallel=True)
 def _grow_trees_parallel(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                          tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                         min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2):
+                         min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows):
     # Each tree writes only its own record slice and count: no races.
     for t in numba.prange(tree_next.shape[0]):
         _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                        tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2)
+                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows)
 
 
 class SubtreeRecords:
@@ -413,9 +700,14 @@ class SubtreeRecords:
         self.tree_starts = tree_starts
 
 
+def _as_row_bound(x):
+    """An int64 row bound from an int or float (``inf``: no bound)."""
+    return int(np.iinfo(np.int64).max) if not np.isfinite(x) else max(int(x), 0)
+
+
 def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, task_depth, tree_next, tree_index,
                   numba_gain, n_bins_non_missing, missing_bin, *, min_samples_split=2.0, max_depth=None, min_gain=0.0,
-                  rel_tol=1e-12, mtry=None, seed=0):
+                  rel_tol=1e-12, mtry=None, seed=0, hist_rows=None):
     """Grow the full subtrees of a set of nodes exactly from their rows.
 
     Parameters
@@ -439,6 +731,9 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     missing_bin : int
     min_samples_split, max_depth, min_gain, rel_tol, mtry, seed
         As in :func:`forest.grower.grow_levelwise`.
+    hist_rows : int or None
+        Nodes of more rows than this split from histograms (:func:`_grow_task_hybrid`);
+        ``None`` means :data:`HIST_ROWS`.
 
     Returns
     -------
@@ -481,7 +776,8 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
             np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count, nb,
             int(missing_bin), numba_gain.kind, numba_gain.params, numba_gain.weight_channel,
             int(numba_gain.min_child_rows), float(min_samples_split),
-            md, float(min_gain), float(rel_tol), mt, key1, key2)
+            md, float(min_gain), float(rel_tol), mt, key1, key2,
+            _as_row_bound(HIST_ROWS if hist_rows is None else hist_rows))
     if n_tasks:
         if len(rows) < _SERIAL_ROWS or n_trees == 1 or numba.get_num_threads() == 1:
             _grow_trees_serial(*args)

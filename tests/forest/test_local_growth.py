@@ -116,8 +116,11 @@ def _compare(a, b, c):
     np.testing.assert_allclose(a.floats, b.floats, rtol=1e-9, atol=1e-9)
 
 
+# hist_rows: None keeps these small tasks on the sorted-code scan; 0 and 20 put every
+# node (of more than 0 / 20 rows) on the histogram path with sibling subtraction.
+@pytest.mark.parametrize("hist_rows", [None, 0, 20])
 @pytest.mark.parametrize("mtry,max_depth,missing", [(None, None, 0.0), (None, 4, 0.15), (2, None, 0.15)])
-def test_grow_subtrees_variance_matches_reference(mtry, max_depth, missing):
+def test_grow_subtrees_variance_matches_reference(mtry, max_depth, missing, hist_rows):
     rng = np.random.default_rng(5)
     n_rows, n_features, missing_bin = 300, 4, 16
     binned = _binned(rng, n_rows, n_features, 12, missing_bin, missing)
@@ -128,7 +131,7 @@ def test_grow_subtrees_variance_matches_reference(mtry, max_depth, missing):
     rows, starts, tree, node, depth, nxt = _tasks(rng, 3, n_rows, [60, 7, 1, 25])
     kw = dict(min_samples_split=6.0, max_depth=max_depth, mtry=mtry, seed=11)
     got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([4, 9, 2]), crit.numba_gain(),
-                        nb, missing_bin, **kw)
+                        nb, missing_bin, hist_rows=hist_rows, **kw)
     ref = grow_subtrees_reference(binned, ch, rows, starts, tree, node, depth, nxt, np.array([4, 9, 2]), crit, nb,
                                   missing_bin, **kw)
     assert len(got.ints) > 30
@@ -137,7 +140,8 @@ def test_grow_subtrees_variance_matches_reference(mtry, max_depth, missing):
         assert set(got.ints[:, 5]) == {0, 1}
 
 
-def test_grow_subtrees_causal_matches_reference():
+@pytest.mark.parametrize("hist_rows", [None, 0, 30])
+def test_grow_subtrees_causal_matches_reference(hist_rows):
     rng = np.random.default_rng(6)
     n_rows, n_features, missing_bin = 400, 3, 10
     binned = _binned(rng, n_rows, n_features, 8, missing_bin, 0.1)
@@ -146,7 +150,7 @@ def test_grow_subtrees_causal_matches_reference():
     rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [150, 40])
     nb = np.full(n_features, 8)
     got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit.numba_gain(), nb,
-                        missing_bin, min_samples_split=8.0)
+                        missing_bin, min_samples_split=8.0, hist_rows=hist_rows)
     ref = grow_subtrees_reference(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit, nb,
                                   missing_bin, min_samples_split=8.0)
     assert len(got.ints) > 10
