@@ -386,6 +386,44 @@ def _add_split_children(trees, criterion, owner, parent_node, left_stats, right_
     return left_ids
 
 
+def _exchange_rows(comm, pack, send_counts):
+    """Pairwise alltoallv of row records.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    pack : ndarray of uint8, shape (n, row_bytes)
+        Rows grouped by destination rank (ascending).
+    send_counts : ndarray of int64, shape (comm.size,)
+        Rows for each destination.
+
+    Returns
+    -------
+    ndarray of uint8, shape (n_received, row_bytes)
+        The rows sent to this rank, in source-rank order (each source's in its order).
+    """
+    p, me = comm.size, comm.rank
+    width = pack.shape[1]
+    offs = np.zeros(p + 1, dtype=np.int64)
+    np.cumsum(send_counts, out=offs[1:])
+    recv_counts = np.zeros(p, dtype=np.int64)
+    recv_counts[me] = send_counts[me]
+    for step in range(1, p):
+        dst, src = (me + step) % p, (me - step) % p
+        got = np.zeros(1, dtype=np.int64)
+        comm.sendrecv(np.array([send_counts[dst]], dtype=np.int64), dst, got, src, tag=71)
+        recv_counts[src] = got[0]
+    roffs = np.zeros(p + 1, dtype=np.int64)
+    np.cumsum(recv_counts, out=roffs[1:])
+    out = np.empty((int(roffs[-1]), width), dtype=np.uint8)
+    out[roffs[me]:roffs[me + 1]] = pack[offs[me]:offs[me + 1]]
+    for step in range(1, p):
+        dst, src = (me + step) % p, (me - step) % p
+        comm.sendrecv(np.ascontiguousarray(pack[offs[dst]:offs[dst + 1]]), dst, out[roffs[src]:roffs[src + 1]], src,
+                      tag=72)
+    return out
+
+
 class _LocalFinisher:
     """Finishes the subtrees of small frontier nodes with :mod:`forest.local_growth`.
 
@@ -451,33 +489,6 @@ class _LocalFinisher:
         f = self.binned.shape[0]
         c = self.channels.shape[1]
         with phase("local"):
-            mine, m_starts = _gather_segments(rows, t_lo, t_hi)
-            task = np.repeat(np.arange(len(t_lo), dtype=np.int64), np.diff(m_starts))
-            # One row record: task, global id, codes, channels (as bytes).
-            pack = np.empty((len(mine), 16 + f + 8 * c), dtype=np.uint8)
-            pack[:, 0:8] = task.view(np.uint8).reshape(-1, 8)
-            pack[:, 8:16] = np.ascontiguousarray(self.gids[mine], dtype=np.int64).view(np.uint8).reshape(-1, 8)
-            pack[:, 16:16 + f] = self.binned[:, mine].T
-            pack[:, 16 + f:] = np.ascontiguousarray(self.channels[mine]).view(np.uint8).reshape(-1, 8 * c)
-        with phase("communication"):
-            allp = col.allgatherv(self.comm, pack)
-        with phase("local"):
-            g_task = np.ascontiguousarray(allp[:, 0:8]).view(np.int64).ravel()
-            g_gid = np.ascontiguousarray(allp[:, 8:16]).view(np.int64).ravel()
-            # Ranks hold consecutive gid blocks in rank order (global_ids) and send
-            # their rows in local order, so a stable sort by task usually leaves each
-            # task in gid order already; the full sort is only the fallback.
-            order = np.argsort(g_task, kind="stable")
-            st_gid = g_gid[order]
-            same = g_task[order][1:] == g_task[order][:-1]
-            if np.any(same & (st_gid[1:] <= st_gid[:-1])):
-                order = np.lexsort((g_gid, g_task))
-            allp = allp[order]
-            g_binned = np.ascontiguousarray(allp[:, 16:16 + f].T)
-            g_channels = np.ascontiguousarray(allp[:, 16 + f:]).view(np.float64).reshape(-1, c)
-            counts = np.bincount(g_task, minlength=len(t_lo))
-            g_starts = np.zeros(len(t_lo) + 1, dtype=np.int64)
-            np.cumsum(counts, out=g_starts[1:])
             # Each tree's subtrees are grown by one rank (greedy by rows, the same on
             # every rank since the counts are global), then the records are shared:
             # a subtree depends only on its gid-ordered rows, not on who grows it.
@@ -489,7 +500,39 @@ class _LocalFinisher:
                 owner[t] = int(np.argmin(load))
                 load[owner[t]] += per_tree[t]
             mine_t = owner[t_tree] == self.comm.rank
-            sub_rows = np.flatnonzero(np.repeat(mine_t, counts)).astype(np.int64)
+            mine, m_starts = _gather_segments(rows, t_lo, t_hi)
+            task = np.repeat(np.arange(len(t_lo), dtype=np.int64), np.diff(m_starts))
+            dest = owner[t_tree[task]]
+            by_dest = np.argsort(dest, kind="stable")
+            mine, task = mine[by_dest], task[by_dest]
+            # One row record: task, global id, codes, channels (as bytes).
+            pack = np.empty((len(mine), 16 + f + 8 * c), dtype=np.uint8)
+            pack[:, 0:8] = task.view(np.uint8).reshape(-1, 8)
+            pack[:, 8:16] = np.ascontiguousarray(self.gids[mine], dtype=np.int64).view(np.uint8).reshape(-1, 8)
+            pack[:, 16:16 + f] = self.binned[:, mine].T
+            pack[:, 16 + f:] = np.ascontiguousarray(self.channels[mine]).view(np.uint8).reshape(-1, 8 * c)
+            send_counts = np.bincount(dest, minlength=self.comm.size).astype(np.int64)
+        with phase("communication"):
+            # Rows go to their tree's owner only (a pairwise alltoallv): each rank
+            # receives the rows of its own trees, not every tree's.
+            allp = _exchange_rows(self.comm, pack, send_counts)
+        with phase("local"):
+            g_task = np.ascontiguousarray(allp[:, 0:8]).view(np.int64).ravel()
+            g_gid = np.ascontiguousarray(allp[:, 8:16]).view(np.int64).ravel()
+            # Ranks hold consecutive gid blocks in rank order (global_ids), rows arrive
+            # in source-rank order and each source sends in local order, so a stable
+            # sort by task usually leaves each task in gid order already; the full
+            # sort is only the fallback.
+            order = np.argsort(g_task, kind="stable")
+            st_gid = g_gid[order]
+            same = g_task[order][1:] == g_task[order][:-1]
+            if np.any(same & (st_gid[1:] <= st_gid[:-1])):
+                order = np.lexsort((g_gid, g_task))
+            allp = allp[order]
+            g_binned = np.ascontiguousarray(allp[:, 16:16 + f].T)
+            g_channels = np.ascontiguousarray(allp[:, 16 + f:]).view(np.float64).reshape(-1, c)
+            counts = np.bincount(g_task, minlength=len(t_lo))
+            sub_rows = np.arange(len(allp), dtype=np.int64)
             sub_starts = np.zeros(int(mine_t.sum()) + 1, dtype=np.int64)
             np.cumsum(counts[mine_t], out=sub_starts[1:])
             tree_next = np.array([t.node_count for t in trees], dtype=np.int64)
