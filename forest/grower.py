@@ -38,10 +38,14 @@ Split modes (``split_mode``)
     missing-right), carrying the children's channel sums as payload. Both modes grow
     the same trees.
 
-Small nodes (global weight <= ``local_threshold``) leave the histogram path and are
-finished exactly by :mod:`forest.local_growth` (see ``_LocalFinisher``): a dense
+Nodes of global weight <= ``local_threshold`` leave the level-wise histogram path and
+are finished exactly by :mod:`forest.local_growth` (see ``_LocalFinisher``): a dense
 ``F x B x C`` histogram per node of a handful of rows made deep forest trees cost
-``nodes x F x B x C`` in work and bytes.
+``nodes x F x B x C`` in work and bytes. By default that is every node (forests grow
+tree-parallel from the root: on several ranks each tree's rows are sent to the one
+rank that grows it, and the split records are shared); the histogram path stays for
+criteria without a compiled gain, for GBDT, and for nodes too big for one task
+(:data:`LOCAL_TASK_BYTES`).
 
 Histogram memory: a level holds the histograms of its frontier,
 ``n_frontier * n_features * n_bins * C * 8`` bytes; callers size tree batches with it.
@@ -264,13 +268,16 @@ def _add_child(tree, criterion, stats, depth, shrinkage=1.0, count=None):
 
 
 #: Default ``local_threshold`` of :func:`grow_levelwise` (global node weight, i.e. rows
-#: for the forests' criteria). A histogram node costs ``F x B x C`` to subtract and
-#: search (20 x 256 x 7 = 36k cells for the causal forest) however few rows it has,
-#: while the exact subtree of an ``m``-row node costs about ``F x m x C`` per level
-#: below it; the histogram path therefore only pays for itself on nodes of thousands
-#: of rows, and on several ranks only there does it split work between ranks. The
-#: value was chosen by measurement (see the module docstring of forest.local_growth
-#: and the report in the commit history).
+#: for the forests' criteria): every node, i.e. tree-parallel growth from the root
+#: (bounded by :data:`LOCAL_TASK_BYTES`). A tree's structure rows gathered onto the
+#: rank that grows it cost ``rows x (F + 8 C + 16)`` bytes once (about 1 MB per tree
+#: per rank at n = 100k, d = 20), where the histogram path allreduces ``F x B x C x 8``
+#: bytes (286 KB for the causal forest) per node of every top level and makes all
+#: ranks wait for each level; inside a task, big nodes still use histograms with
+#: sibling subtraction (:data:`forest.local_growth.HIST_ROWS`). Measured (CausalForest,
+#: d = 20, 200 trees + 2 x 50 nuisance, one thread per rank, CPU s): n = 20k, one
+#: rank 7.25 (threshold 2048) vs 7.28 (all local); -np 2 wall 10.95 vs 7.09 s. With
+#: the later kernel and exchange changes, n = 100k: -np 1 42 s, -np 2 20.7 s wall.
 DEFAULT_LOCAL_THRESHOLD = np.inf
 
 #: Bound on the bytes one local-growth task may use (:func:`forest.local_growth.grow_subtrees`

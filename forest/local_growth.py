@@ -1,13 +1,25 @@
-"""Exact growth of whole subtrees of small nodes from binned codes, without histograms.
+"""Exact growth of whole subtrees from binned codes, one task per node, trees in parallel.
 
-This module owns the "finish small nodes locally" step of level-wise forest growth
-(:func:`forest.grower.grow_levelwise`). Deep forest trees (``min_samples_leaf`` ~ 5)
+This module owns the "finish nodes locally" step of level-wise forest growth
+(:func:`forest.grower.grow_levelwise`), which by default covers whole trees from the
+root (tree-parallel growth; see ``forest.grower.DEFAULT_LOCAL_THRESHOLD``). Deep forest trees (``min_samples_leaf`` ~ 5)
 have thousands of nodes of a handful of rows each; giving every one of them a dense
 ``n_features x n_bins x C`` histogram costs ``nodes x F x B x C`` work (and bytes in the
 collectives). A node of ``m`` rows instead is split exactly from its rows: per
 feature, its rows are kept ordered by bin code, channel sums are accumulated along
 that order, and every boundary between two distinct codes is scored, with the missing
 bin on either side. A whole subtree costs ``O(F m depth)`` after one counting sort.
+
+Two regimes inside a task (:func:`_grow_task_hybrid`)
+    Nodes of more than :data:`HIST_ROWS` rows are split from per-feature histograms
+    of their rows (``F x bins x C``; the smaller child is built and its sibling is the
+    parent minus it, so a level costs about ``F x m/2 x C`` plus ``F x bins x C`` per
+    node), keeping only a position list in gid order; nodes of at most
+    :data:`HIST_ROWS` rows get the per-feature sorted orders and the exact scan
+    (:func:`_grow_task`), where a node has fewer distinct codes than bins. Row-count
+    histograms, not subtracted sums, decide which bins and missing rows exist. Measured
+    on 25k rows, F = 20, causal channels, one thread: 104-117 ms per tree with the
+    scan only, 82-85 ms with ``HIST_ROWS`` 256..1024 (92 at 2048, 100 at 4096).
 
 Same split rule as the histogram path (:mod:`forest.splitting`)
     Of all histogram thresholds that give the same partition, the histogram search's

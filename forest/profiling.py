@@ -1,8 +1,8 @@
 """Per-phase wall-clock accounting for the training data path.
 
 The engine wraps each phase of a level (binning, histogram build, communication,
-split finding, partition, prediction) in ``phase("name")``; ``forest-train --verbose``
-prints the accumulated table on rank 0. Timing is always on: the overhead is two
+split finding, partition, exact local subtree growth, prediction) in
+``phase("name")``; ``forest-train --verbose`` prints the accumulated table on rank 0. Timing is always on: the overhead is two
 ``perf_counter`` calls per phase entry, negligible next to a histogram pass.
 """
 import time
@@ -10,7 +10,8 @@ from collections import OrderedDict
 from contextlib import contextmanager
 
 #: Canonical phase names, in the order reports list them.
-PHASES = ("binning", "histogram", "communication", "split", "partition", "leaves", "prediction", "other")
+PHASES = ("binning", "histogram", "communication", "split", "partition", "local", "leaves", "prediction",
+          "other")
 
 
 class PhaseTimer:
