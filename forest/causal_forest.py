@@ -201,6 +201,11 @@ class CausalForest(BaseEstimator):
         gids, n_global = global_ids(comm, n)
         if n_global < 4:
             raise ValueError(f"need at least 4 rows in total, got {n_global}")
+        # The criterion validates alpha and imbalance_penalty: build it before the two
+        # nuisance forests so a bad value fails in milliseconds, not after their fits.
+        constraint = "sign" if kind == "continuous" else "arms"
+        crit = CausalCriterion(K, M, min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
+                               imbalance_penalty=self.imbalance_penalty, constraint=constraint)
         mapper, binned = fit_binning(X, self.max_bins, seed, comm)
 
         n_nuis = self.nuisance_estimators or max(50, int(self.n_estimators) // 4)
@@ -224,10 +229,7 @@ class CausalForest(BaseEstimator):
             raise ValueError("y_hat / t_hat contain NaN or infinite values")
         wc = W - t_hat
         yc = Y - y_hat
-        constraint = "sign" if kind == "continuous" else "arms"
         indicator = (wc > 0).astype(np.float64) if constraint == "sign" else W
-        crit = CausalCriterion(K, M, min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
-                               imbalance_penalty=self.imbalance_penalty, constraint=constraint)
         with phase("other"):
             channels = crit.make_channels(wc, yc, g, indicator)
         layout = crit.layout

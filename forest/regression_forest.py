@@ -14,6 +14,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
+from native import collectives as col
 from native.comm import world
 
 from .criteria import VarianceCriterion
@@ -48,6 +49,33 @@ def resolve_mtry(max_features, n_features):
     if isinstance(max_features, float) and 0.0 < max_features <= 1.0:
         return max(1, int(round(max_features * n_features)))
     raise ValueError(f"max_features must be None, int >= 1, float in (0, 1], 'sqrt' or 'log2', got {max_features!r}")
+
+
+def _normalise_weights(g, n_global, comm):
+    """Rescale sample weights to mean 1 over all ranks' rows.
+
+    The growers compare ``min_samples_split`` with a node's summed weight, so weights
+    on an arbitrary scale (e.g. summing to 1) would stop every tree at its root. Node
+    values and split choices are invariant to a common factor, so rescaling makes the
+    forest independent of the weights' scale and keeps "weighted rows" comparable to
+    rows.
+
+    Parameters
+    ----------
+    g : ndarray of float64, shape (n_local,)
+    n_global : int
+    comm : native.comm.Communicator
+
+    Returns
+    -------
+    ndarray of float64, shape (n_local,)
+    """
+    total = float(g.sum())
+    if comm.size > 1:
+        total = float(col.allreduce(comm, np.array([total]))[0])
+    if not total > 0:
+        raise ValueError("sample_weight sums to zero over all rows")
+    return g * (n_global / total)
 
 
 def check_forest_params(est):
@@ -185,6 +213,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         gids, n_global = global_ids(comm, len(X))
         if n_global < 2:
             raise ValueError(f"need at least 2 rows in total, got {n_global}")
+        if sample_weight is not None:
+            g = _normalise_weights(g, n_global, comm)
         mapper, codes = fit_binning(X, self.max_bins, seed, comm) if binned is None else binned
         crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
         channels = crit.make_channels(y2, g)

@@ -96,3 +96,18 @@ def test_same_forest_for_any_rank_count(comm):
     oob = np.max(np.abs(dist.oob_prediction_ - ref.oob_prediction_[sl]))
     assert same
     assert diff < 1e-9 and oob < 1e-9
+
+
+def test_sample_weight_scale_does_not_change_the_forest():
+    # min_samples_split is compared with summed weight: weights summing to 1 used to
+    # stop every tree at its root. They are rescaled to mean 1, so any common factor
+    # gives the same forest as unit weights.
+    rng = np.random.default_rng(3)
+    X = rng.uniform(size=(400, 3))
+    y = 3 * X[:, 0] + rng.normal(scale=0.1, size=400)
+    unit = RegressionForest(8, random_state=0).fit(X, y)
+    tiny = RegressionForest(8, random_state=0).fit(X, y, sample_weight=np.full(400, 1 / 400))
+    big = RegressionForest(8, random_state=0).fit(X, y, sample_weight=np.full(400, 3.0))
+    assert unit.predict(X).std() > 0.5
+    np.testing.assert_allclose(tiny.predict(X), unit.predict(X), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(big.predict(X), unit.predict(X), rtol=0, atol=1e-12)
