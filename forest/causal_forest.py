@@ -180,9 +180,6 @@ class CausalForest(BaseEstimator):
         """
         comm = world() if comm is None else comm
         seed = check_forest_params(self)
-        if self.ci_group_size < 1 or (self.ci_group_size > 1 and self.max_samples > 0.5):
-            raise ValueError(f"ci_group_size must be >= 1, and max_samples <= 0.5 when it is > 1; got "
-                             f"{self.ci_group_size}, {self.max_samples}")
         if self.nuisance_estimators is not None and self.nuisance_estimators < 1:
             raise ValueError(f"nuisance_estimators must be >= 1 or None, got {self.nuisance_estimators}")
         X = check_X(X)

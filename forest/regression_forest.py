@@ -94,6 +94,11 @@ def check_forest_params(est):
         raise ValueError(f"max_bins must be in [2, 255], got {est.max_bins}")
     if est.batch_size is not None and est.batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 or None, got {est.batch_size}")
+    # Little bags of ci_group_size trees share a half-sample, so each tree's subsample
+    # must fit inside half of the data.
+    if est.ci_group_size < 1 or (est.ci_group_size > 1 and est.max_samples > 0.5):
+        raise ValueError(f"ci_group_size must be >= 1, and max_samples <= 0.5 when it is > 1; got "
+                         f"{est.ci_group_size}, {est.max_samples}")
     seed = 0 if est.random_state is None else est.random_state
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"random_state must be a non-negative int or None, got {est.random_state!r}")
@@ -198,9 +203,6 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         """
         comm = world() if comm is None else comm
         seed = check_forest_params(self)
-        if self.ci_group_size < 1 or (self.ci_group_size > 1 and self.max_samples > 0.5):
-            raise ValueError(f"ci_group_size must be >= 1, and max_samples <= 0.5 when it is > 1; got "
-                             f"{self.ci_group_size}, {self.max_samples}")
         X = check_X(X)
         y = np.asarray(y, dtype=np.float64)
         if y.ndim not in (1, 2) or len(y) != len(X):
