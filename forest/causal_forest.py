@@ -255,6 +255,13 @@ class CausalForest(BaseEstimator):
             if (cnt == 0).any():
                 mbar[cnt == 0] = self._mean_moments(X[cnt == 0])
             tau_oob, _ = solve_theta(mbar, layout)
+            # A row whose out-of-bag trees leave its local treatment covariance singular
+            # takes the moments of all trees instead (as rows with no out-of-bag tree do);
+            # only a covariance singular even then falls back to a zero effect.
+            bad = ~np.isfinite(tau_oob).all(axis=(1, 2))
+            if bad.any():
+                mbar[bad] = self._mean_moments(X[bad])
+                tau_oob[bad] = solve_theta(mbar[bad], layout)[0]
             tau_oob = np.nan_to_num(tau_oob)
             cov = local_treatment_cov(mbar, layout) if kind == "continuous" else None
             t_arg = codes if kind == "categorical" else (W[:, 0] if kind == "binary" else W)
