@@ -6,6 +6,7 @@ process (``SelfCommunicator``, size 1). This is the only module that imports
 mpi4py.
 """
 import sys
+import time
 
 import numpy as np
 
@@ -114,6 +115,10 @@ class SelfCommunicator(Communicator):
         return recvbuf
 
 
+#: Seconds between writing an abort message and calling MPI_Abort.
+_ABORT_GRACE_S = 0.5
+
+
 class MPICommunicator(Communicator):
     """Communicator over an mpi4py communicator (``COMM_WORLD`` by default)."""
 
@@ -160,6 +165,9 @@ class MPICommunicator(Communicator):
     def abort(self, message, code=1):
         sys.stderr.write(f"[rank {self.rank}] {message}\n")
         sys.stderr.flush()
+        # MPI_Abort makes the launcher kill every rank at once; give its I/O forwarder a
+        # moment to pass the message on first (seen lost without the pause), then abort.
+        time.sleep(_ABORT_GRACE_S)
         self.mpi_comm.Abort(code)
 
     def library_allreduce(self, sendbuf, recvbuf):
