@@ -31,6 +31,7 @@ from .honest_forest import (depth_weighted_importance, fit_binning, gain_importa
 from .inference import aipw_scores, average_effect, average_effect_sums, blb_variance, local_treatment_cov, solve_theta
 from .predictor import predict_values
 from .profiling import phase
+from ._validation import as_columns
 from .regression_forest import RegressionForest, check_forest_params, check_weight, check_X, resolve_mtry
 
 TREATMENT_TYPES = ("auto", "binary", "categorical", "continuous")
@@ -150,9 +151,7 @@ class CausalForest(BaseEstimator):
             rows = codes > 0
             W[rows, codes[rows] - 1] = 1.0
             return kind, W, classes, codes
-        t = np.asarray(t, dtype=np.float64)
-        # explicit width: reshape(n, -1) cannot infer it on a rank that holds no rows
-        W = t.reshape(len(t), 1 if t.ndim == 1 else t.shape[1])
+        W = as_columns(t)
         return "continuous", W, None, None
 
     def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None):
@@ -193,7 +192,7 @@ class CausalForest(BaseEstimator):
             raise ValueError(f"t has {len(t)} rows, X has {n}")
         g = check_weight(sample_weight, n)
         kind, W, classes, codes = self._treatment_matrix(t, comm)
-        Y = y.reshape(n, 1 if y.ndim == 1 else y.shape[1])  # explicit width: n may be 0 on a rank
+        Y = as_columns(y)
         K, M = W.shape[1], Y.shape[1]
         gids, n_global = global_ids(comm, n)
         if n_global < 4:

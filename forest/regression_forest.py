@@ -17,6 +17,7 @@ from sklearn.utils.validation import check_is_fitted
 from native import collectives as col
 from native.comm import world
 
+from ._validation import as_columns
 from .criteria import VarianceCriterion
 from .honest_forest import (depth_weighted_importance, fit_binning, gain_importance, global_ids, grow_honest_forest,
                             oob_average)
@@ -209,7 +210,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             raise ValueError(f"y must have shape (n,) or (n, n_outputs) with n = {len(X)}, got {y.shape}")
         if not np.all(np.isfinite(y)):
             raise ValueError("y contains NaN or infinite values")
-        y2 = y.reshape(len(y), 1 if y.ndim == 1 else y.shape[1])  # explicit width: a rank may hold 0 rows
+        y2 = as_columns(y)
         g = check_weight(sample_weight, len(X))
         n_out = y2.shape[1]
         gids, n_global = global_ids(comm, len(X))
