@@ -110,9 +110,30 @@ class BinMapper:
             from native.comm import world
             comm = world()
         n_local, n_features = X.shape
+        offset, n_global = self._global_layout(comm, n_features, n_local)
+        use_all = self._uses_all_rows(n_global)
+        local_sample = X if use_all else X[self.sample_mask(offset, n_local, n_global)]
 
-        # One tiny collective gives every rank's (n_features, n_rows): the feature
-        # check and this rank's global row offset both come from it.
+        def local_missed(f, sample_values):
+            col = X[:, f]
+            col = col[~np.isnan(col)]
+            if sample_values.shape[0] == 0:
+                missed = col
+            else:
+                pos = np.searchsorted(sample_values, col)
+                pos[pos == sample_values.shape[0]] = sample_values.shape[0] - 1
+                missed = col[sample_values[pos] != col]
+            # More than max_bins + 1 missed values already proves the feature is not
+            # exact; sending more would only cost bytes.
+            return np.unique(missed)[: self.max_bins + 1]
+
+        return self._fit_from_sample(comm, local_sample, n_features, use_all, local_missed)
+
+    def _global_layout(self, comm, n_features, n_local):
+        """This rank's global row offset and the global row count (one collective).
+
+        The same tiny gather also checks that every rank has ``n_features`` columns.
+        """
         meta = allgatherv(comm, np.array([[n_features, n_local]], dtype=np.int64))
         if np.any(meta[:, 0] != n_features):
             raise ValueError(
@@ -122,15 +143,57 @@ class BinMapper:
         n_global = int(meta[:, 1].sum())
         if n_global == 0:
             raise ValueError("BinMapper.fit: X has no rows on any rank")
+        return offset, n_global
 
-        use_all = self.subsample is None or n_global <= self.subsample
-        if use_all:
-            local_sample = X
-        else:
-            ids = np.arange(offset, offset + n_local, dtype=np.int64)
-            keep = uniform(self.random_state, BINNING_STREAM, ids) < self.subsample / n_global
-            local_sample = X[keep]
-        sample = allgatherv(comm, local_sample)
+    def _uses_all_rows(self, n_global):
+        """Whether the binning sample is the whole data set."""
+        return self.subsample is None or n_global <= self.subsample
+
+    def sample_mask(self, first_row, n_rows, n_global):
+        """Which of the rows ``first_row .. first_row + n_rows - 1`` join the sample.
+
+        A row joins when the hash of its global id (seeded by ``random_state``) falls
+        below ``subsample / n_global``, so the sample does not depend on how rows are
+        spread over ranks or read in blocks.
+
+        Parameters
+        ----------
+        first_row : int
+            Global row id of the first row.
+        n_rows : int
+        n_global : int
+            Rows over all ranks.
+
+        Returns
+        -------
+        ndarray of bool, shape (n_rows,)
+        """
+        if self._uses_all_rows(n_global):
+            return np.ones(n_rows, dtype=bool)
+        ids = np.arange(first_row, first_row + n_rows, dtype=np.int64)
+        return uniform(self.random_state, BINNING_STREAM, ids) < self.subsample / n_global
+
+    def _fit_from_sample(self, comm, local_sample, n_features, use_all, local_missed):
+        """Edges from this rank's share of the sample (collective over ``comm``).
+
+        Parameters
+        ----------
+        comm : native.comm.Communicator
+        local_sample : ndarray of float64, shape (n_sampled_local, n_features)
+            This rank's sampled rows (all its rows when ``use_all``).
+        n_features : int
+        use_all : bool
+            The sample is the whole data set (no missed values to look for).
+        local_missed : callable
+            ``local_missed(f, sample_values) -> ndarray`` gives sorted distinct values
+            of feature ``f`` on this rank that are absent from ``sample_values``
+            (sorted), at most ``max_bins + 1`` of them.
+
+        Returns
+        -------
+        self
+        """
+        sample = allgatherv(comm, np.ascontiguousarray(local_sample, dtype=X_DTYPE))
 
         # Per-feature summaries of the gathered sample (sorting every column is most of
         # fit's cost), each rank its own block of features, then gathered: a feature's
@@ -144,7 +207,7 @@ class BinMapper:
 
         extras = {}
         if candidates:
-            extras = self._gather_missed_values(comm, X, candidates, per_feature)
+            extras = self._gather_missed_values(comm, local_missed, candidates, per_feature)
 
         thresholds = []
         is_exact = np.zeros(n_features, dtype=bool)
@@ -203,8 +266,13 @@ class BinMapper:
             i += 3 + m
         return out
 
-    def _gather_missed_values(self, comm, X, candidates, per_feature):
+    def _gather_missed_values(self, comm, local_missed, candidates, per_feature):
         """Values of candidate features present locally but absent from the sample.
+
+        Parameters
+        ----------
+        local_missed : callable
+            See :meth:`_fit_from_sample`.
 
         Returns
         -------
@@ -213,18 +281,7 @@ class BinMapper:
         """
         blocks = []
         for f in candidates:
-            values = per_feature[f][0]
-            col = X[:, f]
-            col = col[~np.isnan(col)]
-            if values.shape[0] == 0:
-                missed = col
-            else:
-                pos = np.searchsorted(values, col)
-                pos[pos == values.shape[0]] = values.shape[0] - 1
-                missed = col[values[pos] != col]
-            # More than max_bins + 1 missed values already proves the feature is not
-            # exact; sending more would only cost bytes.
-            missed = np.unique(missed)[: self.max_bins + 1]
+            missed = np.asarray(local_missed(f, per_feature[f][0]), dtype=X_DTYPE)
             blocks.append(np.column_stack((np.full(missed.shape[0], f, dtype=X_DTYPE),
                                            missed)))
         local = np.concatenate(blocks) if blocks else np.zeros((0, 2), dtype=X_DTYPE)
