@@ -273,3 +273,69 @@ def test_same_model_on_any_rank_count(comm, split_mode):
     np.testing.assert_allclose(dist.validation_loss_, ref.validation_loss_, rtol=1e-12)
     for r in all_raw:  # every rank holds the same model
         np.testing.assert_array_equal(np.asarray(r), np.asarray(all_raw[0]))
+
+
+# ---------------------------------------------------------------- pre-binned input
+def _binned_pair(X, seed=0):
+    from histogram.binning import BinMapper
+
+    mapper = BinMapper(max_bins=255, random_state=seed).fit(X, comm=SELF)
+    return mapper, mapper.transform(X)
+
+
+@pytest.mark.parametrize("early_stopping", [False, True])
+def test_binned_input_equals_fit_on_X(binary, early_stopping):
+    X, y = binary
+    kw = dict(n_estimators=12, random_state=0, early_stopping=early_stopping, validation_fraction=0.2,
+              n_iter_no_change=3)
+    pair = _binned_pair(X)
+    for est, target in ((GBDTClassifier, y), (GBDTRegressor, X[:, 0] + y)):
+        a = est(**kw).fit(X, target, comm=SELF)
+        b = est(**kw).fit(None, target, binned=pair, comm=SELF)
+        assert b.do_early_stopping_ == early_stopping and b.n_iter_ == a.n_iter_
+        assert b.n_features_in_ == X.shape[1] and b.bin_mapper_ is pair[0]  # used as given, no refit
+        raw_a = a.decision_function(X) if est is GBDTClassifier else a.predict(X)
+        raw_b = b.decision_function(X) if est is GBDTClassifier else b.predict(X)
+        np.testing.assert_allclose(raw_b, raw_a, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(b.validation_loss_, a.validation_loss_, rtol=1e-12)
+    # X alongside binned only supplies feature names
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(X, columns=[f"c{i}" for i in range(X.shape[1])])
+    c = GBDTClassifier(**kw).fit(df, y, binned=pair, comm=SELF)
+    assert list(c.feature_names_in_) == list(df.columns)
+
+
+def test_binned_input_errors(binary):
+    X, y = binary
+    mapper, codes = _binned_pair(X)
+    with pytest.raises(ValueError, match="both are None"):
+        GBDTRegressor().fit(None, y, comm=SELF)
+    with pytest.raises(ValueError, match="features"):
+        GBDTRegressor().fit(None, y, binned=(mapper, codes[:-1]), comm=SELF)
+    with pytest.raises(ValueError, match="rows"):
+        GBDTClassifier().fit(None, y[:-1], binned=(mapper, codes), comm=SELF)
+    with pytest.raises(ValueError, match="uint8"):
+        GBDTRegressor().fit(None, y, binned=(mapper, codes.astype(np.int64)), comm=SELF)
+    with pytest.raises(ValueError, match="BinMapper"):
+        GBDTRegressor().fit(None, y, binned=(object(), codes), comm=SELF)
+    with pytest.raises(ValueError, match="shape"):
+        GBDTRegressor().fit(X[:, :-1], y, binned=(mapper, codes), comm=SELF)
+
+
+@pytest.mark.mpi
+def test_binned_input_same_model_on_any_rank_count(comm):
+    from histogram.binning import BinMapper
+
+    X, y = make_classification(n_samples=3000, n_features=6, n_informative=4, random_state=7)
+    X[::13, 3] = np.nan
+    kw = dict(n_estimators=8, max_leaf_nodes=15, early_stopping=True, validation_fraction=0.2, random_state=2)
+    sl = block_slice(len(y), comm.size, comm.rank)
+    mapper = BinMapper(max_bins=255, random_state=2).fit(X[sl], comm=comm)
+    dist = GBDTClassifier(**kw).fit(None, y[sl], binned=(mapper, mapper.transform(X[sl])), comm=comm)
+    ref = GBDTClassifier(**kw).fit(X, y, comm=SELF)
+
+    assert dist.n_iter_ == ref.n_iter_
+    for a, b in zip(ref.trees_, dist.trees_):
+        for x, z in zip(a.structure(), b.structure()):
+            np.testing.assert_array_equal(x, z)
+    np.testing.assert_allclose(dist.decision_function(X), ref.decision_function(X), rtol=0, atol=1e-9)
