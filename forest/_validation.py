@@ -134,3 +134,42 @@ def as_columns(a):
     if a.ndim == 2:
         return a
     raise ValueError(f"expected a 1-D or 2-D array, got shape {a.shape}")
+
+
+def check_binned(binned, X=None):
+    """Validate pre-binned input ``(mapper, codes)`` given to an estimator's ``fit``.
+
+    ``forest-train`` bins parquet row groups as it reads them and hands the
+    estimators the codes, never a float64 copy of the features; callers that
+    already binned (the causal forest for its nuisance forests) do the same.
+
+    Parameters
+    ----------
+    binned : tuple (BinMapper, ndarray)
+        A fitted :class:`histogram.binning.BinMapper` (fitted on the rows of all
+        ranks) and this rank's codes, uint8 of shape ``(n_features, n_local)`` as
+        returned by ``mapper.transform``.
+    X : ndarray of float64, shape (n_local, n_features), optional
+        The raw rows, when the caller also has them (checked for agreement).
+
+    Returns
+    -------
+    mapper : BinMapper
+    codes : ndarray of uint8, shape (n_features, n_local)
+    """
+    from histogram.binning import BinMapper
+
+    try:
+        mapper, codes = binned
+    except (TypeError, ValueError):
+        raise ValueError("binned must be a (BinMapper, codes) pair") from None
+    if not isinstance(mapper, BinMapper) or not hasattr(mapper, "thresholds_flat_"):
+        raise ValueError(f"binned[0] must be a fitted BinMapper, got {type(mapper).__name__}")
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[0] != mapper.n_features_in_:
+        raise ValueError(f"binned codes must be uint8 of shape ({mapper.n_features_in_}, n_rows) "
+                         f"(features first), got {codes.dtype} {codes.shape}")
+    if X is not None and (X.shape[0] != codes.shape[1] or X.shape[1] != codes.shape[0]):
+        raise ValueError(f"X has shape {X.shape} but the binned codes hold {codes.shape[1]} rows "
+                         f"of {codes.shape[0]} features")
+    return mapper, np.ascontiguousarray(codes)

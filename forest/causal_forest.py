@@ -29,10 +29,11 @@ from .causal_criterion import CausalChannels, CausalCriterion
 from .honest_forest import (depth_weighted_importance, fit_binning, gain_importance, global_ids, grow_honest_forest,
                             oob_average, tree_values)
 from .inference import aipw_scores, average_effect, average_effect_sums, blb_variance, local_treatment_cov, solve_theta
-from .predictor import predict_values
+from .predictor import predict_values, predict_values_binned
 from .profiling import phase
 from ._validation import as_columns
-from .regression_forest import RegressionForest, check_forest_params, check_weight, check_X, resolve_mtry
+from .regression_forest import (RegressionForest, features_or_codes, check_forest_params, check_weight, check_X,
+                                resolve_mtry)
 
 TREATMENT_TYPES = ("auto", "binary", "categorical", "continuous")
 
@@ -154,12 +155,13 @@ class CausalForest(BaseEstimator):
         W = as_columns(t)
         return "continuous", W, None, None
 
-    def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None):
+    def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None, binned=None):
         """Fit on this rank's rows.
 
         Parameters
         ----------
-        X : array-like, shape (n_local, n_features)
+        X : array-like, shape (n_local, n_features), or None
+            ``None`` when ``binned`` is given.
         t : array-like, shape (n_local,) or (n_local, K)
             Treatment (see ``treatment_type``).
         y : array-like, shape (n_local,) or (n_local, M)
@@ -172,6 +174,12 @@ class CausalForest(BaseEstimator):
             ``None`` means ``native.comm.world()``.
         progress : callable, optional
             ``progress(n_trees_done, n_trees_total)`` for the causal forest's trees.
+        binned : tuple (BinMapper, ndarray), optional
+            Pre-binned features: a ``BinMapper`` fitted on the rows of all ranks and
+            this rank's codes, uint8 of shape ``(n_features, n_local)``
+            (``mapper.transform(X)``). The forest and its nuisance forests then grow
+            on the codes and need no float features (``forest-train`` bins parquet
+            row groups as it reads them).
 
         Returns
         -------
@@ -181,8 +189,8 @@ class CausalForest(BaseEstimator):
         seed = check_forest_params(self)
         if self.nuisance_estimators is not None and self.nuisance_estimators < 1:
             raise ValueError(f"nuisance_estimators must be >= 1 or None, got {self.nuisance_estimators}")
-        X = check_X(X)
-        n = len(X)
+        X, codes_given = features_or_codes(X, binned)
+        n, n_features = codes_given[1].shape[::-1] if codes_given is not None else X.shape
         y = np.asarray(y, dtype=np.float64)
         if y.ndim not in (1, 2) or len(y) != n:
             raise ValueError(f"y must have shape (n,) or (n, M) with n = {n}, got {y.shape}")
@@ -202,7 +210,7 @@ class CausalForest(BaseEstimator):
         constraint = "sign" if kind == "continuous" else "arms"
         crit = CausalCriterion(K, M, min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
                                imbalance_penalty=self.imbalance_penalty, constraint=constraint)
-        mapper, binned = fit_binning(X, self.max_bins, seed, comm)
+        mapper, binned = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
 
         n_nuis = self.nuisance_estimators or max(50, int(self.n_estimators) // 4)
         nuisance = dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
@@ -233,7 +241,7 @@ class CausalForest(BaseEstimator):
             binned, mapper, gids, channels, crit, n_estimators=int(self.n_estimators), seed=seed,
             sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
             honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
-            min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, X.shape[1]),
+            min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
             batch_size=self.batch_size, n_global=n_global, value_fn=crit.node_value, count_col=layout.n_moments,
             comm=comm, oob=True, progress=progress)
         self.estimators_ = packed
@@ -241,7 +249,7 @@ class CausalForest(BaseEstimator):
         self.treatment_type_ = kind
         self.classes_ = classes
         self.n_treatments_, self.n_outcomes_ = K, M
-        self.n_features_in_ = X.shape[1]
+        self.n_features_in_ = n_features
         self.y_ndim_ = y.ndim
         self.sampling_ = dict(seed=seed, sample_fraction=float(self.max_samples),
                               ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
@@ -252,14 +260,14 @@ class CausalForest(BaseEstimator):
             with np.errstate(invalid="ignore", divide="ignore"):
                 mbar = acc / cnt[:, None]
             if (cnt == 0).any():
-                mbar[cnt == 0] = self._mean_moments(X[cnt == 0])
+                mbar[cnt == 0] = self._mean_moments_binned(binned, cnt == 0)
             tau_oob, _ = solve_theta(mbar, layout)
             # A row whose out-of-bag trees leave its local treatment covariance singular
             # takes the moments of all trees instead (as rows with no out-of-bag tree do);
             # only a covariance singular even then falls back to a zero effect.
             bad = ~np.isfinite(tau_oob).all(axis=(1, 2))
             if bad.any():
-                mbar[bad] = self._mean_moments(X[bad])
+                mbar[bad] = self._mean_moments_binned(binned, bad)
                 tau_oob[bad] = solve_theta(mbar[bad], layout)[0]
             tau_oob = np.nan_to_num(tau_oob)
             cov = local_treatment_cov(mbar, layout) if kind == "continuous" else None
@@ -271,8 +279,8 @@ class CausalForest(BaseEstimator):
         est, se = average_effect(sums)
         self.ate_ = self._shape_one(est)
         self.ate_stderr_ = self._shape_one(se)
-        self.feature_importances_ = depth_weighted_importance(packed, X.shape[1])
-        self.gain_importances_ = gain_importance(packed, X.shape[1])
+        self.feature_importances_ = depth_weighted_importance(packed, n_features)
+        self.gain_importances_ = gain_importance(packed, n_features)
         return self
 
     # ------------------------------------------------------------------ shapes
@@ -288,6 +296,12 @@ class CausalForest(BaseEstimator):
 
     def _shape_one(self, v):
         return self._shape(np.asarray(v)[None])[0]
+
+    def _mean_moments_binned(self, codes, rows):
+        """Mean leaf moments over all trees for training rows ``rows`` (bool mask) given as codes."""
+        n_trees = len(self.estimators_["tree_offsets"]) - 1
+        idx = np.flatnonzero(rows).astype(np.int64)
+        return predict_values_binned(self.estimators_, codes, self.bin_mapper_.missing_bin_, rows=idx) / n_trees
 
     def _mean_moments(self, X):
         n_trees = len(self.estimators_["tree_offsets"]) - 1

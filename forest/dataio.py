@@ -17,9 +17,12 @@ rows:
    takes part in every collective.
 3. :func:`read_shard` reads the rank's row groups one at a time with pyarrow and
    copies the requested columns straight into preallocated float64 arrays, so the
-   only transient copy is one row group's Arrow table. It never opens a row group
-   outside the rank's assignment; :class:`ReadStats` records which row groups and
-   how many column-chunk bytes were read.
+   only transient copy is one row group's Arrow table. Feature columns can instead
+   stream past a callback one row group at a time (the first pass of streaming
+   binning), and :func:`bin_features` reads them a second time, binning each row
+   group into uint8 codes, so no rank ever holds all its features as float64. It
+   never opens a row group outside the rank's assignment; :class:`ReadStats`
+   records which row groups and how many column-chunk bytes were read.
 
 Nothing here communicates: callers combine the per-rank error strings and
 statistics (see :mod:`forest.cli.common`), which keeps this module testable on one
@@ -308,7 +311,67 @@ def assign_row_groups(group_rows, size):
     return runs
 
 
-def read_shard(source, run, numeric=(), keep=()):
+def iter_row_groups(source, run, columns, stats):
+    """Yield this rank's row groups one at a time as Arrow tables.
+
+    Parameters
+    ----------
+    source : DataSource
+    run : (int, int)
+        ``(first group, stop group)`` from :func:`assign_row_groups`.
+    columns : list of str
+        Columns to read.
+    stats : ReadStats
+        Updated with every row group and its column-chunk bytes.
+
+    Yields
+    ------
+    pyarrow.Table
+        One row group (parquet), or this rank's whole block (CSV).
+
+    Raises
+    ------
+    DataError
+        When a row group cannot be read or disagrees with its footer.
+    """
+    import pyarrow as pa
+
+    first, stop = run
+    groups = source.groups[first:stop]
+    if source.kind == "csv":
+        n_local = int(sum(g[2] for g in groups))
+        table = _read_csv(source.paths[0])
+        lo = int(sum(g[2] for g in source.groups[:first]))
+        stats.row_groups.extend((0, g[1]) for g in groups)
+        stats.bytes_read += os.path.getsize(source.paths[0])
+        yield table.slice(lo, n_local).select(columns)
+        return
+
+    import pyarrow.parquet as pq
+
+    current_file, handle = None, None
+    for file_index, group_index, n in groups:
+        path = source.paths[file_index]
+        try:
+            if file_index != current_file:
+                handle = pq.ParquetFile(path)
+                current_file = file_index
+            table = handle.read_row_group(group_index, columns=columns)
+        except (pa.ArrowException, OSError) as exc:
+            raise DataError(f"cannot read row group {group_index} of {path!r}: {_first_line(exc)}") from None
+        if table.num_rows != n:
+            raise DataError(f"row group {group_index} of {path!r} has {table.num_rows} rows, "
+                            f"its footer says {n}")
+        meta = handle.metadata.row_group(group_index)
+        names = [meta.column(c).path_in_schema for c in range(meta.num_columns)]
+        stats.bytes_read += sum(meta.column(c).total_compressed_size
+                                for c, name in enumerate(names) if name in columns)
+        stats.row_groups.append((file_index, group_index))
+        yield table
+        del table  # one row group's Arrow table alive at a time
+
+
+def read_shard(source, run, numeric=(), keep=(), features=(), on_features=None):
     """Read this rank's row groups into float64 columns.
 
     Parameters
@@ -320,6 +383,12 @@ def read_shard(source, run, numeric=(), keep=()):
         Columns converted to float64 (nulls become NaN).
     keep : sequence of str
         Columns kept as Arrow data, unchanged.
+    features : sequence of str
+        Columns handed, one row group at a time, to ``on_features`` as a float64
+        block of shape ``(n_group_rows, len(features))`` and not kept: the caller
+        bins them as they stream past (see :func:`bin_features`).
+    on_features : callable, optional
+        Required with ``features``.
 
     Returns
     -------
@@ -332,56 +401,69 @@ def read_shard(source, run, numeric=(), keep=()):
     """
     import pyarrow as pa
 
+    if features and on_features is None:
+        raise ValueError("read_shard: features given without on_features")
     first, stop = run
-    groups = source.groups[first:stop]
-    n_local = int(sum(g[2] for g in groups))
+    n_local = int(sum(g[2] for g in source.groups[first:stop]))
     out = {name: np.empty(n_local, dtype=X_DTYPE) for name in numeric}
     keep_parts = []
     stats = ReadStats()
-    wanted = list(dict.fromkeys(list(numeric) + list(keep)))
+    wanted = list(dict.fromkeys(list(numeric) + list(keep) + list(features)))
     pos = 0
-    if source.kind == "csv":
-        table = _read_csv(source.paths[0])
-        lo = 0
-        for g in source.groups[:first]:
-            lo += g[2]
-        table = table.slice(lo, n_local).select(wanted)
-        stats.row_groups = [(0, g[1]) for g in groups]
-        stats.bytes_read = os.path.getsize(source.paths[0])
-        _fill(out, table, 0)
-        return Shard(columns=out, keep=table.select(list(keep)) if keep else None,
-                     n_local=n_local, stats=stats)
-
-    import pyarrow.parquet as pq
-
-    current_file, handle = None, None
-    for file_index, group_index, n in groups:
-        path = source.paths[file_index]
-        try:
-            if file_index != current_file:
-                handle = pq.ParquetFile(path)
-                current_file = file_index
-            table = handle.read_row_group(group_index, columns=wanted)
-        except (pa.ArrowException, OSError) as exc:
-            raise DataError(f"cannot read row group {group_index} of {path!r}: {_first_line(exc)}") from None
-        if table.num_rows != n:
-            raise DataError(f"row group {group_index} of {path!r} has {table.num_rows} rows, "
-                            f"its footer says {n}")
-        meta = handle.metadata.row_group(group_index)
-        names = [meta.column(c).path_in_schema for c in range(meta.num_columns)]
-        stats.bytes_read += sum(meta.column(c).total_compressed_size
-                                for c, name in enumerate(names) if name in wanted)
-        stats.row_groups.append((file_index, group_index))
+    for table in iter_row_groups(source, run, wanted, stats):
         _fill(out, table, pos)
+        if features:
+            on_features(feature_block(table, features))
         if keep:
             keep_parts.append(table.select(list(keep)))
-        pos += n
-        del table  # one row group's Arrow table alive at a time
+        pos += table.num_rows
     keep_table = None
     if keep:
         keep_table = (pa.concat_tables(keep_parts) if keep_parts
                       else source.arrow_schema().empty_table().select(list(keep)))
     return Shard(columns=out, keep=keep_table, n_local=n_local, stats=stats)
+
+
+def bin_features(source, run, features, transform, n_local):
+    """Second pass over this rank's row groups: bin the features one group at a time.
+
+    Only one row group's float64 block ``(n_group_rows, n_features)`` exists at a
+    time; the result is the feature-major uint8 matrix the trees grow on.
+
+    Parameters
+    ----------
+    source : DataSource
+    run : (int, int)
+    features : sequence of str
+    transform : callable
+        ``transform(block) -> codes``, block ``(n, n_features)`` float64 to codes
+        ``(n_features, n)`` uint8 (a fitted ``BinMapper.transform``).
+    n_local : int
+        Rows in the run.
+
+    Returns
+    -------
+    codes : ndarray of uint8, shape (n_features, n_local)
+    stats : ReadStats
+    """
+    stats = ReadStats()
+    codes = np.empty((len(features), n_local), dtype=np.uint8)
+    pos = 0
+    for table in iter_row_groups(source, run, list(features), stats):
+        n = table.num_rows
+        codes[:, pos:pos + n] = transform(feature_block(table, features))
+        pos += n
+    if pos != n_local:
+        raise DataError(f"read {pos} rows where the footers promise {n_local}")
+    return codes, stats
+
+
+def feature_block(table, features):
+    """Columns ``features`` of ``table`` as one float64 block, shape (n_rows, n_features)."""
+    block = np.empty((table.num_rows, len(features)), dtype=X_DTYPE)
+    columns = {name: block[:, j] for j, name in enumerate(features)}
+    _fill(columns, table, 0)
+    return block
 
 
 def _fill(out, table, pos):

@@ -17,11 +17,11 @@ from sklearn.utils.validation import check_is_fitted
 from native import collectives as col
 from native.comm import world
 
-from ._validation import as_columns
+from ._validation import as_columns, check_binned
 from .criteria import VarianceCriterion
 from .honest_forest import (depth_weighted_importance, fit_binning, gain_importance, global_ids, grow_honest_forest,
                             oob_average)
-from .predictor import predict_values
+from .predictor import predict_values, predict_values_binned
 
 
 def default_mtry(n_features):
@@ -118,6 +118,21 @@ def check_X(X, n_features=None):
     return X
 
 
+def features_or_codes(X, binned):
+    """``(X or None, (mapper, codes) or None)`` from ``fit``'s X and ``binned`` arguments."""
+    if binned is None:
+        if X is None:
+            raise ValueError("X is None and no binned input was given")
+        return check_X(X), None
+    X = None if X is None else check_X(X)
+    return X, check_binned(binned, X)
+
+
+def n_estimators_fitted(packed):
+    """Number of trees in a packed forest."""
+    return len(packed["tree_offsets"]) - 1
+
+
 def check_weight(sample_weight, n):
     if sample_weight is None:
         return np.ones(n)
@@ -187,7 +202,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like, shape (n_local, n_features)
+        X : array-like, shape (n_local, n_features), or None
+            ``None`` when ``binned`` is given.
         y : array-like, shape (n_local,) or (n_local, n_outputs)
         sample_weight : array-like, shape (n_local,), optional
         comm : native.comm.Communicator, optional
@@ -195,8 +211,11 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         progress : callable, optional
             ``progress(n_trees_done, n_trees_total)``.
         binned : tuple (BinMapper, ndarray), optional
-            Pre-computed ``(mapper, codes)`` for ``X`` (the causal forest shares its
-            binning with its nuisance forests).
+            Pre-computed ``(mapper, codes)``: a ``BinMapper`` fitted on the rows of
+            all ranks and this rank's codes, uint8 of shape ``(n_features, n_local)``
+            (``mapper.transform(X)``). The forest then grows on the codes and never
+            needs float features (the causal forest shares its binning with its
+            nuisance forests; ``forest-train`` bins parquet row groups as it reads).
 
         Returns
         -------
@@ -204,21 +223,22 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         """
         comm = world() if comm is None else comm
         seed = check_forest_params(self)
-        X = check_X(X)
+        X, codes_given = features_or_codes(X, binned)
+        n, n_features = codes_given[1].shape[::-1] if codes_given is not None else X.shape
         y = np.asarray(y, dtype=np.float64)
-        if y.ndim not in (1, 2) or len(y) != len(X):
-            raise ValueError(f"y must have shape (n,) or (n, n_outputs) with n = {len(X)}, got {y.shape}")
+        if y.ndim not in (1, 2) or len(y) != n:
+            raise ValueError(f"y must have shape (n,) or (n, n_outputs) with n = {n}, got {y.shape}")
         if not np.all(np.isfinite(y)):
             raise ValueError("y contains NaN or infinite values")
         y2 = as_columns(y)
-        g = check_weight(sample_weight, len(X))
+        g = check_weight(sample_weight, n)
         n_out = y2.shape[1]
-        gids, n_global = global_ids(comm, len(X))
+        gids, n_global = global_ids(comm, n)
         if n_global < 2:
             raise ValueError(f"need at least 2 rows in total, got {n_global}")
         if sample_weight is not None:
             g = _normalise_weights(g, n_global, comm)
-        mapper, codes = fit_binning(X, self.max_bins, seed, comm) if binned is None else binned
+        mapper, codes = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
         crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
         channels = crit.make_channels(y2, g)
 
@@ -228,7 +248,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             out[:, n_out] = sums[:, -1]
             return out
 
-        self.n_features_in_ = X.shape[1]
+        self.n_features_in_ = n_features
         self.n_outputs_ = n_out
         self.sampling_ = dict(seed=seed, sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size),
                               honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction))
@@ -236,7 +256,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             codes, mapper, gids, channels, crit, n_estimators=int(self.n_estimators), seed=seed,
             sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
             honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
-            min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, X.shape[1]),
+            min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
             batch_size=self.batch_size, n_global=n_global, value_fn=value_fn, count_col=n_out, comm=comm, oob=True,
             progress=progress)
         self.estimators_ = packed
@@ -244,14 +264,14 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         full = None
         if (cnt == 0).any():
             # rows every tree sampled (rare): fall back to the in-sample prediction
-            full = self._predict_raw(X)
+            full = predict_values_binned(packed, codes, mapper.missing_bin_)[:, :n_out] / n_estimators_fitted(packed)
         with np.errstate(invalid="ignore", divide="ignore"):
             oob = acc[:, :n_out] / cnt[:, None]
         if full is not None:
             oob[cnt == 0] = full[cnt == 0]
         self.oob_prediction_ = oob[:, 0] if y.ndim == 1 else oob
-        self.feature_importances_ = depth_weighted_importance(packed, X.shape[1])
-        self.gain_importances_ = gain_importance(packed, X.shape[1])
+        self.feature_importances_ = depth_weighted_importance(packed, n_features)
+        self.gain_importances_ = gain_importance(packed, n_features)
         return self
 
     def _predict_raw(self, X):

@@ -116,8 +116,8 @@ def run_tool(prog, body, argv=None):
         return 130
 
 
-def load_rows(comm, spec, numeric, keep=(), require_rows=True):
-    """Plan on rank 0, then read this rank's row groups; errors are agreed on.
+def plan_source(comm, spec, numeric, keep=(), require_rows=True):
+    """Open the data on rank 0, check the columns, broadcast the plan; errors are agreed on.
 
     Parameters
     ----------
@@ -125,10 +125,10 @@ def load_rows(comm, spec, numeric, keep=(), require_rows=True):
     spec : str
         Data argument (file, directory, glob, CSV).
     numeric : list of str or callable
-        Columns read as float64, or ``numeric(source) -> list of str`` to choose them
-        from the schema (run on rank 0; may raise ``DataError``).
+        Columns that must be numeric, or ``numeric(source) -> list of str`` to choose
+        them from the schema (run on rank 0; may raise ``DataError``).
     keep : list of str
-        Columns carried through unchanged (Arrow).
+        Columns carried through unchanged (any type).
     require_rows : bool
         Fail when the data holds no rows at all.
 
@@ -136,10 +136,12 @@ def load_rows(comm, spec, numeric, keep=(), require_rows=True):
     -------
     source : forest.dataio.DataSource
     numeric : list of str
-        The columns read as float64.
-    shard : forest.dataio.Shard
+    run : (int, int)
+        This rank's ``(first row group, stop row group)``.
     offset : int
         Global row id of this rank's first row.
+    n_local : int
+        Rows this rank holds.
     """
     from forest import dataio
     from native import collectives as col
@@ -158,8 +160,34 @@ def load_rows(comm, spec, numeric, keep=(), require_rows=True):
     if message is not None:
         raise CLIError(message)
     source, names = plan
-    runs = dataio.assign_row_groups([g[2] for g in source.groups], comm.size)
-    shard, message = guarded(dataio.read_shard, source, runs[comm.rank], numeric=names, keep=keep)
+    rows = [g[2] for g in source.groups]
+    runs = dataio.assign_row_groups(rows, comm.size)
+    per_rank = [sum(rows[a:b]) for a, b in runs]
+    run = runs[comm.rank]
+    # Rows held by lower ranks: also right for a rank with no row group, whose run
+    # (0, 0) says nothing about where it sits.
+    offset = sum(per_rank[:comm.rank])
+    n_local = per_rank[comm.rank]
+    return source, names, run, offset, n_local
+
+
+def load_rows(comm, spec, numeric, keep=(), require_rows=True):
+    """Plan on rank 0, then read this rank's row groups; errors are agreed on.
+
+    Parameters are those of :func:`plan_source`.
+
+    Returns
+    -------
+    source : forest.dataio.DataSource
+    numeric : list of str
+        The columns read as float64.
+    shard : forest.dataio.Shard
+    offset : int
+        Global row id of this rank's first row.
+    """
+    from forest import dataio
+
+    source, names, run, offset, _ = plan_source(comm, spec, numeric, keep, require_rows)
+    shard, message = guarded(dataio.read_shard, source, run, numeric=names, keep=keep)
     agree(comm, message)
-    offset = sum(g[2] for g in source.groups[:runs[comm.rank][0]])
     return source, names, shard, offset

@@ -1,9 +1,11 @@
 """``forest-train``: fit an estimator on sharded parquet/CSV data, under ``mpirun`` or alone.
 
 Every rank reads its own row groups (:mod:`forest.dataio`), checks them, agrees
-with the others on the first error (:mod:`forest.cli.common`), then calls the
-estimator's ``fit`` with its shard and the world communicator; every rank ends
-with the same model and rank 0 writes it atomically (:mod:`forest.model_io`).
+with the others on the first error (:mod:`forest.cli.common`), bins its features
+row group by row group (:mod:`histogram.binning_stream`; no float64 copy of all
+features is ever made), then calls the estimator's ``fit`` with the codes, its
+targets and the world communicator; every rank ends with the same model and rank 0
+writes it atomically (:mod:`forest.model_io`).
 
 Heavy imports (numpy, Numba, MPI, the estimators) happen inside :func:`main` after
 the arguments are parsed, so ``forest-train --help`` answers at once.
@@ -13,7 +15,7 @@ import time
 
 import numpy as np
 
-from forest.cli.common import CLIError, Parser, agree, guarded, load_rows, run_tool, world
+from forest.cli.common import CLIError, Parser, agree, guarded, plan_source, run_tool, world
 
 PROG = "forest-train"
 
@@ -208,7 +210,26 @@ class TreeProgress:
             self.bar.close()
 
 
-def _fit(est, kind, X, shard, args, comm, progress, treatment_type=None, outcome_type=None):
+def bin_mapper_for(est, comm):
+    """The unfitted BinMapper the estimator's own ``fit`` would use on float input.
+
+    Forests seed their binning sample with ``random_state`` (0 for None), so a
+    forest trained here equals one fitted on the same rows in memory; gradient
+    boosting draws its seed on rank 0 from ``random_state`` and broadcasts it.
+    """
+    from histogram.binning import BinMapper
+
+    if hasattr(est, "_seed"):
+        seed = est._seed(comm)
+    else:
+        from forest.regression_forest import check_forest_params
+
+        seed = check_forest_params(est)
+    return BinMapper(max_bins=int(est.max_bins), random_state=int(seed))
+
+
+def _fit(est, kind, binned, shard, args, comm, progress, treatment_type=None, outcome_type=None):
+    """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` and the shard's targets."""
     t = shard.columns[args.treatment] if args.treatment else None
     if t is not None and treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):
         # Integer treatments keep an integer dtype: the causal forest reads integer
@@ -219,8 +240,8 @@ def _fit(est, kind, X, shard, args, comm, progress, treatment_type=None, outcome
         y = y.astype(np.int64)  # class labels keep the column's integer values
     w = shard.columns[args.weight] if args.weight else None
     if kind == "causal":
-        return est.fit(X, t, y, sample_weight=w, comm=comm, progress=progress)
-    return est.fit(X, y, sample_weight=w, comm=comm, progress=progress)
+        return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned)
+    return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned)
 
 
 def _body(argv):
@@ -229,8 +250,10 @@ def _body(argv):
     params = collect_params(args)
     t_start = time.perf_counter()
 
-    from forest import model_io
-    from forest.profiling import TIMER
+    from forest import dataio, model_io
+    from forest.dataio import DataError
+    from forest.profiling import TIMER, phase
+    from histogram.binning_stream import StreamingBinFit
     from native import collectives as col
     from native.stats import STATS
 
@@ -252,9 +275,31 @@ def _body(argv):
             raise ValueError(f"{args.data!r} has no numeric feature columns besides {targets}")
         return feats + targets
 
+    # Streaming binning, two passes over this rank's row groups. Pass 1 reads the
+    # targets into float64 columns and streams each row group's features past the
+    # bin-edge sampler; the edges are then fitted over all ranks; pass 2 reads the
+    # features again and bins each row group into the uint8 matrix the trees grow on.
+    # No rank ever holds its features as one float64 block (8x the codes' bytes).
     t_read = time.perf_counter()
-    source, names, shard, offset = load_rows(comm, args.data, choose)
+    source, names, run, offset, n_local = plan_source(comm, args.data, choose)
     features = names[:len(names) - len(targets)]
+    mapper, message = guarded(bin_mapper_for, est, comm)
+    agree(comm, message)
+    fitter = StreamingBinFit(mapper, len(features), offset, n_local, source.n_rows)
+    rows_seen = [offset]
+
+    def take_features(block):
+        inf = np.isinf(block)
+        if inf.any():
+            i, j = np.argwhere(inf)[0]
+            raise DataError(f"feature column {features[j]!r} has an infinite value at row {rows_seen[0] + i}; "
+                            f"features may be NaN (missing) but not infinite")
+        fitter.add(block)
+        rows_seen[0] += len(block)
+
+    shard, message = guarded(dataio.read_shard, source, run, numeric=targets, features=features,
+                             on_features=take_features)
+    agree(comm, message)
     message, arms = _validate_shard(args, shard, offset)
     gathered = col.allgather_object(comm, (message, arms))
     for m, _ in gathered:
@@ -266,19 +311,19 @@ def _body(argv):
             raise CLIError(f"treatment column {args.treatment!r} has a single arm "
                            f"(every row is {values[0] if values else '?'}); a causal model needs "
                            f"treated and control rows")
-    # One (n_local, n_features) float64 block per rank: the estimators bin it
-    # themselves; the per-column copies are dropped as soon as they are stacked.
-    X = np.empty((shard.n_local, len(features)), dtype=np.float64)
-    for j, name in enumerate(features):
-        X[:, j] = shard.columns.pop(name)
     read_seconds = time.perf_counter() - t_read
 
     TIMER.reset()
     STATS.reset()
+    with phase("binning"):
+        mapper = fitter.finish(comm)
+        binned, message = guarded(dataio.bin_features, source, run, features, mapper.transform, n_local)
+        agree(comm, message)
+    codes, _ = binned
     progress = TreeProgress(comm.rank == 0 and not args.no_progress, f"{PROG} [{comm.size} rank(s)]")
     t_fit = time.perf_counter()
     try:
-        _fit(est, args.model, X, shard, args, comm, progress,
+        _fit(est, args.model, (mapper, codes), shard, args, comm, progress,
              source.types.get(args.treatment) if args.treatment else None, source.types.get(args.outcome))
     finally:
         progress.close()
