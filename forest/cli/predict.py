@@ -11,7 +11,7 @@ leaves a partial output at the target path.
 """
 import sys
 
-from forest.cli.common import CLIError, Parser, agree, guarded, load_rows, run_tool, world
+from forest.cli.common import CLIError, Parser, agree, guarded, plan_source, run_tool, world
 
 PROG = "forest-predict"
 _TAG = 7421  # point-to-point tag of the output hand-over to rank 0
@@ -203,18 +203,26 @@ def _body(argv):
     if clash:
         raise CLIError(f"--keep column {clash[0]!r} would clash with an output column")
 
-    _, _, shard, _ = load_rows(comm, args.data, names, keep=args.keep)
-    X = np.empty((shard.n_local, len(names)), dtype=np.float64)
-    for j, name in enumerate(names):
-        X[:, j] = shard.columns.pop(name)
+    source, _, run, _, _ = plan_source(comm, args.data, names, keep=args.keep)
 
     def _predict():
-        if shard.n_local == 0:
-            cols = _empty_columns(est, len(names), args.interval, args.alpha, causal)
-        else:
-            cols = prediction_columns(est, X, args.interval, args.alpha, causal)
-        table = shard.keep if shard.keep is not None else pa.table({})
-        for k, v in cols.items():
+        # One row group at a time: only that group's float features exist at once.
+        from forest import dataio
+
+        parts = []
+        wanted = list(dict.fromkeys(list(names) + list(args.keep)))
+        for group in dataio.iter_row_groups(source, run, wanted, dataio.ReadStats()):
+            if group.num_rows == 0:
+                continue
+            cols = prediction_columns(est, dataio.feature_block(group, names), args.interval, args.alpha, causal)
+            table = group.select(list(args.keep))
+            for k, v in cols.items():
+                table = table.append_column(k, pa.array(v))
+            parts.append(table)
+        if parts:
+            return pa.concat_tables(parts)
+        table = source.arrow_schema().empty_table().select(list(args.keep))
+        for k, v in _empty_columns(est, len(names), args.interval, args.alpha, causal).items():
             table = table.append_column(k, pa.array(v))
         return table
 
