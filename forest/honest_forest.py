@@ -61,6 +61,10 @@ def fit_binning(X, max_bins, seed, comm):
         return mapper, mapper.transform(X)
 
 
+#: Smallest batch when a progress callback asks for at least ten updates per fit.
+PROGRESS_MIN_BATCH = 8
+
+
 def auto_batch_size(n_struct_global, n_features, n_bins, n_channels, min_leaf, max_depth, n_trees,
                     local_threshold=0.0):
     """Trees per level-wise batch, so the widest frontier fits :data:`HIST_BUDGET_BYTES`.
@@ -197,6 +201,12 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
         batch_size = auto_batch_size(n_struct, binned.shape[0], mapper.n_bins_, criterion.n_channels,
                                      getattr(criterion, "min_samples_leaf", 1), max_depth, n_estimators,
                                      local_threshold if finishes_locally else 0.0)
+    if progress is not None:
+        # A progress bar that jumps from 0 to 100% says nothing: report at least ten
+        # times. Batches of 8+ trees still keep every thread busy on small machines,
+        # and the trees do not depend on the batching (sampling is hashed per tree).
+        # A constant, not the thread count, since all ranks must run the same batches.
+        batch_size = min(batch_size, max(PROGRESS_MIN_BATCH, -(-n_estimators // 10)))
     if ci_group_size > 1:
         batch_size = max(ci_group_size, batch_size - batch_size % ci_group_size)
     trees = []

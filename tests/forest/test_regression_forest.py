@@ -111,3 +111,17 @@ def test_sample_weight_scale_does_not_change_the_forest():
     assert unit.predict(X).std() > 0.5
     np.testing.assert_allclose(tiny.predict(X), unit.predict(X), rtol=0, atol=1e-12)
     np.testing.assert_allclose(big.predict(X), unit.predict(X), rtol=0, atol=1e-12)
+
+
+def test_progress_reports_at_least_ten_times_and_changes_nothing():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(600, 4))
+    y = X[:, 0] + 0.1 * rng.normal(size=600)
+    calls = []
+    with_bar = RegressionForest(n_estimators=100, random_state=1).fit(
+        X, y, progress=lambda done, total: calls.append((done, total)))
+    without = RegressionForest(n_estimators=100, random_state=1).fit(X, y)
+    assert len(calls) >= 10
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls) and calls[-1] == (100, 100)
+    np.testing.assert_array_equal(with_bar.predict(X), without.predict(X))
+    np.testing.assert_array_equal(with_bar.oob_prediction_, without.oob_prediction_)
