@@ -199,9 +199,15 @@ def _body(argv):
     loaded, message = guarded(_load)
     agree(comm, message)
     est, names, causal = loaded
-    clash = sorted(set(args.keep) & {"tau", "tau_lower", "tau_upper", "prediction"})
+    # The output columns are known before any data is read (proba_<class>, tau_<k>
+    # and the interval columns depend on the model): a kept id column of the same
+    # name would make the output ambiguous.
+    outputs, message = guarded(_empty_columns, est, len(names), args.interval, args.alpha, causal)
+    agree(comm, message)
+    clash = sorted(set(args.keep) & set(outputs))
     if clash:
-        raise CLIError(f"--keep column {clash[0]!r} would clash with an output column")
+        raise CLIError(f"--keep column {clash[0]!r} would clash with an output column "
+                       f"(outputs: {', '.join(outputs)})")
 
     source, _, run, _, _ = plan_source(comm, args.data, names, keep=args.keep)
 

@@ -128,3 +128,21 @@ def test_nan_features_are_legal_and_report_works(small_parquet, tmp_path, capsys
     assert report.main([model, "--top", "2"]) == 0
     out = capsys.readouterr().out
     assert "depth-weighted" in out and len([ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]) == 2
+
+
+def test_keep_column_clashing_with_a_model_output(tmp_path, capsys):
+    """A classifier writes proba_<class> columns: keeping a data column of that name fails."""
+    table = make_table(200)
+    table = table.append_column("label", pa.array((table["y"].to_numpy() > 1).astype(np.int64)))
+    table = table.append_column("proba_1", pa.array(np.arange(200)))
+    path = _write(tmp_path, "clf.parquet", table)
+    model = str(tmp_path / "clf.model")
+    assert train.main([path, "--out", model, "--model", "gbdt-classifier", "--outcome", "label",
+                       "--features", "a", "b", "--n-estimators", "3", "--no-progress"]) == 0
+    capsys.readouterr()
+    out = str(tmp_path / "p.parquet")
+    _expect_error(predict.main, [model, path, "--out", out, "--keep", "id", "proba_1"], capsys,
+                  r"--keep column 'proba_1' would clash with an output column \(outputs: prediction, proba_0, proba_1\)",
+                  prog="forest-predict")
+    assert not os.path.exists(out)
+    assert predict.main([model, path, "--out", out, "--keep", "id"]) == 0
