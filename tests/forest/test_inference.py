@@ -95,6 +95,94 @@ def test_blb_variance_skips_groups_with_empty_leaves():
         blb_variance(tm, layout, 1)
 
 
+def _leaf_trees(rng, layout, n_points, G, L, rows, group_shift, weighted=False):
+    """Per-tree leaf moments from simulated leaf samples, shape (n_points, G*L, n_moments+1).
+
+    Each group shares an effect shift (between-group signal), each tree draws its own
+    leaf rows (within-group noise), as trees sharing a half-sample do.
+    """
+    K, M = layout.K, layout.M
+    beta = rng.normal(size=(K, M))
+    out = np.zeros((n_points, G * L, layout.n_moments + 1))
+    for p in range(n_points):
+        for q in range(G):
+            shift = group_shift * rng.normal(size=(K, M))
+            for j in range(L):
+                w = rng.normal(size=(rows, K)) + 0.3
+                y = 0.5 + w @ (beta + shift) + rng.normal(size=(rows, M))
+                g = rng.uniform(0.5, 2.0, size=rows) if weighted else np.ones(rows)
+                out[p, q * L + j, :layout.n_moments] = _moments(layout, w, y, g)
+                out[p, q * L + j, layout.n_moments] = rows
+    return out
+
+
+def _objective_bayes(var_between, group_noise, n_groups):
+    """GRF's o-Bayes debiasing, written out from the paper's description (flat prior on [0, inf))."""
+    import math
+    est = var_between - group_noise
+    se = max(var_between, group_noise) * math.sqrt(2.0 / n_groups)
+    r = est / se
+    return est + se * math.exp(-0.5 * r * r) / math.sqrt(2 * math.pi) / (0.5 * math.erfc(-r / math.sqrt(2)))
+
+
+def test_blb_variance_matches_grf_moment_sandwich():
+    """K = M = 1, unit weights: GRF's estimator (ATW 2019, eq. 16) with the moment function
+    psi = ((Y - W tau - mu) W, Y - W tau - mu) on each tree's leaf averages, the sandwich
+    xi' V^-1 H V^-T xi with V = [[E WW, E W], [E W, 1]], between-group H debiased by
+    the within-group noise and o-Bayes. Written with loops, independently of _psi."""
+    rng = np.random.default_rng(11)
+    layout = CausalChannels(1, 1)
+    G, L = 60, 2
+    tm = _leaf_trees(rng, layout, 4, G, L, rows=12, group_shift=0.4)
+    _, var = blb_variance(tm, layout, L)
+    i_w, i_y, i_wy, i_ww = layout.s_w.start, layout.s_y.start, layout.s_wy.start, layout.s_ww.start
+    for p in range(tm.shape[0]):
+        avg = tm[p].mean(axis=0)
+        D = avg[i_ww] - avg[i_w] ** 2
+        tau = (avg[i_wy] - avg[i_w] * avg[i_y]) / D
+        mu = avg[i_y] - avg[i_w] * tau
+        v = []
+        for b in range(G * L):
+            m = tm[p, b]
+            psi1 = m[i_wy] - m[i_ww] * tau - m[i_w] * mu
+            psi2 = m[i_y] - m[i_w] * tau - mu
+            v.append((psi1 - avg[i_w] * psi2) / D)      # xi' V^-1 psi
+        v = np.array(v).reshape(G, L)
+        between = np.mean(v.mean(axis=1) ** 2)
+        total = np.mean(v ** 2)
+        ref = _objective_bayes(between, (total - between) / (L - 1), G)
+        np.testing.assert_allclose(var[p, 0, 0], ref, rtol=1e-9)
+
+
+def test_blb_variance_is_delta_method_of_theta():
+    """K = 2 arms, M = 2 outcomes, sample weights: each tree's psi is the Jacobian of
+    theta(mbar) (central finite differences of solve_theta) times its moment deviation,
+    and the variance is between-group minus within-group/L of those (strong signal,
+    so the o-Bayes step changes nothing measurable)."""
+    rng = np.random.default_rng(12)
+    layout = CausalChannels(2, 2)
+    G, L = 200, 3
+    tm = _leaf_trees(rng, layout, 2, G, L, rows=40, group_shift=0.5, weighted=True)
+    theta, var = blb_variance(tm, layout, L)
+    nm = layout.n_moments
+    for p in range(tm.shape[0]):
+        mbar = tm[p, :, :nm].mean(axis=0)
+        J = np.empty((4, nm))
+        for c in range(nm):
+            h = 1e-6 * max(abs(mbar[c]), 1e-3)
+            up, dn = mbar.copy(), mbar.copy()
+            up[c] += h
+            dn[c] -= h
+            J[:, c] = (solve_theta(up[None], layout)[0] - solve_theta(dn[None], layout)[0]).ravel() / (2 * h)
+        psi = (tm[p, :, :nm] - mbar) @ J.T                      # (G*L, K*M)
+        psi = psi.reshape(G, L, 4)
+        gm = psi.mean(axis=1)
+        between = (gm ** 2).mean(axis=0)
+        within = ((psi - gm[:, None]) ** 2).sum(axis=(0, 1)) / (G * (L - 1))
+        np.testing.assert_allclose(theta[p].ravel(), solve_theta(mbar[None], layout)[0].ravel(), rtol=1e-12)
+        np.testing.assert_allclose(var[p].ravel(), between - within / L, rtol=1e-5)
+
+
 def test_aipw_binary_doubly_robust_with_true_nuisances():
     d = simulate.constant_effect(20000, seed=5)
     n = len(d.y)
