@@ -253,23 +253,74 @@ def contender_ihdp(which, replications, cfg, threads, **_):
                         "pehe_se": float(pehes.std(ddof=1) / np.sqrt(len(pehes))) if len(pehes) > 1 else float("nan")}}
 
 
-def contender_coverage(n, d, seeds, n_test, cfg, threads, alpha=0.05, **_):
-    """Share of test points whose (1 - alpha) interval covers the true tau, per seed."""
+COVERAGE_DESIGNS = ("wa", "constant")
+
+
+def coverage_data(n, d, n_test, seed, design="wa"):
+    """Data of the coverage part.
+
+    ``"wa"`` is :func:`datasets.wager_athey` as is. ``"constant"`` keeps its features
+    and main effect but sets ``tau = 1`` (fresh treatment and noise draws): the control
+    where a forest has no smoothing bias, so interval coverage measures the variance
+    estimate alone.
+    """
+    data = datasets.wager_athey(n, d=d, n_test=n_test, seed=seed, cache=False)
+    if design == "wa":
+        return data
+    if design != "constant":
+        raise ValueError(f"unknown coverage design {design!r}; expected one of {COVERAGE_DESIGNS}")
+    rng = np.random.default_rng([seed, 7, 1])
+    t = (rng.uniform(size=n) < 0.5).astype(np.float64)
+    y = datasets.wa_main_effect(data["X"]) + (t - 0.5) + rng.normal(size=n)
+    return dict(data, t=t, y=y, tau=np.ones(n), tau_test=np.ones(n_test))
+
+
+def _coverage_row(seed, lo, hi, tau_hat, truth, fit_s):
+    lo, hi, tau_hat = (np.asarray(a, dtype=np.float64).reshape(len(truth), -1)[:, 0] for a in (lo, hi, tau_hat))
+    return {"seed": seed, "coverage": float(np.mean((lo <= truth) & (truth <= hi))),
+            "mean_width": float(np.mean(hi - lo)), "rmse": _rmse(tau_hat, truth), "fit_s": fit_s}
+
+
+def _coverage_result(rows):
+    return {"fit_s": float(sum(r["fit_s"] for r in rows)), "seeds": rows,
+            "metrics": {"coverage_mean": float(np.mean([r["coverage"] for r in rows]))}}
+
+
+def contender_coverage(n, d, seeds, n_test, cfg, threads, alpha=0.05, design="wa", **_):
+    """Share of test points whose (1 - alpha) interval covers the true tau, per seed (histforest)."""
     _warm_numba(cfg)
     rows = []
     for seed in seeds:
-        data = datasets.wager_athey(n, d=d, n_test=n_test, seed=seed, cache=False)
+        data = coverage_data(n, d, n_test, seed, design)
         model, fit_s = _ours_fit(data["X"], data["t"], data["y"], dict(cfg, seed=seed))
         lo, hi = model.predict_interval(data["X_test"], alpha=alpha)
-        lo = np.asarray(lo, dtype=np.float64).reshape(n_test, -1)[:, 0]
-        hi = np.asarray(hi, dtype=np.float64).reshape(n_test, -1)[:, 0]
         tau_hat, _ = _ours_predict(model, data["X_test"])
-        truth = data["tau_test"]
-        rows.append({"seed": seed, "coverage": float(np.mean((lo <= truth) & (truth <= hi))),
-                     "mean_width": float(np.mean(hi - lo)), "rmse": _rmse(tau_hat, truth),
-                     "fit_s": fit_s})
-    return {"fit_s": float(sum(r["fit_s"] for r in rows)), "seeds": rows,
-            "metrics": {"coverage_mean": float(np.mean([r["coverage"] for r in rows]))}}
+        rows.append(_coverage_row(seed, lo, hi, tau_hat, data["tau_test"], fit_s))
+    return _coverage_result(rows)
+
+
+def contender_econml_coverage(n, d, seeds, n_test, cfg, threads, alpha=0.05, design="wa", criterion="het", **_):
+    """The same for ``econml.grf.CausalForest`` with ``inference=True`` (its own BLB intervals).
+
+    EconML fits raw (t, y) without local centering; ``criterion="het"`` is its GRF-style
+    heterogeneity criterion, ``"mse"`` its default.
+    """
+    from econml.grf import CausalForest
+
+    rows = []
+    for seed in seeds:
+        data = coverage_data(n, d, n_test, seed, design)
+        mtry = cfg.get("mtry") or min(int(np.ceil(np.sqrt(d) + 20)), d)
+        model = CausalForest(n_estimators=int(cfg["n_estimators"]), min_samples_leaf=int(cfg["min_samples_leaf"]),
+                             max_samples=float(cfg["max_samples"]), honest=bool(cfg["honest"]),
+                             max_features=int(mtry), criterion=criterion, inference=True,
+                             n_jobs=int(threads), random_state=seed)
+        start = time.perf_counter()
+        model.fit(data["X"], data["t"], data["y"])
+        fit_s = time.perf_counter() - start
+        lo, hi = model.predict_interval(data["X_test"], alpha=alpha)
+        rows.append(_coverage_row(seed, lo, hi, model.predict(data["X_test"]), data["tau_test"], fit_s))
+    return _coverage_result(rows)
 
 
 # --------------------------------------------------------------------------- driver
@@ -460,18 +511,42 @@ def main(argv=None):
     if "coverage" in parts:
         seeds = list(range(args.coverage_seeds))
         ccfg = dict(cfg, n_estimators=args.coverage_trees, mtry=None)
-        r = run("histforest coverage", "contender_coverage",
-                {"n": 4000, "d": 10, "seeds": seeds, "n_test": 1000, "cfg": ccfg})
+        kw = {"n": 4000, "d": 10, "seeds": seeds, "n_test": 1000, "cfg": ccfg}
+        runs = [("histforest", "wa", run("histforest coverage", "contender_coverage", dict(kw, design="wa"))),
+                ("histforest", "constant", run("histforest coverage, constant tau", "contender_coverage",
+                                               dict(kw, design="constant")))]
+        for crit in ("het", "mse"):
+            for design in (("wa", "constant") if crit == "het" else ("wa",)):
+                name = f"EconML coverage ({crit}, {design})"
+                runs.append((f"EconML criterion={crit}", design,
+                             run(name, "contender_econml_coverage", dict(kw, design=design, criterion=crit))))
+        failed += [r for _, _, r in runs if not _ok(r)]
+        r = runs[0][2]
         if _ok(r):
             rows = [[s["seed"], s["coverage"], s["mean_width"], s["rmse"], s["fit_s"]] for s in r["seeds"]]
             table = _harness.markdown_table(["seed", "coverage of 95% CI", "mean width", "RMSE", "fit s"], rows)
             table += f"\n\nMean coverage over seeds: {r['metrics']['coverage_mean']:.3f} (nominal 0.95)."
         else:
-            failed.append(r)
             table = f"failed: {r['status']}"
+        summary = []
+        for who, design, r in runs:
+            if not _ok(r):
+                summary.append([who, design, f"failed: {r['status']}", "", "", "", ""])
+                continue
+            ss = r["seeds"]
+            summary.append([who, design, r["metrics"]["coverage_mean"],
+                            " ".join(f"{s['coverage']:.3f}" for s in ss),
+                            float(np.mean([s["mean_width"] for s in ss])), float(np.mean([s["rmse"] for s in ss])),
+                            float(np.mean([s["fit_s"] for s in ss]))])
         body += ["", f"#### Coverage: n=4,000, d=10, {args.coverage_trees} trees, seeds {seeds}, 1,000 test points", "",
                  "Wager-Athey design at d=10; intervals from CausalForest.predict_interval(alpha=0.05) "
-                 "(bootstrap of little bags).", "", table]
+                 "(bootstrap of little bags).", "", table, "",
+                 "Against EconML and a constant-effect control (`coverage_data`: same features and main "
+                 "effect, tau = 1). EconML: `econml.grf.CausalForest(inference=True)`, its own "
+                 "`predict_interval(alpha=0.05)`, same trees, min_samples_leaf, max_samples 0.5, honesty, "
+                 "mtry = d; raw (t, y), no local centering.", "",
+                 _harness.markdown_table(["contender", "tau", "mean coverage", "coverage per seed",
+                                          "mean width", "mean RMSE", "fit s per seed"], summary)]
 
     for r in failed:
         body += ["", f"- {r['name']}: {r['status']}"]
