@@ -822,6 +822,10 @@ class LeafwiseGrower:
     algorithm : str
     """
 
+    #: How threads share one node's (g, h) histogram: "rows" (see ``_build_node``);
+    #: "features" is kept for A/B measurements.
+    _hist_split = "rows"
+
     def __init__(self, binned, bin_mapper, criterion, *, max_leaf_nodes=31, max_depth=None, min_gain=0.0,
                  comm=None, backend="auto", split_mode="allreduce", algorithm="auto"):
         self.bin_info = BinInfo.from_mapper(bin_mapper)
@@ -849,6 +853,7 @@ class LeafwiseGrower:
             if self.binned.size and self.bin_info.n_bins < 256 and int(self.binned.max()) >= self.bin_info.n_bins:
                 raise ValueError(f"binned holds code {int(self.binned.max())} >= n_bins={self.bin_info.n_bins}")
         self._gh_buf = None
+        self._gh_partial = None
         # Root histograms read the codes four rows per 32-bit load (a view when the row
         # count is a multiple of 4, else a padded copy made once per fit).
         self._packed = None
@@ -886,8 +891,20 @@ class LeafwiseGrower:
                 self._gh_buf = np.empty(2 * len(rows))
             threads = 1 if m < _SERIAL_BUILD_ROWS else numba.get_num_threads()
             buf = self._gh_buf if rows is not None else np.empty(0)
+            partial = None
+            if threads > 1:
+                shape = (threads - 1,) + out.shape[1:]
+                if self._gh_partial is None or self._gh_partial.shape != shape:
+                    self._gh_partial = np.empty(shape)
+                partial = self._gh_partial
+            # Threads split the node's rows (each its own partial histogram, then added),
+            # not its features: each thread then gathers and reads only its own rows'
+            # codes and (g, h), the way a rank does under mpirun. Process CPU time per
+            # build (1M x 28 HIGGS codes, 2 threads, OMP_WAIT_POLICY=passive, minima
+            # of 25): half the rows 14.1 (feature split) vs 13.4 ms (row split; 1
+            # thread 13.3), root 19.3 vs 17.1 (1 thread 16.8).
             build_gh_histogram(self.binned, channels, rows, start, stop, out[0], buf, n_threads=threads,
-                               packed=self._packed)
+                               packed=self._packed, split=self._hist_split, partial=partial)
             return out
 
     def _splittable(self, depth, count):

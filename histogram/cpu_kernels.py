@@ -567,7 +567,52 @@ def _gh_parallel(binned, gh, rows, s, e, identity, buf, out, n_parts):
             _gh_features(binned, buf, rows, s, e, False, f0, f1, out)
 
 
-def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=1, packed=None):
+@njit(cache=True)
+def _gh_part(binned, codes4, gh, rows, a, b, s, identity, use_packed, buf, hist):
+    """One row part ``a:b`` of a node over all features into ``hist`` (zeroed here).
+
+    ``buf[k - s]`` receives the gathered pair of ``rows[k]``; the part gathers only its
+    own rows, so no other thread reads them.
+    """
+    n_features = hist.shape[0]
+    if identity:
+        if use_packed:
+            _gh_features_packed(codes4, gh, a, b, 0, n_features, hist)
+        else:
+            _gh_features(binned, gh, rows, a, b, True, 0, n_features, hist)
+    else:
+        part = buf[a - s:b - s]
+        _gather(gh, rows, a, b, part)
+        _gh_features(binned, part, rows, a, b, False, 0, n_features, hist)
+
+
+@njit(cache=True, parallel=True)
+def _gh_rows_parallel(binned, codes4, gh, rows, s, e, identity, use_packed, buf, out, partial):
+    """Row-split build: part 0 sums its rows into ``out``, part p >= 1 into
+    ``partial[p - 1]``; then ``out[f] += partial[p - 1, f]`` in part order, by feature.
+
+    Each part reads only its own rows' codes and (g, h) pairs, which it gathers itself
+    (one parallel region for gather and build, and each thread's histogram work sees a
+    contiguous half of the node's row ids, as a rank does under mpirun). The sum order
+    is fixed by the part count: out = ((part0 + part1) + part2) + ...
+    """
+    n_parts = partial.shape[0] + 1
+    n_features = out.shape[0]
+    chunk = (e - s + n_parts - 1) // n_parts
+    for p in prange(n_parts):
+        a = min(e, s + p * chunk)
+        b = min(e, a + chunk)
+        if p == 0:
+            _gh_part(binned, codes4, gh, rows, a, b, s, identity, use_packed, buf, out)
+        else:
+            _gh_part(binned, codes4, gh, rows, a, b, s, identity, use_packed, buf, partial[p - 1])
+    for f in prange(n_features):
+        for p in range(n_parts - 1):
+            out[f, :] += partial[p, f, :]
+
+
+def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=1, packed=None, split="features",
+                       partial=None):
     """One node's (gradient, hessian) histogram; the engine's unchecked fast path.
 
     No input scan is made (callers validate ``binned`` once, at construction): codes
@@ -591,6 +636,14 @@ def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=
     packed : ndarray of uint32, shape (n_features, ceil(n_rows / 4)), optional
         :func:`pack_codes` of ``binned``; used for contiguous rows (``rows`` None),
         where it reads four codes per load.
+    split : {"features", "rows"}
+        How ``n_threads > 1`` share the node: each thread a feature range over all
+        rows (sums bit-identical to one thread), or each thread a row part over all
+        features into its own partial histogram, added into ``out`` afterwards (one
+        parallel region for gather and build; the float sums then depend on the
+        thread count, by rounding only).
+    partial : ndarray of float64, shape (>= n_threads - 1, n_features, n_bins, 2), optional
+        Scratch for ``split="rows"`` (allocated when None).
 
     Returns
     -------
@@ -607,11 +660,29 @@ def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=
         rows = _NO_ROWS
     elif bv.shape[0] < stop - start:
         raise ValueError(f"buf holds {bv.shape[0]} pairs, the node has {stop - start} rows")
-    n_parts = min(int(n_threads), binned.shape[0])
+    if split not in ("features", "rows"):
+        raise ValueError(f"split must be 'features' or 'rows', got {split!r}")
     if identity and packed is not None:
         if packed.shape != (binned.shape[0], (binned.shape[1] + 3) // 4) or packed.dtype != np.uint32:
             raise ValueError(f"packed must be uint32 of shape ({binned.shape[0]}, {(binned.shape[1] + 3) // 4}), "
                              f"got {packed.dtype} {packed.shape}")
+    if split == "rows" and int(n_threads) > 1 and binned.shape[0] > 0:
+        n_parts = min(int(n_threads), max(1, stop - start))
+        if n_parts > 1:
+            shape = (n_parts - 1,) + out.shape
+            if partial is None:
+                partial = np.empty(shape)
+            elif partial.dtype != np.float64 or partial.shape[0] < n_parts - 1 or partial.shape[1:] != out.shape \
+                    or not partial.flags.c_contiguous:
+                raise ValueError(f"partial must be C-contiguous float64 of shape (>= {n_parts - 1},) + {out.shape}, "
+                                 f"got {partial.dtype} {partial.shape}")
+            pv = partial[:n_parts - 1].reshape(n_parts - 1, out.shape[0], -1).view(np.complex128)
+            use_packed = identity and packed is not None
+            codes4 = packed if use_packed else _NO_PACKED
+            _gh_rows_parallel(binned, codes4, gh, rows, int(start), int(stop), identity, use_packed, bv, hv, pv)
+            return out
+    n_parts = min(int(n_threads), binned.shape[0])
+    if identity and packed is not None:
         if n_parts <= 1:
             _gh_packed_serial(packed, gh, int(start), int(stop), hv)
         else:
@@ -625,3 +696,4 @@ def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=
 
 
 _NO_ROWS = np.zeros(0, dtype=np.int32)
+_NO_PACKED = np.zeros((0, 0), dtype=np.uint32)

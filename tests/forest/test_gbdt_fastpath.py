@@ -46,3 +46,41 @@ def test_fast_paths_grow_identical_trees(rng, n, k, subset):
         r = fast.rows[a:b]
         expect = -g[r].sum(axis=0) / (h[r].sum(axis=0) + 0.5) * 0.3
         np.testing.assert_allclose(fast.tree.value[node], expect, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("subset", [False, True])
+def test_threaded_row_split_and_block_partition_grow_the_same_tree(rng, monkeypatch, subset):
+    """Two threads with every node built by row-split partial histograms and partitioned
+    by per-thread blocks (thresholds forced down) grow the one-thread tree: same
+    structure and rows, values equal up to summation order."""
+    import numba
+
+    from forest import grower as G
+    from forest import partition as P
+
+    n = 3001
+    X = rng.normal(size=(n, 6))
+    X[rng.random(n) < 0.05, 1] = np.nan
+    bm = BinMapper(max_bins=63).fit(X)
+    binned = bm.transform(X)
+    channels = np.hstack([np.sin(3 * X[:, :1]) + 0.1 * rng.normal(size=(n, 1)), 0.2 + rng.random((n, 1))])
+    crit = NewtonCriterion(1, l2_regularization=0.5, min_samples_leaf=5)
+    rows = np.sort(rng.permutation(n)[: 2 * n // 3]).astype(np.int32) if subset else None
+    one = _grow(binned, bm, crit, channels, True, rows)
+    monkeypatch.setattr(G, "_SERIAL_BUILD_ROWS", 16)
+    monkeypatch.setattr(P, "_PARALLEL_BLOCKS_MIN_ROWS", 16)
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        two = _grow(binned, bm, crit, channels, True, rows)
+    finally:
+        numba.set_num_threads(old)
+    assert one.tree.node_count > 5
+    for name in ("feature", "bin_threshold", "missing_left", "left", "right"):
+        np.testing.assert_array_equal(getattr(two.tree, name), getattr(one.tree, name), err_msg=name)
+    # counts of the last split's leaves are estimated from hessian shares (floats)
+    np.testing.assert_allclose(two.tree.count, one.tree.count, rtol=1e-12)
+    np.testing.assert_allclose(two.tree.value, one.tree.value, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(two.tree.gain, one.tree.gain, rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(two.rows, one.rows)
+    np.testing.assert_array_equal(two.leaf_starts, one.leaf_starts)

@@ -57,7 +57,7 @@ def test_partition_segment_matches_reference(rng, monkeypatch, parallel):
     codes = rng.integers(0, missing_bin + 1, size=(3, n)).astype(np.uint8)
     rows = rng.permutation(n).astype(np.int32)
     if parallel:
-        monkeypatch.setattr(P, "_PARALLEL_ONE_SEGMENT_MIN_ROWS", 1)
+        monkeypatch.setattr(P, "_PARALLEL_BLOCKS_MIN_ROWS", 1)
     old = numba.get_num_threads()
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
     try:
@@ -71,3 +71,22 @@ def test_partition_segment_matches_reference(rng, monkeypatch, parallel):
         numba.set_num_threads(old)
     with pytest.raises(ValueError, match="outside rows"):
         P.partition_segment(rows, np.empty_like(rows), 10, n + 1, codes, 0, 1, False, missing_bin)
+
+
+@pytest.mark.parametrize("n_blocks", [1, 2, 3, 8])
+def test_partition_blocks_matches_reference(rng, n_blocks):
+    """The per-block parallel partition (codes read once) on segments of every size
+    class: empty, fewer rows than blocks, blocks that end up all-left or all-right."""
+    n, missing_bin = 3001, 8
+    codes = rng.integers(0, missing_bin + 1, size=(2, n)).astype(np.uint8)
+    codes[1, :1500] = 0  # feature 1: the first half all left at threshold 0
+    base = rng.permutation(n).astype(np.int32)
+    base[:1500] = np.sort(base[:1500])
+    for lo, hi, f, thr, ml in [(0, n, 0, 3, True), (5, 2990, 0, 0, False), (7, 7, 0, 2, True), (10, 12, 1, 4, True),
+                               (0, 1500, 1, 0, False), (100, 2900, 1, 0, True)]:
+        ref_rows, ref_left = P.partition_rows_reference(base, [lo], [hi], codes, [f], [thr], [ml], missing_bin)
+        got = base.copy()
+        scratch = np.full(n, -1, dtype=np.int32)
+        n_left = P._partition_blocks_parallel(got, scratch, lo, hi, codes, f, thr, int(ml), missing_bin, n_blocks)
+        assert n_left == ref_left[0]
+        np.testing.assert_array_equal(got, ref_rows)
