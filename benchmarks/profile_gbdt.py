@@ -15,6 +15,14 @@ Usage::
     .venv/bin/python benchmarks/profile_gbdt.py --rows 200000 --threads 1
     .venv/bin/python benchmarks/profile_gbdt.py --quick          # 20k rows, 20 trees
     .venv/bin/python benchmarks/profile_gbdt.py --cprofile       # top functions too
+    .venv/bin/python benchmarks/profile_gbdt.py --rows 1000000 --threads 2 --ab --reps 3
+
+``--ab`` fits our model alternately with the threading settings before and after the
+row-split / block-partition change (``before``: feature-split histograms, serial
+partition, parallel builds from 16384 rows; ``after``: the current defaults) and prints
+per variant the minimum and median wall time and the main thread's CPU time (on a
+quiet machine the wall time is the figure; on a loaded one, run it under
+``OMP_WAIT_POLICY=passive`` and compare the main thread's CPU time, the critical path).
 """
 import argparse
 import os
@@ -70,6 +78,36 @@ def _ours(X, y, threads, trees, cprofile):
     return est, wall, cpu, TIMER.table()
 
 
+#: Threading settings compared by --ab: (LeafwiseGrower._hist_split,
+#: partition._PARALLEL_BLOCKS_MIN_ROWS, LeafwiseGrower._gh_parallel_rows).
+AB_VARIANTS = {"before": ("features", 1 << 62, 16384), "after": None}
+
+
+def _ab(X, y, threads, trees, reps):
+    """Interleaved fits per AB_VARIANTS; returns {name: [(wall_s, main_thread_cpu_s), ...]}."""
+    from forest import partition
+    from forest.gbdt import GBDTClassifier
+    from forest.grower import LeafwiseGrower
+
+    defaults = (LeafwiseGrower._hist_split, partition._PARALLEL_BLOCKS_MIN_ROWS, LeafwiseGrower._gh_parallel_rows)
+    out = {name: [] for name in AB_VARIANTS}
+    try:
+        for _ in range(reps):
+            for name, setting in AB_VARIANTS.items():
+                split, blocks, par = defaults if setting is None else setting
+                LeafwiseGrower._hist_split, partition._PARALLEL_BLOCKS_MIN_ROWS = split, blocks
+                LeafwiseGrower._gh_parallel_rows = par
+                est = GBDTClassifier(n_estimators=trees, max_leaf_nodes=31, max_bins=255, learning_rate=0.1,
+                                     early_stopping=False, n_threads=threads, random_state=0)
+                w0, c0 = time.perf_counter(), time.thread_time()
+                est.fit(X, y)
+                out[name].append((time.perf_counter() - w0, time.thread_time() - c0))
+    finally:
+        LeafwiseGrower._hist_split, partition._PARALLEL_BLOCKS_MIN_ROWS = defaults[:2]
+        LeafwiseGrower._gh_parallel_rows = defaults[2]
+    return out
+
+
 def _sklearn(X, y, threads, trees):
     from sklearn.ensemble import HistGradientBoostingClassifier
     from threadpoolctl import threadpool_limits
@@ -95,6 +133,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="20k rows, 20 trees (smoke run)")
     ap.add_argument("--only", choices=["ours", "sklearn"], help="run one contender (clean peak RSS)")
     ap.add_argument("--cprofile", action="store_true", help="print the top functions of our fit")
+    ap.add_argument("--ab", action="store_true", help="interleaved before/after threading settings (ours only)")
+    ap.add_argument("--reps", type=int, default=3, help="fits per variant with --ab")
     args = ap.parse_args(argv)
     if args.quick:
         args.rows, args.trees = [20_000], 20
@@ -107,6 +147,13 @@ def main(argv=None):
         X, y = _data(n)
         Xt, yt = _data(20_000, seed=7)
         for t in args.threads:
+            if args.ab:
+                for name, runs in _ab(X, y, t, args.trees, args.reps).items():
+                    w = sorted(r[0] for r in runs)
+                    c = sorted(r[1] for r in runs)
+                    print(f"ab {name:7s} n={n} threads={t} trees={args.trees}: wall min {w[0]:.2f} median "
+                          f"{w[len(w) // 2]:.2f} s; main-thread cpu min {c[0]:.2f} median {c[len(c) // 2]:.2f} s")
+                continue
             if args.only != "sklearn":
                 est, wall, cpu, table = _ours(X, y, t, args.trees, args.cprofile)
                 print(f"ours    n={n} threads={t}: wall {wall:.2f} s  cpu {cpu:.2f} s  "

@@ -67,7 +67,7 @@ def test_threaded_row_split_and_block_partition_grow_the_same_tree(rng, monkeypa
     crit = NewtonCriterion(1, l2_regularization=0.5, min_samples_leaf=5)
     rows = np.sort(rng.permutation(n)[: 2 * n // 3]).astype(np.int32) if subset else None
     one = _grow(binned, bm, crit, channels, True, rows)
-    monkeypatch.setattr(G, "_SERIAL_BUILD_ROWS", 16)
+    monkeypatch.setattr(G.LeafwiseGrower, "_gh_parallel_rows", 16)
     monkeypatch.setattr(P, "_PARALLEL_BLOCKS_MIN_ROWS", 16)
     old = numba.get_num_threads()
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
