@@ -183,6 +183,35 @@ def test_blb_variance_is_delta_method_of_theta():
         np.testing.assert_allclose(var[p].ravel(), between - within / L, rtol=1e-5)
 
 
+def test_blb_raw_variance_matches_sampling_variance_of_fitted_forests():
+    """End to end on simulated data (constant effect): over independent training sets, the
+    method-of-moments BLB variance (between-group minus within-group/L, before the o-Bayes
+    step) of fitted CausalForests has the size of the forests' actual sampling variance at
+    fixed test points. It is about zero if the trees of a group do not share a
+    half-sample (e.g. tree order or group hashing broken), which the o-Bayes floor alone
+    would hide at this forest size."""
+    from forest.causal_forest import CausalForest
+    from forest.honest_forest import tree_values
+    from native.comm import SelfCommunicator
+
+    layout = CausalChannels(1, 1)
+    X_test = simulate.constant_effect(40, d=4, seed=999).X
+    thetas, raws = [], []
+    for r in range(10):
+        d = simulate.constant_effect(1000, d=4, tau=1.0, seed=30 + r)
+        cf = CausalForest(200, max_bins=32, random_state=r).fit(d.X, d.t, d.y, comm=SelfCommunicator())
+        tm = tree_values(cf.estimators_, X_test)[..., :layout.n_moments]
+        mbar = tm.mean(axis=1)
+        theta, A = solve_theta(mbar, layout)
+        psi = (_psi(tm, mbar, theta, layout)[..., 0, 0] / A[:, None, 0, 0]).reshape(len(X_test), -1, 2)
+        gm = psi.mean(axis=2)
+        raws.append((gm ** 2).mean(axis=1) - ((psi - gm[..., None]) ** 2).sum(axis=2).mean(axis=1) / 2)
+        thetas.append(theta[:, 0, 0])
+    ratio = np.mean(raws) / np.var(thetas, axis=0, ddof=1).mean()
+    # measured 0.57 .. 1.48 over five seed blocks; about 0 with groups broken
+    assert 0.3 < ratio < 3.0, ratio
+
+
 def test_aipw_binary_doubly_robust_with_true_nuisances():
     d = simulate.constant_effect(20000, seed=5)
     n = len(d.y)
