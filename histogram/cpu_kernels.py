@@ -33,7 +33,9 @@ import sys
 
 import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 #: Rows per cache block: 4096 rows x 14 channels x 8 B = 448 KiB worst case,
 #: 64 KiB for the common 2-channel case.
@@ -380,6 +382,39 @@ def _default_big_rows(total_rows, n_features, n_threads):
 # KiB, fall out of L1).
 
 
+@intrinsic
+def _pair_add(typingctx, hist, idx, v):
+    """``hist[idx] += v`` for a complex128 (g, h) pair as ONE 16-byte vector update.
+
+    Numba lowers a complex add to two scalar loads, adds and stores (its SLP vectorizer
+    is off by default), so a (g, h) bin update cost two store slots; the scatter-add is
+    bound by stores. Here the pair is loaded, added and stored as ``<2 x double>``;
+    each lane is the same IEEE addition, so the sums are bit-for-bit those of
+    ``hist[idx] += v``. Measured on one thread, 1M x 28 HIGGS codes, CPU time: packed
+    root 17.0 -> 12.6 ms, a half-rows child 11.3 -> 8.0 ms. ``hist`` must be a
+    C-contiguous 1-D complex128 array (typing refuses others). No bounds check (as the
+    plain indexing it replaces, with Numba's default boundscheck off).
+    """
+    if not (isinstance(hist, types.Array) and hist.ndim == 1 and hist.layout == "C"
+            and hist.dtype == types.complex128 and isinstance(idx, types.Integer) and v == types.complex128):
+        return None
+    sig = types.void(hist, idx, v)
+
+    def codegen(context, builder, sig, args):
+        arr = context.make_array(sig.args[0])(context, builder, args[0])
+        i = context.cast(builder, args[1], sig.args[1], types.intp)
+        vty = ir.VectorType(ir.DoubleType(), 2)
+        ptr = builder.bitcast(builder.gep(arr.data, [i]), vty.as_pointer())  # C-contiguous: element i
+        c = context.make_complex(builder, types.complex128, value=args[2])
+        zero, one = ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 1)
+        vec = builder.insert_element(builder.insert_element(ir.Constant(vty, ir.Undefined), c.real, zero),
+                                     c.imag, one)
+        builder.store(builder.fadd(builder.load(ptr, align=8), vec), ptr, align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(cache=True)
 def _gh_features(binned, gh, rows, s, e, identity, f0, f1, out):
     """out[f] = histogram of complex (g, h) over rows s:e for f in f0:f1 (out zeroed here).
@@ -402,28 +437,28 @@ def _gh_features(binned, gh, rows, s, e, identity, f0, f1, out):
         if identity:
             for r in range(s, e):
                 v = gh[r]
-                h0[c0[r]] += v
-                h1[c1[r]] += v
-                h2[c2[r]] += v
-                h3[c3[r]] += v
+                _pair_add(h0, c0[r], v)
+                _pair_add(h1, c1[r], v)
+                _pair_add(h2, c2[r], v)
+                _pair_add(h3, c3[r], v)
         else:
             for k in range(s, e):
                 r = rows[k]
                 v = gh[k - s]
-                h0[c0[r]] += v
-                h1[c1[r]] += v
-                h2[c2[r]] += v
-                h3[c3[r]] += v
+                _pair_add(h0, c0[r], v)
+                _pair_add(h1, c1[r], v)
+                _pair_add(h2, c2[r], v)
+                _pair_add(h3, c3[r], v)
         f += 4
     while f < f1:
         h0 = out[f]
         c0 = binned[f]
         if identity:
             for r in range(s, e):
-                h0[c0[r]] += gh[r]
+                _pair_add(h0, c0[r], gh[r])
         else:
             for k in range(s, e):
-                h0[c0[rows[k]]] += gh[k - s]
+                _pair_add(h0, c0[rows[k]], gh[k - s])
         f += 1
 
 
@@ -464,10 +499,10 @@ def _gh_features_packed(codes4, gh, s, e, f0, f1, out):
         h3 = out[f + 3]
         for r in range(s, head):
             v = gh[r]
-            h0[_packed_code(codes4, f, r)] += v
-            h1[_packed_code(codes4, f + 1, r)] += v
-            h2[_packed_code(codes4, f + 2, r)] += v
-            h3[_packed_code(codes4, f + 3, r)] += v
+            _pair_add(h0, _packed_code(codes4, f, r), v)
+            _pair_add(h1, _packed_code(codes4, f + 1, r), v)
+            _pair_add(h2, _packed_code(codes4, f + 2, r), v)
+            _pair_add(h3, _packed_code(codes4, f + 3, r), v)
         w0s = codes4[f]
         w1s = codes4[f + 1]
         w2s = codes4[f + 2]
@@ -481,21 +516,21 @@ def _gh_features_packed(codes4, gh, s, e, f0, f1, out):
             for j in range(4):
                 v = gh[r + j]
                 sh = j << 3
-                h0[(w0 >> sh) & 255] += v
-                h1[(w1 >> sh) & 255] += v
-                h2[(w2 >> sh) & 255] += v
-                h3[(w3 >> sh) & 255] += v
+                _pair_add(h0, (w0 >> sh) & 255, v)
+                _pair_add(h1, (w1 >> sh) & 255, v)
+                _pair_add(h2, (w2 >> sh) & 255, v)
+                _pair_add(h3, (w3 >> sh) & 255, v)
         for r in range(tail, e):
             v = gh[r]
-            h0[_packed_code(codes4, f, r)] += v
-            h1[_packed_code(codes4, f + 1, r)] += v
-            h2[_packed_code(codes4, f + 2, r)] += v
-            h3[_packed_code(codes4, f + 3, r)] += v
+            _pair_add(h0, _packed_code(codes4, f, r), v)
+            _pair_add(h1, _packed_code(codes4, f + 1, r), v)
+            _pair_add(h2, _packed_code(codes4, f + 2, r), v)
+            _pair_add(h3, _packed_code(codes4, f + 3, r), v)
         f += 4
     while f < f1:
         h0 = out[f]
         for r in range(s, e):
-            h0[_packed_code(codes4, f, r)] += gh[r]
+            _pair_add(h0, _packed_code(codes4, f, r), gh[r])
         f += 1
 
 

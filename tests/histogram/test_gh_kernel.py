@@ -118,3 +118,30 @@ def test_gh_histogram_row_split_rejects_bad_scratch(rng):
                            split="rows", partial=np.zeros((1, 3, 5, 2)))
     with pytest.raises(ValueError, match="split must be"):
         build_gh_histogram(binned, np.zeros((10, 2)), None, 0, 10, np.zeros((3, 4, 2)), np.empty(0), split="bins")
+
+
+def test_pair_add_is_bitwise_complex_add(rng):
+    """The vector (g, h) update equals ``h[i] += v`` bit for bit, repeated bins included."""
+    from numba import njit
+
+    from histogram.cpu_kernels import _pair_add
+
+    @njit
+    def vec(h, idx, vals):
+        for k in range(idx.shape[0]):
+            _pair_add(h, idx[k], vals[k])
+
+    @njit
+    def plain(h, idx, vals):
+        for k in range(idx.shape[0]):
+            h[idx[k]] += vals[k]
+
+    idx = rng.integers(0, 7, size=5000).astype(np.uint8)
+    vals = (rng.normal(size=5000) * 10.0 ** rng.integers(-8, 8, 5000)
+            + 1j * rng.normal(size=5000) * 10.0 ** rng.integers(-8, 8, 5000))
+    a = np.zeros(7, np.complex128)
+    b = np.zeros(7, np.complex128)
+    vec(a, idx, vals)
+    plain(b, idx, vals)
+    np.testing.assert_array_equal(a.view(np.float64), b.view(np.float64))
+    assert np.abs(a).min() > 0
