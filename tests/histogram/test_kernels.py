@@ -163,3 +163,19 @@ def test_bad_input_raises(bad, match):
     args.update(bad)
     with pytest.raises(ValueError, match=match):
         build_histograms(**args)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_identity_two_channels_packed_path(rng, n_threads):
+    """Contiguous nodes, two channels, n % 4 == 0: build_histograms_numba takes the
+    packed (four codes per load) root kernel; it must agree with the reference, on
+    node bounds on and off word boundaries and an empty node."""
+    from histogram.cpu_kernels import pack_codes
+
+    binned, channels, _, _ = _problem(rng, 20012, 6, 2, [1])
+    assert np.shares_memory(pack_codes(binned), binned)  # the path's precondition
+    for ns in (np.array([0, 20012]), np.array([0, 5, 5, 10001, 20012])):
+        got = np.full((len(ns) - 1, 6, 256, 2), np.nan)
+        build_histograms_numba(binned, channels, np.zeros(0, np.int32), ns, 256, got, identity=True,
+                               n_threads=n_threads)
+        assert_hist_close(got, binned, channels, np.arange(20012, dtype=np.int32), ns, 256)
