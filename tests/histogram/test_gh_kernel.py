@@ -145,3 +145,23 @@ def test_pair_add_is_bitwise_complex_add(rng):
     plain(b, idx, vals)
     np.testing.assert_array_equal(a.view(np.float64), b.view(np.float64))
     assert np.abs(a).min() > 0
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_gh_histogram_sparse_rows_prefetch_path(rng, n_threads):
+    """Thinly spread sorted rows take the prefetching loop (checked via the density
+    rule); results equal the reference, for node sizes around the prefetch distance."""
+    from histogram.cpu_kernels import PREFETCH_ROWS, SPARSE_SPAN
+
+    n, n_bins, n_features = 40000, 256, 9
+    binned = rng.integers(0, n_bins, size=(n_features, n)).astype(np.uint8)
+    channels = rng.normal(size=(n, 2))
+    for m in (PREFETCH_ROWS + 1, 2 * PREFETCH_ROWS + 3, 600):
+        sub = np.sort(rng.choice(n, m, replace=False)).astype(np.int32)
+        rows = np.concatenate([np.arange(5, dtype=np.int32), sub])  # node = rows[5:]
+        assert m * SPARSE_SPAN < int(sub[-1] - sub[0])  # the prefetch path is taken
+        out = np.full((n_features, n_bins, 2), np.nan)
+        build_gh_histogram(binned, channels, rows, 5, 5 + m, out, np.empty(2 * len(rows)), n_threads=n_threads,
+                           split="rows")
+        np.testing.assert_allclose(out, _reference(binned, channels, rows, 5, 5 + m, n_bins), rtol=1e-12,
+                                   atol=1e-12)
