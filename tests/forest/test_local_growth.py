@@ -8,10 +8,10 @@ from forest.local_growth import grow_subtrees, grow_subtrees_reference, mtry_mas
 from forest.splitting import mtry_feature_mask
 
 
-def _causal_channels(rng, n, crit):
-    w = (rng.random(n) < 0.4).astype(float)
+def _causal_channels(rng, n, crit, p_treat=0.4):
+    w = (rng.random(n) < p_treat).astype(float)
     y = rng.normal(size=n) + w * rng.normal(size=n)
-    wc = w - 0.4
+    wc = w - p_treat
     yc = y - y.mean()
     return crit.make_channels(wc, yc, rng.uniform(0.5, 2.0, n), w)
 
@@ -156,6 +156,26 @@ def test_grow_subtrees_causal_matches_reference(hist_rows):
     assert len(got.ints) > 10
     _compare(got, ref, ch.shape[1])
 
+
+@pytest.mark.parametrize("hist_rows", [None, 40])
+@pytest.mark.parametrize("p_treat", [0.12, 0.88])
+def test_grow_subtrees_causal_rare_arm_matches_reference(p_treat, hist_rows):
+    # Many distinct codes and a rare arm: the per-arm minimum binds at both ends of
+    # most scans, where the kernel skips candidates and stops scans early without
+    # scoring them; the reference scores every threshold.
+    rng = np.random.default_rng(7)
+    n_rows, n_features, missing_bin = 500, 3, 80
+    binned = _binned(rng, n_rows, n_features, 70, missing_bin, 0.05)
+    crit = CausalCriterion(1, 1, min_samples_leaf=3)
+    ch = _causal_channels(rng, n_rows, crit, p_treat)
+    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [300, 60])
+    nb = np.full(n_features, 70)
+    got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([3, 5]), crit.numba_gain(), nb,
+                        missing_bin, min_samples_split=6.0, hist_rows=hist_rows)
+    ref = grow_subtrees_reference(binned, ch, rows, starts, tree, node, depth, nxt, np.array([3, 5]), crit, nb,
+                                  missing_bin, min_samples_split=6.0)
+    assert len(got.ints) > 10
+    _compare(got, ref, ch.shape[1])
 
 def test_grow_subtrees_ids_and_row_order_invariance():
     """Ids are contiguous per tree (parents first); the result depends on the rows only."""
