@@ -84,6 +84,43 @@ def make_level(rng, n_rows, n_nodes):
     return rows, node_starts.astype(np.int64)
 
 
+CACHE_ROWS = 131_072
+
+
+def make_cases(rng, n_rows, n_features, n_channels):
+    """Binned codes, channels and the three (label, rows, node_starts) cases."""
+    binned = rng.integers(0, 255, size=(n_features, n_rows)).astype(np.uint8)
+    channels = rng.normal(size=(n_rows, n_channels))
+    level_rows, level_starts = make_level(rng, n_rows, 32)
+    root = np.array([0, n_rows], dtype=np.int64)
+    cases = [("root, rows=None (identity)", None, root),
+             ("root, row-index array", np.arange(n_rows, dtype=np.int32), root),
+             ("32-node level", level_rows, level_starts)]
+    return binned, channels, cases
+
+
+def cache_resident_rates(n_features, n_channels, n_threads, repeat):
+    """Mrows/s of the Numba kernel per case when its whole input sits in cache.
+
+    The same cases on ``CACHE_ROWS`` rows (about 4-10 MB in all, inside the L3 cache,
+    so the kernel reads no DRAM after the first call): the rate the kernel's own
+    instructions allow. A full-size rate close to it means the kernel is bounded by
+    its arithmetic and stores (one read-add-write of a bin per row and feature), not
+    by memory bandwidth, so "% of the bandwidth probe" cannot rise by saving bytes.
+    """
+    from histogram.kernels import build_histograms
+
+    rng = np.random.default_rng(2)
+    binned, channels, cases = make_cases(rng, CACHE_ROWS, n_features, n_channels)
+    rates = {}
+    for label, rows, starts in cases:
+        out = np.empty((starts.shape[0] - 1, n_features, 256, n_channels))
+        t = best_time(lambda: build_histograms(binned, channels, rows, starts, 256,
+                                               backend="numba", out=out), 4 * repeat)
+        rates[label] = CACHE_ROWS / t
+    return rates
+
+
 def kernel_rows(n_rows, n_features, channel_counts, n_threads, repeat, with_numpy, cuda_ok):
     """Time every (case, backend); returns list of dict rows for the table."""
     import numba
@@ -92,16 +129,10 @@ def kernel_rows(n_rows, n_features, channel_counts, n_threads, repeat, with_nump
 
     numba.set_num_threads(n_threads)
     rng = np.random.default_rng(0)
-    binned = rng.integers(0, 255, size=(n_features, n_rows)).astype(np.uint8)
-    level_rows, level_starts = make_level(rng, n_rows, 32)
-    all_rows = np.arange(n_rows, dtype=np.int32)
-    root = np.array([0, n_rows], dtype=np.int64)
     results = []
     for n_channels in channel_counts:
-        channels = rng.normal(size=(n_rows, n_channels))
-        cases = [("root, rows=None (identity)", None, root),
-                 ("root, row-index array", all_rows, root),
-                 ("32-node level", level_rows, level_starts)]
+        binned, channels, cases = make_cases(rng, n_rows, n_features, n_channels)
+        cached = cache_resident_rates(n_features, n_channels, n_threads, repeat)
         for label, rows, starts in cases:
             n_nodes = starts.shape[0] - 1
             out = np.empty((n_nodes, n_features, 256, n_channels))
@@ -116,7 +147,8 @@ def kernel_rows(n_rows, n_features, channel_counts, n_threads, repeat, with_nump
                                                        backend=backend, out=out), rep)
                 results.append(dict(channels=n_channels, case=label, backend=backend,
                                     threads=threads, ms=t * 1e3, rows_s=n_rows / t,
-                                    gbs=nbytes / t / 1e9))
+                                    gbs=nbytes / t / 1e9,
+                                    cached=cached[label] if backend == "numba" else None))
     return results
 
 
@@ -203,12 +235,21 @@ def render(args, bw_np, bw_nb, rows, comp, lgbm, n_threads):
              f"(1 thread) **{bw_np:.1f} GB/s**; Numba prange sum ({n_threads} threads) "
              f"**{bw_nb:.1f} GB/s**.",
              "",
-             "| channels | case | backend | threads | ms | Mrows/s | eff. GB/s | % of Numba probe |",
-             "|---:|---|---|---:|---:|---:|---:|---:|"]
+             f"Cache-resident rate: the same Numba call on {CACHE_ROWS:,} rows, whose whole "
+             f"input stays in the L3 cache between calls, so no DRAM is read: the rate the "
+             f"kernel's instructions allow. Full size at ~100% of it means the kernel is "
+             f"bound by its per-update work (a load, add and store of a bin per row, "
+             f"feature and channel pair), not by memory bandwidth.",
+             "",
+             "| channels | case | backend | threads | ms | Mrows/s | eff. GB/s | % of Numba probe "
+             "| cache-resident Mrows/s | % of cache-resident |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        cached = ("| - | - |" if r["cached"] is None else
+                  f"| {r['cached'] / 1e6:.1f} | {100 * r['rows_s'] / r['cached']:.0f}% |")
         lines.append(f"| {r['channels']} | {r['case']} | {r['backend']} | {r['threads']} | "
                      f"{r['ms']:.1f} | {r['rows_s'] / 1e6:.1f} | {r['gbs']:.2f} | "
-                     f"{100 * r['gbs'] / bw_nb:.0f}% |")
+                     f"{100 * r['gbs'] / bw_nb:.0f}% {cached}")
     lines.append("")
     (ci, cc, cic, ccc), (wi, wc, wic, wcc) = comp
     lines.append(f"Numba start-up (fresh process, kernels for 1/2/6 channels, root and "
