@@ -28,7 +28,8 @@ from native.comm import world
 from .causal_criterion import CausalChannels, CausalCriterion
 from .honest_forest import (depth_weighted_importance, fit_binning, gain_importance, global_ids, grow_honest_forest,
                             oob_average, tree_values)
-from .inference import aipw_scores, average_effect, average_effect_sums, blb_variance, local_treatment_cov, solve_theta
+from .inference import (aipw_scores, average_effect, average_effect_sums, blb_variance, local_treatment_cov,
+                        oob_effects, solve_theta)
 from .predictor import predict_values, predict_values_binned
 from .profiling import phase
 from ._validation import as_columns
@@ -267,15 +268,7 @@ class CausalForest(BaseEstimator):
                 mbar = acc / cnt[:, None]
             if (cnt == 0).any():
                 mbar[cnt == 0] = self._mean_moments_binned(binned, cnt == 0)
-            tau_oob, _ = solve_theta(mbar, layout)
-            # A row whose out-of-bag trees leave its local treatment covariance singular
-            # takes the moments of all trees instead (as rows with no out-of-bag tree do);
-            # only a covariance singular even then falls back to a zero effect.
-            bad = ~np.isfinite(tau_oob).all(axis=(1, 2))
-            if bad.any():
-                mbar[bad] = self._mean_moments_binned(binned, bad)
-                tau_oob[bad] = solve_theta(mbar[bad], layout)[0]
-            tau_oob = np.nan_to_num(tau_oob)
+            tau_oob = oob_effects(mbar, layout, lambda rows: self._mean_moments_binned(binned, rows))
             cov = local_treatment_cov(mbar, layout) if kind == "continuous" else None
             t_arg = codes if kind == "categorical" else (W[:, 0] if kind == "binary" else W)
             scores = aipw_scores(kind, tau_oob, t_arg, Y, y_hat, t_hat, cov)

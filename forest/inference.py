@@ -86,6 +86,37 @@ def solve_theta(mbar, layout):
     return theta, A
 
 
+def oob_effects(mbar, layout, all_tree_moments):
+    """Out-of-bag effects, with a fallback where the out-of-bag moments are singular.
+
+    A row whose out-of-bag trees leave its local treatment covariance singular (for
+    example every such leaf held one arm only) takes the moments of all trees
+    instead, as rows with no out-of-bag tree do; a row singular even then gets a
+    zero effect, so one degenerate row cannot turn the AIPW average into NaN.
+
+    Parameters
+    ----------
+    mbar : ndarray, shape (n, >= n_moments)
+        Averaged out-of-bag leaf moments; rows replaced by the fallback are
+        overwritten in place.
+    layout : CausalChannels
+    all_tree_moments : callable
+        ``all_tree_moments(mask) -> ndarray (mask.sum(), mbar.shape[1])``: the moments
+        averaged over all trees for the rows selected by the boolean ``mask``.
+
+    Returns
+    -------
+    ndarray, shape (n, K, M)
+        Finite everywhere.
+    """
+    tau, _ = solve_theta(mbar, layout)
+    bad = ~np.isfinite(tau).all(axis=(1, 2))
+    if bad.any():
+        mbar[bad] = all_tree_moments(bad)
+        tau[bad] = solve_theta(mbar[bad], layout)[0]
+    return np.nan_to_num(tau, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def local_treatment_cov(mbar, layout):
     """Local weighted covariance of ``W~`` at each point, shape (n, K, K)."""
     g, w, _, _, ww = layout.moments(np.asarray(mbar, dtype=np.float64))

@@ -267,3 +267,44 @@ def test_tree_row_codes_match_reference_and_rates(group, frac, honest):
     # codes depend on the global id only, not on the position in the local array
     perm = np.random.default_rng(0).permutation(len(gids))
     np.testing.assert_array_equal(tree_row_codes(42, trees, gids[perm], **kw), fast[:, perm])
+
+
+def test_oob_effects_falls_back_to_all_trees_where_singular():
+    """A row whose out-of-bag moments are singular takes the all-tree moments; a row
+    singular even then gets effect 0 (never NaN, which would poison the AIPW mean)."""
+    layout = CausalChannels(1, 1)
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(40, 1))
+    y = 2.0 * w + rng.normal(size=(40, 1))
+    good = _moments(layout, w, y, np.ones(40))
+    one_arm = _moments(layout, np.ones((40, 1)), y, np.ones(40))      # no spread in W
+    other = _moments(layout, w, -w, np.ones(40))                        # slope -1 exactly
+    mbar = np.stack([good, one_arm, one_arm])
+    asked = []
+
+    def all_trees(mask):
+        asked.append(mask.copy())
+        # row 1 is rescued by its all-tree moments, row 2 stays singular
+        return np.stack([other, one_arm])
+
+    from forest.inference import oob_effects
+    tau = oob_effects(mbar, layout, all_trees)
+    np.testing.assert_array_equal(asked[0], [False, True, True])
+    np.testing.assert_allclose(tau[0], solve_theta(good[None], layout)[0][0], rtol=1e-12)
+    np.testing.assert_allclose(tau[1, 0, 0], -1.0, rtol=1e-9)
+    assert tau[2, 0, 0] == 0.0
+    np.testing.assert_array_equal(mbar[1], other)          # the fallback moments were kept
+    assert np.isfinite(tau).all()
+
+
+def test_oob_effects_leaves_regular_rows_alone():
+    layout = CausalChannels(2, 1)
+    rng = np.random.default_rng(4)
+    mbar = np.stack([_moments(layout, rng.normal(size=(30, 2)), rng.normal(size=(30, 1)), np.ones(30))
+                     for _ in range(5)])
+
+    def never(mask):
+        raise AssertionError("no row is singular")
+
+    from forest.inference import oob_effects
+    np.testing.assert_array_equal(oob_effects(mbar.copy(), layout, never), solve_theta(mbar, layout)[0])
