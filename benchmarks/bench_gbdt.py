@@ -160,6 +160,7 @@ def contender_ours_mpi(n_train, seed, threads, cfg, **_):
 
 def contender_lightgbm(n_train, seed, threads, cfg, **_):
     import anchors
+    import lightgbm  # noqa: F401  (imported before RSS before fit, as ours is)
 
     X, y, paths = _load(n_train, seed)
     rss_data = _harness.proc_status_mb("VmRSS")
@@ -194,6 +195,7 @@ def contender_lightgbm_data_parallel(n_train, seed, threads, cfg, rank, size, po
 
 def contender_xgboost(n_train, seed, threads, cfg, **_):
     import anchors
+    import xgboost  # noqa: F401  (imported before RSS before fit, as ours is)
 
     X, y, paths = _load(n_train, seed)
     rss_data = _harness.proc_status_mb("VmRSS")
@@ -208,6 +210,7 @@ def contender_xgboost(n_train, seed, threads, cfg, **_):
 
 def contender_sklearn_hgb(n_train, seed, threads, cfg, **_):
     import anchors
+    from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: F401  (as above)
 
     X, y, paths = _load(n_train, seed)
     rss_data = _harness.proc_status_mb("VmRSS")
