@@ -287,7 +287,7 @@ DEFAULT_LOCAL_THRESHOLD = np.inf
 #: one tree's rows into one task.
 LOCAL_TASK_BYTES = 1024 * 2 ** 20
 
-#: Bound on the bytes of node rows one allgatherv of local finishing moves (all ranks
+#: Bound on the bytes of node rows one alltoallv of local finishing moves (all ranks
 #: together); a level with more is finished in several chunks of trees.
 LOCAL_GATHER_BYTES = 256 * 2 ** 20
 
@@ -393,52 +393,15 @@ def _add_split_children(trees, criterion, owner, parent_node, left_stats, right_
     return left_ids
 
 
-def _exchange_rows(comm, pack, send_counts):
-    """Pairwise alltoallv of row records.
-
-    Parameters
-    ----------
-    comm : native.comm.Communicator
-    pack : ndarray of uint8, shape (n, row_bytes)
-        Rows grouped by destination rank (ascending).
-    send_counts : ndarray of int64, shape (comm.size,)
-        Rows for each destination.
-
-    Returns
-    -------
-    ndarray of uint8, shape (n_received, row_bytes)
-        The rows sent to this rank, in source-rank order (each source's in its order).
-    """
-    p, me = comm.size, comm.rank
-    width = pack.shape[1]
-    offs = np.zeros(p + 1, dtype=np.int64)
-    np.cumsum(send_counts, out=offs[1:])
-    recv_counts = np.zeros(p, dtype=np.int64)
-    recv_counts[me] = send_counts[me]
-    for step in range(1, p):
-        dst, src = (me + step) % p, (me - step) % p
-        got = np.zeros(1, dtype=np.int64)
-        comm.sendrecv(np.array([send_counts[dst]], dtype=np.int64), dst, got, src, tag=71)
-        recv_counts[src] = got[0]
-    roffs = np.zeros(p + 1, dtype=np.int64)
-    np.cumsum(recv_counts, out=roffs[1:])
-    out = np.empty((int(roffs[-1]), width), dtype=np.uint8)
-    out[roffs[me]:roffs[me + 1]] = pack[offs[me]:offs[me + 1]]
-    for step in range(1, p):
-        dst, src = (me + step) % p, (me - step) % p
-        comm.sendrecv(np.ascontiguousarray(pack[offs[dst]:offs[dst + 1]]), dst, out[roffs[src]:roffs[src + 1]], src,
-                      tag=72)
-    return out
-
-
 class _LocalFinisher:
     """Finishes the subtrees of small frontier nodes with :mod:`forest.local_growth`.
 
     One call per level. Single rank: the nodes' local rows are used directly. Several
-    ranks, per chunk of trees (:data:`LOCAL_GATHER_BYTES`): one ``allgatherv`` of the
-    nodes' rows (codes, channels, global ids), put in global-row-id order; each tree
-    is given to one rank (greedy by rows, computed identically everywhere), which
-    grows its subtrees, and a second ``allgatherv`` shares the split records. A
+    ranks, per chunk of trees (:data:`LOCAL_GATHER_BYTES`): each tree is given to one
+    rank (greedy by rows, computed identically everywhere); one ``alltoallv`` sends
+    the nodes' rows (codes, channels, global ids) to their tree's owner, which puts
+    them in global-row-id order and grows the subtrees, and an ``allgatherv`` shares
+    the split records. A
     subtree is a pure function of its gid-ordered rows, so the trees are identical
     on every rank and for every rank count. (Growing every tree on every rank would
     save the second collective but replicate the work: measured slower at -np 2.)
@@ -522,7 +485,8 @@ class _LocalFinisher:
         with phase("communication"):
             # Rows go to their tree's owner only (a pairwise alltoallv): each rank
             # receives the rows of its own trees, not every tree's.
-            allp = _exchange_rows(self.comm, pack, send_counts)
+            offs = np.concatenate(([0], np.cumsum(send_counts)))
+            allp = col.alltoallv(self.comm, [pack[offs[q]:offs[q + 1]] for q in range(self.comm.size)])
         with phase("local"):
             g_task = np.ascontiguousarray(allp[:, 0:8]).view(np.int64).ravel()
             g_gid = np.ascontiguousarray(allp[:, 8:16]).view(np.int64).ravel()

@@ -4,8 +4,9 @@ This module owns :class:`BinMapper`. Its fitted edges are a pure function of the
 *global* data set, never of how rows are spread across ranks:
 
 * The sample used for quantiles is chosen by a counter-based hash of each row's global
-  id (:func:`histogram.rowhash.uniform`), then gathered from all ranks. The gathered
-  multiset is the same for any rank count, and every computation after the gather
+  id (:func:`histogram.rowhash.uniform`); each rank then receives every rank's sampled
+  values of its own block of features (an alltoallv) and summarises those features.
+  The sampled multiset is the same for any rank count, and every computation on it
   sorts first, so edges are bitwise identical for 1, 2, 3, ... ranks.
 * A feature whose sample holds at most ``max_bins`` distinct values gets one bin per
   distinct value, with thresholds at midpoints. Because a sample can miss rare values
@@ -35,7 +36,7 @@ The fitted state is plain numpy arrays and Python scalars (see
 import numpy as np
 from numba import njit, prange
 
-from native.collectives import allgatherv
+from native.collectives import allgatherv, alltoallv
 
 from .dtypes import BIN_DTYPE, MAX_VALUE_BINS, X_DTYPE
 from .rowhash import uniform
@@ -77,7 +78,7 @@ class BinMapper:
     is_exact_ : ndarray of bool, shape (n_features,)
         True where every distinct value of the feature got its own bin.
     n_samples_fit_ : int
-        Number of rows (over all ranks) in the gathered sample.
+        Number of rows (over all ranks) in the binning sample.
     """
 
     def __init__(self, max_bins=MAX_VALUE_BINS, subsample=200_000, random_state=0):
@@ -193,19 +194,25 @@ class BinMapper:
         -------
         self
         """
-        sample = np.ascontiguousarray(local_sample, dtype=X_DTYPE)
-        if comm.size > 1:
-            # One rank already holds the whole sample: gathering it would only copy
-            # it (43 MiB at the default 200k rows x 28 features, the peak of fit).
-            sample = allgatherv(comm, sample)
-
-        # Per-feature summaries of the gathered sample (sorting every column is most of
-        # fit's cost), each rank its own block of features, then gathered: a feature's
+        # Per-feature summaries of the sample (sorting every column is most of fit's
+        # cost), each rank its own block of features, then gathered: a feature's
         # summary is the same computation whichever rank runs it, so edges stay bitwise
-        # rank-count independent. A summary is the sorted distinct values when there are
-        # at most max_bins of them (kind 0, exact on the sample), else the finished
-        # quantile thresholds (kind 1).
-        summaries = self._feature_summaries(comm, sample)
+        # rank-count independent. Each rank receives only its block's columns of the
+        # other ranks' samples (an alltoallv: every sampled value travels once, where
+        # gathering the whole sample everywhere would send it p - 1 times and hold
+        # p copies). A summary is the sorted distinct values when there are at most
+        # max_bins of them (kind 0, exact on the sample), else the finished quantile
+        # thresholds (kind 1).
+        local_sample = np.asarray(local_sample, dtype=X_DTYPE)
+        f0, _ = _feature_block(comm, n_features)
+        if comm.size == 1:
+            columns = local_sample          # already the whole sample: no copy
+        else:
+            columns = alltoallv(comm, [local_sample[:, slice(*_feature_block(comm, n_features, q))]
+                                       for q in range(comm.size)])
+        n_sample = columns.shape[0]
+        summaries = self._feature_summaries(comm, columns, f0, n_features)
+        del columns
         per_feature = [(data, None) if kind == 0 else (None, None) for kind, data in summaries]
         candidates = [f for f, (kind, _) in enumerate(summaries) if kind == 0 and not use_all]
 
@@ -238,21 +245,31 @@ class BinMapper:
         self.threshold_offsets_ = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
         self.n_bins_non_missing_ = lengths + 1
         self.is_exact_ = is_exact
-        self.n_samples_fit_ = int(sample.shape[0])
+        self.n_samples_fit_ = int(n_sample)
         return self
 
-    def _feature_summaries(self, comm, sample):
-        """``[(kind, data)]`` per feature, computed by feature blocks and allgathered.
+    def _feature_summaries(self, comm, columns, f0, n_features):
+        """``[(kind, data)]`` per feature, from this rank's block, allgathered.
 
-        kind 0: ``data`` = sorted distinct non-NaN sample values (at most ``max_bins``);
-        kind 1: ``data`` = the feature's final thresholds (equal-count cuts).
+        Parameters
+        ----------
+        comm : native.comm.Communicator
+        columns : ndarray of float64, shape (n_sample, f1 - f0)
+            The whole sample's values of this rank's features ``f0 .. f1 - 1``.
+        f0 : int
+        n_features : int
+
+        Returns
+        -------
+        list of (int, ndarray), length n_features
+            kind 0: ``data`` = sorted distinct non-NaN sample values (at most
+            ``max_bins``); kind 1: ``data`` = the feature's final thresholds
+            (equal-count cuts).
         """
-        n_features = sample.shape[1]
-        f0 = comm.rank * n_features // comm.size
-        f1 = (comm.rank + 1) * n_features // comm.size
+        f1 = f0 + columns.shape[1]
         packed = []
         for f in range(f0, f1):
-            col = sample[:, f]
+            col = columns[:, f - f0]
             values, counts = np.unique(col[~np.isnan(col)], return_counts=True)
             if values.shape[0] <= self.max_bins:
                 kind, data = 0, values
@@ -415,6 +432,12 @@ class BinMapper:
 
 
 # ---------------------------------------------------------------------- helpers
+def _feature_block(comm, n_features, rank=None):
+    """``(f0, f1)``: the features whose sample summaries ``rank`` computes."""
+    rank = comm.rank if rank is None else rank
+    return rank * n_features // comm.size, (rank + 1) * n_features // comm.size
+
+
 def _as_float_matrix(X):
     """Validate and convert to a C-contiguous float64 matrix (n_rows, n_features)."""
     X = np.asarray(X)

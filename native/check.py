@@ -30,9 +30,9 @@ TIMEOUT_ENV_VAR = "HISTFOREST_CHECK_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
 
 OPS = ("allreduce", "reduce_scatter", "allgather", "allgatherv", "bcast",
-       "bcast_object", "allgather_object", "allreduce_best", "global_row_offset")
+       "bcast_object", "allgather_object", "allreduce_best", "global_row_offset", "alltoallv")
 ALGORITHMS = ("-", "ring", "rabenseifner", "doubling", "mpi", "halving", "bruck",
-              "binomial", "scatter_allgather")
+              "binomial", "scatter_allgather", "pairwise")
 FIELDS = ("op", "algorithm", "dtype", "root", "n", "shape0", "trailing")
 
 _sequence = [0]

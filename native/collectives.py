@@ -37,8 +37,9 @@ from .algorithms.ring import ring_allgather, ring_reduce_scatter
 from .algorithms.tree import binomial_bcast, scatter_allgather_bcast
 from .blocks import block_bounds
 from .stats import STATS
+from .transport import TAG_ALLTOALLV, exchange
 
-__all__ = ["allreduce", "reduce_scatter", "allgather", "allgatherv", "bcast",
+__all__ = ["allreduce", "reduce_scatter", "allgather", "allgatherv", "alltoallv", "bcast",
            "bcast_object", "allgather_object", "allreduce_best", "global_row_offset",
            "choose_allreduce", "predicted_seconds", "STATS", "SUM_DTYPES"]
 
@@ -372,6 +373,76 @@ def allgatherv(comm, arr, check=None):
     out_bytes = out.reshape(-1).view(np.uint8)
     out_bytes[bounds[r]:bounds[r + 1]] = _as_bytes(a)
     ring_allgather(comm, out_bytes, bounds)
+    return out
+
+
+def alltoallv(comm, blocks, check=None):
+    """Personalised exchange: block ``q`` of every rank goes to rank ``q``.
+
+    Pairwise schedule: in step ``k = 1 .. p-1`` a rank sends to ``rank + k`` and
+    receives from ``rank - k`` (mod p), so each pair exchanges exactly once and a
+    rank sends only what others need (the bytes of all its blocks but its own),
+    where an ``allgatherv`` would copy everything to everyone. Two rounds: the row
+    counts, then the data.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    blocks : sequence of ``comm.size`` arrays
+        ``blocks[q]`` (shape ``(m_q, ...)``, ``m_q`` may be 0) goes to rank ``q``.
+        All blocks of all ranks share one dtype; the blocks that go to one rank share
+        one trailing shape (blocks for different ranks may differ: e.g. each rank
+        receiving its own block of columns). ``blocks[rank]`` stays here and sets the
+        trailing shape this rank receives.
+    check : bool, optional
+
+    Returns
+    -------
+    ndarray, shape (sum over sources of m, ...)
+        What every rank sent here, concatenated in source-rank order.
+
+    Raises
+    ------
+    ValueError
+        Wrong number of blocks, mixed dtypes, or a source whose rows have a different
+        byte size from ``blocks[rank]``'s (found by the receiving rank; under
+        :func:`native.comm.world` the uncaught error takes the job down).
+    """
+    p, r = comm.size, comm.rank
+    if len(blocks) != p:
+        raise ValueError(f"alltoallv: need {p} blocks (one per rank), got {len(blocks)}")
+    arrs = [np.atleast_1d(np.asarray(b)) for b in blocks]
+    dtype = arrs[r].dtype
+    for a in arrs:
+        _require_fixed_size(a, "alltoallv")
+        if a.dtype != dtype:
+            raise ValueError(f"alltoallv: blocks mix dtypes {dtype} and {a.dtype}")
+    n0, row, trailing = _rows(arrs[r])
+    _begin(comm, "alltoallv", check, algorithm="pairwise", dtype=dtype, n=0, shape0=0, trailing=0,
+           free=("n", "shape0", "trailing"))
+    if p == 1:
+        return np.array(arrs[0], order="C", copy=True)
+    row_bytes = row * dtype.itemsize
+    counts = np.zeros(p, dtype=np.int64)
+    counts[r] = n0
+    for step in range(1, p):
+        dst, src = (r + step) % p, (r - step) % p
+        mine = np.array([arrs[dst].shape[0], arrs[dst].nbytes], dtype=np.int64)
+        got = np.zeros(2, dtype=np.int64)
+        exchange(comm, mine, dst, got, src, TAG_ALLTOALLV)
+        if got[1] != got[0] * row_bytes:
+            raise ValueError(f"alltoallv: rank {src} sends {got[0]} rows in {got[1]} bytes to rank {r}, "
+                             f"whose own block has rows of {row_bytes} bytes")
+        counts[src] = got[0]
+    bounds = np.zeros(p + 1, dtype=np.int64)
+    np.cumsum(counts * row_bytes, out=bounds[1:])
+    out = np.empty((int(counts.sum()),) + trailing, dtype=dtype)
+    out_bytes = out.reshape(-1).view(np.uint8)
+    out_bytes[bounds[r]:bounds[r + 1]] = _as_bytes(arrs[r])
+    for step in range(1, p):
+        dst, src = (r + step) % p, (r - step) % p
+        exchange(comm, _as_bytes(arrs[dst]), dst, out_bytes[bounds[src]:bounds[src + 1]], src,
+                 TAG_ALLTOALLV)
     return out
 
 

@@ -20,6 +20,7 @@ TAG_FOLD = 915
 TAG_BRUCK = 916
 TAG_BCAST = 917
 TAG_RD_ALLREDUCE = 918
+TAG_ALLTOALLV = 919
 
 
 class ExchangeTimeout(RuntimeError):

@@ -191,6 +191,37 @@ def test_allgatherv_rejects_different_trailing_shapes(comm):
         col.allgatherv(comm, np.zeros((2, trailing)), check=False)
 
 
+def _a2a_block(src, dst):
+    """What rank ``src`` sends rank ``dst``: (src + dst) % 3 rows of dst + 1 int32 columns."""
+    rows = (src + dst) % 3
+    return (1000 * src + 10 * dst + np.arange(rows * (dst + 1))).astype(np.int32).reshape(rows, dst + 1)
+
+
+def test_alltoallv_blocks_reach_their_rank(comm):
+    """Varying rows (0 included) and per-destination widths; output in source order."""
+    p, r = comm.size, comm.rank
+    from native.stats import STATS
+    sent0 = STATS.bytes_sent
+    got = col.alltoallv(comm, [_a2a_block(r, q) for q in range(p)])
+    sent = STATS.bytes_sent - sent0
+    big = col.alltoallv(comm, [np.full((50_001 if q != r else 3, 2), r + 0.5) for q in range(p)])
+    want = np.concatenate([_a2a_block(s, r) for s in range(p)])
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.int32 and got.shape == want.shape
+    # only other ranks' blocks travel, plus two int64 counts per peer
+    assert sent == sum(_a2a_block(r, q).nbytes + 16 for q in range(p) if q != r)
+    lengths = [3 if s == r else 50_001 for s in range(p)]
+    np.testing.assert_array_equal(big, np.repeat(np.arange(p) + 0.5, lengths)[:, None].repeat(2, 1))
+
+
+def test_alltoallv_rejects_bad_blocks(comm):
+    with pytest.raises(ValueError, match="one per rank"):
+        col.alltoallv(comm, [np.zeros(1)] * (comm.size + 1))
+    if comm.size > 1:
+        with pytest.raises(ValueError, match="mix dtypes"):
+            col.alltoallv(comm, [np.zeros(1, np.int64)] + [np.zeros(1)] * (comm.size - 1))
+
+
 @pytest.mark.parametrize("algorithm", ["binomial", "scatter_allgather", "auto"])
 def test_bcast_from_every_root(comm, algorithm):
     p, r = comm.size, comm.rank

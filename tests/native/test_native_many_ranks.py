@@ -167,3 +167,15 @@ def test_thread_world_reports_the_failing_rank():
 
     with pytest.raises(RuntimeError, match="rank 1 of 3 failed: KeyError"):
         ThreadWorld(3, timeout=1.0).run(body)
+
+
+@pytest.mark.parametrize("p", [5, 7, 16])
+def test_alltoallv_any_rank_count(p):
+    """Pairwise alltoallv: rank s sends rank q (s * q) % 4 rows of q % 3 + 1 columns."""
+    def block(s, q):
+        rows = (s * q) % 4
+        return np.arange(rows * (q % 3 + 1), dtype=np.float64).reshape(rows, q % 3 + 1) + 100 * s + q
+
+    results = ThreadWorld(p).run(lambda comm: col.alltoallv(comm, [block(comm.rank, q) for q in range(p)]))
+    for q in range(p):
+        np.testing.assert_array_equal(results[q], np.concatenate([block(s, q) for s in range(p)]))
