@@ -300,56 +300,6 @@ def _threshold_table(bin_info):
     return table
 
 
-def _append_nodes(tree, stats, weight, count, value, objective, depth):
-    """Append ``len(stats)`` leaves to ``tree`` at once (vectorised ``Tree.add_node``).
-
-    Parameters
-    ----------
-    tree : Tree
-    stats : ndarray, shape (k, C)
-        Unused except for its length (kept for clarity at call sites).
-    weight, count, objective : ndarray of float64, shape (k,)
-    value : ndarray of float64, shape (k, n_outputs)
-    depth : ndarray of int, shape (k,)
-
-    Returns
-    -------
-    int
-        Id of the first new node (the others follow in order).
-    """
-    k = len(stats)
-    first = tree.node_count
-    tree._grow(first + k)
-    a = tree._arrays
-    sl = slice(first, first + k)
-    a["feature"][sl] = -1
-    a["bin_threshold"][sl] = 0
-    a["threshold"][sl] = np.nan
-    a["missing_left"][sl] = 0
-    a["left"][sl] = -1
-    a["right"][sl] = -1
-    a["gain"][sl] = 0.0
-    a["weight"][sl] = weight
-    a["count"][sl] = count
-    a["impurity"][sl] = objective
-    a["depth"][sl] = depth
-    tree._value[sl] = value
-    tree.node_count += k
-    return first
-
-
-def _set_splits(tree, nodes, feature, bins, thresholds, missing_left, gain, left):
-    """Vectorised ``Tree.set_split`` (right child = left + 1)."""
-    a = tree._arrays
-    a["feature"][nodes] = feature
-    a["bin_threshold"][nodes] = bins
-    a["threshold"][nodes] = thresholds
-    a["missing_left"][nodes] = missing_left
-    a["gain"][nodes] = gain
-    a["left"][nodes] = left
-    a["right"][nodes] = left + 1
-
-
 def _node_fields(criterion, stats):
     """``(weight, count, value, objective)`` of nodes with channel sums ``stats`` (k, C)."""
     return (np.asarray(criterion.node_weight(stats), dtype=np.float64),
@@ -385,10 +335,10 @@ def _add_split_children(trees, criterion, owner, parent_node, left_stats, right_
             continue
         tree = trees[owner[lo]]
         s = slice(2 * lo, 2 * hi)
-        first = _append_nodes(tree, stats[s], weight[s], count[s], value[s], objective[s], child_depth[s])
+        first = tree.append_leaves(weight[s], count[s], value[s], objective[s], child_depth[s])
         lids = first + 2 * np.arange(hi - lo, dtype=np.int64)
-        _set_splits(tree, np.asarray(parent_node[lo:hi], dtype=np.int64), feature[lo:hi], bins[lo:hi],
-                    thresholds[lo:hi], np.asarray(missing_left[lo:hi], dtype=np.uint8), gain[lo:hi], lids)
+        tree.set_splits(np.asarray(parent_node[lo:hi], dtype=np.int64), feature[lo:hi], bins[lo:hi],
+                        thresholds[lo:hi], np.asarray(missing_left[lo:hi], dtype=np.uint8), gain[lo:hi], lids)
         left_ids[lo:hi] = lids
     return left_ids
 
@@ -656,8 +606,8 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
     trees = [Tree(criterion.n_outputs) for _ in range(n_trees)]
     weight, count, value, objective = _node_fields(criterion, stats)
     for t in range(n_trees):
-        _append_nodes(trees[t], stats[t:t + 1], weight[t:t + 1], count[t:t + 1], value[t:t + 1],
-                      objective[t:t + 1], np.zeros(1, dtype=np.int32))
+        trees[t].append_leaves(weight[t:t + 1], count[t:t + 1], value[t:t + 1], objective[t:t + 1],
+                               np.zeros(1, dtype=np.int32))
 
     f_tree = np.arange(n_trees)
     f_node = np.zeros(n_trees, dtype=np.int64)
@@ -960,8 +910,8 @@ class LeafwiseGrower:
             small_count = float(extra[0])
             lh, rh = (small, sib) if build_left else (sib, small)
             lc, rc = (small_count, count - small_count) if build_left else (count - small_count, small_count)
-            tree._arrays["count"][lid] = lc
-            tree._arrays["count"][rid] = rc
+            tree.set_count(lid, lc)
+            tree.set_count(rid, rc)
             leaves[lid] = [lo, mid, depth + 1, lc, ls, lh, None]
             leaves[rid] = [mid, hi, depth + 1, rc, rs, rh, None]
             todo = [i for i, c in ((lid, lc), (rid, rc)) if self._splittable(depth + 1, c)]

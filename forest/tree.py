@@ -126,6 +126,62 @@ class Tree:
         self.node_count += 1
         return i
 
+    def append_leaves(self, weight, count, value, impurity, depth):
+        """Append ``k`` leaves at once (vectorised :meth:`add_node`).
+
+        Parameters
+        ----------
+        weight, count, impurity : ndarray of float64, shape (k,)
+        value : ndarray of float64, shape (k, n_outputs)
+        depth : ndarray of int, shape (k,)
+
+        Returns
+        -------
+        int
+            Id of the first new leaf; the others follow in order.
+        """
+        k = len(weight)
+        first = self.node_count
+        self._grow(first + k)
+        new = slice(first, first + k)
+        a = self._arrays
+        a["feature"][new] = LEAF
+        a["bin_threshold"][new] = 0
+        a["threshold"][new] = np.nan
+        a["missing_left"][new] = 0
+        a["left"][new] = LEAF
+        a["right"][new] = LEAF
+        a["gain"][new] = 0.0
+        a["weight"][new] = weight
+        a["count"][new] = count
+        a["impurity"][new] = impurity
+        a["depth"][new] = depth
+        self._value[new] = value
+        self.node_count = first + k
+        return first
+
+    def set_splits(self, nodes, features, bin_thresholds, thresholds, missing_left, gains, left):
+        """Vectorised :meth:`set_split` for children stored in pairs (right = left + 1).
+
+        Parameters
+        ----------
+        nodes, features, bin_thresholds, left : ndarray of int, shape (m,)
+        thresholds, gains : ndarray of float64, shape (m,)
+        missing_left : ndarray of bool or uint8, shape (m,)
+        """
+        a = self._arrays
+        a["feature"][nodes] = features
+        a["bin_threshold"][nodes] = bin_thresholds
+        a["threshold"][nodes] = thresholds
+        a["missing_left"][nodes] = missing_left
+        a["gain"][nodes] = gains
+        a["left"][nodes] = left
+        a["right"][nodes] = np.asarray(left) + 1
+
+    def set_count(self, node, count):
+        """Overwrite the row count of ``node`` (known only once a sibling is reduced)."""
+        self._arrays["count"][node] = count
+
     def set_split(self, node, feature, bin_threshold, threshold, missing_left, gain, left, right):
         """Turn leaf ``node`` into an innerNode pointing at ``left`` / ``right``."""
         a = self._arrays

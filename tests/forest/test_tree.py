@@ -28,6 +28,30 @@ def test_build_and_fields():
     np.testing.assert_array_equal(t.is_leaf, [False, True, True])
 
 
+def test_bulk_append_equals_node_by_node():
+    """append_leaves / set_splits / set_count build the tree add_node / set_split build."""
+    one = Tree(2, capacity=1)
+    root = one.add_node(0, 10.0, [0.5, 0.5], impurity=3.0)
+    kids = [one.add_node(1, w, v, impurity=i, count=c)
+            for w, v, i, c in [(4.0, [1, 2], 1.0, 4.0), (6.0, [3, 4], 2.0, 5.0)]]
+    one.set_split(root, 1, 3, 0.5, True, 2.5, kids[0], kids[1])
+    grand = [one.add_node(2, w, v, impurity=0.0, count=w) for w, v in [(1.0, [5, 6]), (3.0, [7, 8])]]
+    one.set_split(kids[1], 0, 9, -1.0, False, 0.25, grand[0], grand[1])
+    one._arrays["count"][kids[0]] = 4.5
+
+    bulk = Tree(2, capacity=1)
+    bulk.append_leaves([10.0], [10.0], [[0.5, 0.5]], [3.0], [0])
+    first = bulk.append_leaves([4.0, 6.0], [4.0, 5.0], [[1, 2], [3, 4]], [1.0, 2.0], [1, 1])
+    bulk.set_splits(np.array([0]), [1], [3], [0.5], [True], [2.5], np.array([first]))
+    first2 = bulk.append_leaves([1.0, 3.0], [1.0, 3.0], [[5, 6], [7, 8]], [0.0, 0.0], [2, 2])
+    bulk.set_splits(np.array([2]), [0], [9], [-1.0], [False], [0.25], np.array([first2]))
+    bulk.set_count(1, 4.5)
+    assert bulk == one
+    for name in NODE_FIELDS:
+        np.testing.assert_array_equal(getattr(bulk, name), getattr(one, name), err_msg=name)
+    np.testing.assert_array_equal(bulk.value, one.value)
+
+
 def test_state_round_trip_and_pickle():
     t = _stump([1.0, 2.0], [3.0, 4.0])
     state = t.to_arrays()
