@@ -69,6 +69,10 @@ N_INT_FIELDS = 6
 #: x C per level plus a gain per distinct code). Chosen by measurement (see the commit log).
 HIST_ROWS = 1024
 
+#: Histogram slots one task may hold at once (pending big nodes of a depth-first
+#: growth: about one per level); past it, big nodes take the sorted-code scan.
+MAX_HIST_SLOTS = 32
+
 #: Below this many rows in a call, the kernel runs on one thread (waking the pool
 #: costs more than the work).
 _SERIAL_ROWS = 4096
@@ -453,7 +457,7 @@ def _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, sign):
 @numba.njit(cache=True)
 def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_index, next_id, rec, rec_i, rec_f,
                       nb, missing_bin, kind, params, wch, min_rows, min_split, max_depth, min_gain, rel_tol, mtry,
-                      key1, key2, hist_rows):
+                      key1, key2, hist_rows, max_slots):
     """:func:`_grow_task` for a node of any size: nodes above ``hist_rows`` rows split from
     per-feature histograms (the smaller child built, its sibling by subtraction), and
     every node at or below it is finished by the sorted-code scan of :func:`_grow_task`.
@@ -484,7 +488,8 @@ def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_in
     scratch = np.empty(m, dtype=np.int64)
     sub_rows = np.empty(m, dtype=np.int64)
     # Histogram slots: live ones belong to disjoint nodes of more than hist_rows rows.
-    n_slots = min(m // max(hist_rows, 1) + 1, 32)
+    # When all max_slots are live, a big node falls back to the sorted-code scan.
+    n_slots = min(m // max(hist_rows, 1) + 1, max_slots)
     hist = np.zeros((n_slots, n_features, n_codes, c))
     hcnt = np.zeros((n_slots, n_features, n_codes), dtype=np.int64)
     free = np.empty(n_slots, dtype=np.int64)
@@ -723,36 +728,36 @@ def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_in
 @numba.njit(cache=True)
 def _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                    tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch, min_rows,
-                   min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows):
+                   min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows, max_slots):
     next_id = tree_next[t]
     rec = rec_offsets[t]
     for task in range(tree_task_starts[t], tree_task_starts[t + 1]):
         next_id, rec = _grow_task_hybrid(binned, channels, rows, task_starts[task], task_starts[task + 1],
                                          task_node[task], task_depth[task], tree_index[t], next_id, rec, rec_i, rec_f,
                                          nb, missing_bin, kind, params, wch, min_rows, min_split, max_depth, min_gain,
-                                         rel_tol, mtry, key1, key2, hist_rows)
+                                         rel_tol, mtry, key1, key2, hist_rows, max_slots)
     rec_count[t] = rec - rec_offsets[t]
 
 
 @numba.njit(cache=True)
 def _grow_trees_serial(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                        tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows):
+                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows, max_slots):
     for t in range(tree_next.shape[0]):
         _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                        tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows)
+                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows, max_slots)
 
 
 @numba.njit(cache=True, parallel=True)
 def _grow_trees_parallel(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                          tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                         min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows):
+                         min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows, max_slots):
     # Each tree writes only its own record slice and count: no races.
     for t in numba.prange(tree_next.shape[0]):
         _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                        tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows)
+                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows, max_slots)
 
 
 class SubtreeRecords:
@@ -783,7 +788,7 @@ def _as_row_bound(x):
 
 def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, task_depth, tree_next, tree_index,
                   numba_gain, n_bins_non_missing, missing_bin, *, min_samples_split=2.0, max_depth=None, min_gain=0.0,
-                  rel_tol=1e-12, mtry=None, seed=0, hist_rows=None):
+                  rel_tol=1e-12, mtry=None, seed=0, hist_rows=None, max_hist_slots=None):
     """Grow the full subtrees of a set of nodes exactly from their rows.
 
     Parameters
@@ -810,6 +815,10 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     hist_rows : int or None
         Nodes of more rows than this split from histograms (:func:`_grow_task_hybrid`);
         ``None`` means :data:`HIST_ROWS`.
+    max_hist_slots : int or None
+        Histograms a task may hold at once (``None``: :data:`MAX_HIST_SLOTS`); a big
+        node met with all of them live is split by the sorted-code scan instead
+        (the same split; tests lower this to reach that path).
 
     Returns
     -------
@@ -853,7 +862,8 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
             int(missing_bin), numba_gain.kind, numba_gain.params, numba_gain.weight_channel,
             int(numba_gain.min_child_rows), float(min_samples_split),
             md, float(min_gain), float(rel_tol), mt, key1, key2,
-            _as_row_bound(HIST_ROWS if hist_rows is None else hist_rows))
+            _as_row_bound(HIST_ROWS if hist_rows is None else hist_rows),
+            max(1, int(MAX_HIST_SLOTS if max_hist_slots is None else max_hist_slots)))
     if n_tasks:
         if len(rows) < _SERIAL_ROWS or n_trees == 1 or numba.get_num_threads() == 1:
             _grow_trees_serial(*args)

@@ -157,6 +157,32 @@ def test_grow_subtrees_causal_matches_reference(hist_rows):
     _compare(got, ref, ch.shape[1])
 
 
+@pytest.mark.parametrize("max_hist_slots", [1, 2, 3])
+def test_histogram_slots_exhausted_fall_back_to_the_scan(max_hist_slots):
+    """With every node on the histogram path (hist_rows 0) and only 1-3 slots, most
+    big nodes meet all slots live and take the sorted-code scan instead: the trees
+    must not change (variance and causal, against the reference and the default)."""
+    rng = np.random.default_rng(8)
+    n_rows, n_features, missing_bin = 400, 3, 10
+    binned = _binned(rng, n_rows, n_features, 8, missing_bin, 0.1)
+    nb = np.full(n_features, 8)
+    for crit, ch in [(VarianceCriterion(1, min_samples_leaf=2, count_channel=True), None),
+                     (CausalCriterion(1, 1, min_samples_leaf=3), None)]:
+        if isinstance(crit, VarianceCriterion):
+            ch = crit.make_channels(rng.normal(size=n_rows) + binned[1] * 0.2, rng.uniform(0.5, 2, n_rows))
+        else:
+            ch = _causal_channels(rng, n_rows, crit)
+        rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [200, 90])
+        args = (binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]))
+        few = grow_subtrees(*args, crit.numba_gain(), nb, missing_bin, min_samples_split=4.0, hist_rows=0,
+                            max_hist_slots=max_hist_slots)
+        plenty = grow_subtrees(*args, crit.numba_gain(), nb, missing_bin, min_samples_split=4.0, hist_rows=0)
+        ref = grow_subtrees_reference(*args, crit, nb, missing_bin, min_samples_split=4.0)
+        assert len(few.ints) > 20
+        _compare(few, ref, ch.shape[1])
+        _compare(few, plenty, ch.shape[1])
+
+
 @pytest.mark.parametrize("hist_rows", [None, 40])
 @pytest.mark.parametrize("p_treat", [0.12, 0.88])
 def test_grow_subtrees_causal_rare_arm_matches_reference(p_treat, hist_rows):
