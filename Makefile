@@ -23,7 +23,8 @@ $(STAMP): pyproject.toml native/__init__.py histogram/__init__.py forest/__init_
 
 setup: $(STAMP)
 
-# Serial first: it also fills the Numba cache that the K ranks then share.
+# Serial first: it also fills the Numba cache that the K ranks then share
+# (~/.cache/histforest/numba-<source hash>, see histogram/_jit_cache.py).
 test: $(STAMP)
 	$(MAKE) --no-print-directory test-serial
 	$(MAKE) --no-print-directory test-mpi

@@ -8,6 +8,8 @@ Numba kernels until an estimator is actually used::
 """
 import importlib
 
+import histogram  # noqa: F401  (first: sets Numba's cache directory, see histogram._jit_cache)
+
 _EXPORTS = {
     "CausalForest": "forest.causal_forest",
     "RegressionForest": "forest.regression_forest",

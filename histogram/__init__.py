@@ -3,3 +3,8 @@
 Depends on ``native`` (for distributed bin fitting) and numpy/numba; knows nothing
 about the models that consume the histograms.
 """
+from ._jit_cache import configure_numba_cache as _configure_numba_cache
+
+# Before any kernel module is imported: a cache directory per source version, so a
+# kernel can never load another module's stale inlined code (see _jit_cache).
+_configure_numba_cache()
