@@ -77,9 +77,16 @@ def not_nested(comm):
 
 
 def seconds_since(marker, out):
-    """Seconds from the latest ``<marker> <unix time>`` line printed by the job until now."""
-    stamps = [float(t) for t in re.findall(rf"{marker} ([0-9.]+)", out)]
-    assert stamps, f"the job printed no {marker} line:\n{out}"
+    """Seconds from the latest ``<marker> <unix time>`` line printed by the job until now.
+
+    mpirun forwards the ranks' output in chunks, so two ranks' marker lines can arrive
+    interleaved (seen: ``"CHECK_AT CHECK_AT1796288226.11\n 1796288226.11"``), so every
+    unix time in the output counts once the marker is there (each job prints only its
+    marker's times).
+    """
+    assert marker in out, f"the job printed no {marker} line:\n{out}"
+    stamps = [float(t) for t in re.findall(r"(?<![0-9.])([0-9]{9,}\.[0-9]+)", out)]
+    assert stamps, f"the job printed no time after {marker}:\n{out}"
     return time.time() - max(stamps)
 
 
