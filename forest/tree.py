@@ -108,23 +108,10 @@ class Tree:
         int
             The new node id.
         """
-        self._grow(self.node_count + 1)
-        i = self.node_count
-        a = self._arrays
-        a["feature"][i] = LEAF
-        a["bin_threshold"][i] = 0
-        a["threshold"][i] = np.nan
-        a["missing_left"][i] = 0
-        a["left"][i] = LEAF
-        a["right"][i] = LEAF
-        a["gain"][i] = 0.0
-        a["weight"][i] = weight
-        a["count"][i] = weight if count is None else count
-        a["impurity"][i] = impurity
-        a["depth"][i] = depth
-        self._value[i] = value
-        self.node_count += 1
-        return i
+        return self.append_leaves(np.array([weight], dtype=np.float64),
+                                  np.array([weight if count is None else count], dtype=np.float64),
+                                  np.asarray(value, dtype=np.float64).reshape(1, self.n_outputs),
+                                  np.array([impurity], dtype=np.float64), np.array([depth]))
 
     def append_leaves(self, weight, count, value, impurity, depth):
         """Append ``k`` leaves at once (vectorised :meth:`add_node`).
@@ -216,33 +203,14 @@ class Tree:
         left, right : ndarray of int64, shape (m,)
         """
         m = len(nodes)
-        first = self.node_count
-        self._grow(first + 2 * m)
-        new = slice(first, first + 2 * m)
-        a = self._arrays
-        a["feature"][new] = LEAF
-        a["bin_threshold"][new] = 0
-        a["threshold"][new] = np.nan
-        a["missing_left"][new] = 0
-        a["left"][new] = LEAF
-        a["right"][new] = LEAF
-        a["gain"][new] = 0.0
-        a["weight"][new] = np.asarray(weights, dtype=np.float64).reshape(-1)
-        a["count"][new] = np.asarray(counts, dtype=np.float64).reshape(-1)
-        a["impurity"][new] = np.asarray(impurities, dtype=np.float64).reshape(-1)
-        a["depth"][new] = depth
-        self._value[new] = np.asarray(values, dtype=np.float64).reshape(2 * m, self.n_outputs)
-        self.node_count = first + 2 * m
+        first = self.append_leaves(np.asarray(weights, dtype=np.float64).reshape(-1),
+                                   np.asarray(counts, dtype=np.float64).reshape(-1),
+                                   np.asarray(values, dtype=np.float64).reshape(2 * m, self.n_outputs),
+                                   np.asarray(impurities, dtype=np.float64).reshape(-1), depth)
         left = first + 2 * np.arange(m, dtype=np.int64)
         right = left + 1
-        nodes = np.asarray(nodes, dtype=np.int64)
-        a["feature"][nodes] = features
-        a["bin_threshold"][nodes] = bin_thresholds
-        a["threshold"][nodes] = thresholds
-        a["missing_left"][nodes] = np.asarray(missing_left, dtype=bool)
-        a["gain"][nodes] = gains
-        a["left"][nodes] = left
-        a["right"][nodes] = right
+        self.set_splits(np.asarray(nodes, dtype=np.int64), features, bin_thresholds, thresholds,
+                        np.asarray(missing_left, dtype=bool), gains, left)
         return left, right
 
     # ------------------------------------------------------------------ access
