@@ -75,6 +75,8 @@ def configure_numba_cache():
 
 def _keyed_directory():
     home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(home):  # no home directory to expand: keep Numba's default
+        return None
     base = Path(home) / "histforest"
     target = base / f"numba-{source_key(Path(__file__).resolve().parent.parent)}"
     try:

@@ -50,6 +50,16 @@ def test_fresh_process_uses_the_keyed_directory_unless_the_user_set_one(tmp_path
     assert _cache_dir_in_fresh_process(env) == str(tmp_path / "mine")
 
 
+def test_no_home_leaves_numba_default(tmp_path, monkeypatch):
+    """Without XDG_CACHE_HOME and with no home to expand, nothing is created in the working
+    directory (a relative '~/.cache') and Numba keeps its own default."""
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(os.path, "expanduser", lambda path: path)
+    monkeypatch.chdir(tmp_path)
+    assert _jit_cache._keyed_directory() is None
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_old_directories_of_other_versions_are_pruned(tmp_path):
     base = tmp_path / "histforest"
     keep, recent, old, other = (base / "numba-keep", base / "numba-recent", base / "numba-old",
