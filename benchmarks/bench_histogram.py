@@ -99,7 +99,7 @@ def make_cases(rng, n_rows, n_features, n_channels):
     return binned, channels, cases
 
 
-def cache_resident_rates(n_features, n_channels, n_threads, repeat):
+def cache_resident_rates(n_features, n_channels, repeat):
     """Mrows/s of the Numba kernel per case when its whole input sits in cache.
 
     The same cases on ``CACHE_ROWS`` rows (about 4-10 MB in all, inside the L3 cache,
@@ -132,7 +132,7 @@ def kernel_rows(n_rows, n_features, channel_counts, n_threads, repeat, with_nump
     results = []
     for n_channels in channel_counts:
         binned, channels, cases = make_cases(rng, n_rows, n_features, n_channels)
-        cached = cache_resident_rates(n_features, n_channels, n_threads, repeat)
+        cached = cache_resident_rates(n_features, n_channels, repeat)
         for label, rows, starts in cases:
             n_nodes = starts.shape[0] - 1
             out = np.empty((n_nodes, n_features, 256, n_channels))

@@ -14,6 +14,7 @@ imported (child processes and MPI ranks inherit it). A user's own
 ``NUMBA_CACHE_DIR`` always wins. Directories of other source versions untouched
 for :data:`PRUNE_AFTER_DAYS` days are removed.
 """
+import functools
 import hashlib
 import os
 import shutil
@@ -26,9 +27,6 @@ PACKAGES = ("native", "histogram", "forest")
 
 #: Cache directories of other source versions older than this are deleted.
 PRUNE_AFTER_DAYS = 30
-
-_configured = []
-
 
 def source_key(root):
     """Hex digest over the relative paths and bytes of every ``.py`` file of PACKAGES.
@@ -52,6 +50,7 @@ def source_key(root):
     return digest.hexdigest()[:16]
 
 
+@functools.cache
 def configure_numba_cache():
     """Point Numba's on-disk cache at this source version's directory (idempotent).
 
@@ -61,15 +60,14 @@ def configure_numba_cache():
         The cache directory in use, or None when left to Numba's default (no
         writable cache home).
     """
-    if _configured:
-        return _configured[0]
-    chosen = os.environ.get("NUMBA_CACHE_DIR") or _keyed_directory()
-    if chosen and not os.environ.get("NUMBA_CACHE_DIR"):
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return os.environ["NUMBA_CACHE_DIR"]
+    chosen = _keyed_directory()
+    if chosen:
         os.environ["NUMBA_CACHE_DIR"] = chosen
         config = sys.modules.get("numba.core.config")
         if config is not None:  # Numba already imported: its config read the env before
             config.CACHE_DIR = chosen
-    _configured.append(chosen)
     return chosen
 
 

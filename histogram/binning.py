@@ -36,6 +36,7 @@ The fitted state is plain numpy arrays and Python scalars (see
 import numpy as np
 from numba import njit, prange
 
+from native.blocks import block_bounds
 from native.collectives import allgatherv, alltoallv
 
 from .dtypes import BIN_DTYPE, MAX_VALUE_BINS, X_DTYPE
@@ -204,14 +205,13 @@ class BinMapper:
         # max_bins of them (kind 0, exact on the sample), else the finished quantile
         # thresholds (kind 1).
         local_sample = np.asarray(local_sample, dtype=X_DTYPE)
-        f0, _ = _feature_block(comm, n_features)
+        blocks = block_bounds(n_features, comm.size)
         if comm.size == 1:
             columns = local_sample          # already the whole sample: no copy
         else:
-            columns = alltoallv(comm, [local_sample[:, slice(*_feature_block(comm, n_features, q))]
-                                       for q in range(comm.size)])
+            columns = alltoallv(comm, [local_sample[:, blocks[q]:blocks[q + 1]] for q in range(comm.size)])
         n_sample = columns.shape[0]
-        summaries = self._feature_summaries(comm, columns, f0, n_features)
+        summaries = self._feature_summaries(comm, columns, int(blocks[comm.rank]), n_features)
         del columns
         per_feature = [(data, None) if kind == 0 else (None, None) for kind, data in summaries]
         candidates = [f for f, (kind, _) in enumerate(summaries) if kind == 0 and not use_all]
@@ -432,12 +432,6 @@ class BinMapper:
 
 
 # ---------------------------------------------------------------------- helpers
-def _feature_block(comm, n_features, rank=None):
-    """``(f0, f1)``: the features whose sample summaries ``rank`` computes."""
-    rank = comm.rank if rank is None else rank
-    return rank * n_features // comm.size, (rank + 1) * n_features // comm.size
-
-
 def _as_float_matrix(X):
     """Validate and convert to a C-contiguous float64 matrix (n_rows, n_features)."""
     X = np.asarray(X)

@@ -418,8 +418,7 @@ def alltoallv(comm, blocks, check=None):
         if a.dtype != dtype:
             raise ValueError(f"alltoallv: blocks mix dtypes {dtype} and {a.dtype}")
     n0, row, trailing = _rows(arrs[r])
-    _begin(comm, "alltoallv", check, algorithm="pairwise", dtype=dtype, n=0, shape0=0, trailing=0,
-           free=("n", "shape0", "trailing"))
+    _begin(comm, "alltoallv", check, algorithm="pairwise", dtype=dtype)
     if p == 1:
         return np.array(arrs[0], order="C", copy=True)
     row_bytes = row * dtype.itemsize
