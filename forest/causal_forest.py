@@ -26,8 +26,9 @@ from native import collectives as col
 from native.comm import world
 
 from .causal_criterion import CausalChannels, CausalCriterion
-from .honest_forest import (depth_weighted_importance, fit_binning, gain_importance, global_ids, grow_honest_forest,
+from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
                             oob_average, tree_values)
+from .importance import depth_weighted_importance, gain_importance
 from .inference import (aipw_scores, average_effect, average_effect_sums, blb_variance, local_treatment_cov,
                         oob_effects, solve_theta)
 from .predictor import predict_values, predict_values_binned

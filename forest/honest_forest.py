@@ -13,8 +13,7 @@ nearest non-empty ancestor), so every tree contributes to every prediction; this
 stands in for GRF's pruning of empty honest leaves.
 
 Helpers for prediction: :func:`tree_values` (each tree's leaf vector for each row),
-:func:`oob_average`, and GRF's importance measures :func:`depth_weighted_importance`
-and :func:`gain_importance`.
+:func:`oob_average`. Importances live in :mod:`forest.importance`.
 """
 import numpy as np
 from numba import njit, prange
@@ -281,40 +280,3 @@ def tree_values(packed, X):
     """
     leaves = predict_leaves(packed, X).astype(np.int64)
     return packed["value"][leaves + packed["tree_offsets"][:-1][None, :]]
-
-
-def depth_weighted_importance(packed, n_features, max_depth=4, decay=2.0):
-    """GRF's variable importance: depth-weighted split frequencies.
-
-    For depth ``k = 1..max_depth`` (root splits are depth 1), the share of depth-``k``
-    splits made on each feature, combined with weights ``k^-decay`` and normalised.
-
-    Returns
-    -------
-    ndarray, shape (n_features,)
-        Sums to one (zeros if the forest has no splits).
-    """
-    feature = np.asarray(packed["feature"])
-    depth = np.asarray(packed["depth"]) + 1
-    inner = feature >= 0
-    total = np.zeros(n_features)
-    wsum = 0.0
-    for k in range(1, max_depth + 1):
-        at = inner & (depth == k)
-        if not at.any():
-            continue
-        share = np.bincount(feature[at], minlength=n_features)[:n_features] / at.sum()
-        w = k ** -decay
-        total += w * share
-        wsum += w
-    return total / wsum if wsum > 0 else total
-
-
-def gain_importance(packed, n_features):
-    """Share of the total split gain made by each feature, shape (n_features,)."""
-    feature = np.asarray(packed["feature"])
-    inner = feature >= 0
-    g = np.bincount(feature[inner], weights=np.maximum(np.asarray(packed["gain"])[inner], 0.0),
-                    minlength=n_features)[:n_features]
-    s = g.sum()
-    return g / s if s > 0 else g

@@ -19,8 +19,9 @@ from native.comm import world
 
 from ._validation import as_columns, check_binned
 from .criteria import VarianceCriterion
-from .honest_forest import (depth_weighted_importance, fit_binning, gain_importance, global_ids, grow_honest_forest,
+from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
                             oob_average)
+from .importance import depth_weighted_importance, gain_importance
 from .predictor import predict_values, predict_values_binned
 
 

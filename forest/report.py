@@ -2,9 +2,9 @@
 
 This module owns what ``forest-report`` shows about a fitted model:
 
-* :func:`split_table` collects every innerNode (feature, depth, gain) of the
-  estimator's own trees, and :func:`importances` turns it into three importance
-  measures: GRF's depth-weighted split frequency (``variable_importance`` with decay
+* :func:`model_trees` collects the estimator's own trees, and :func:`importances`
+  gives three importance measures (computed by :mod:`forest.importance`, the one
+  home of importances): GRF's depth-weighted split frequency (``variable_importance`` with decay
   exponent 2 and maximum depth 4: at each depth ``k = 1..4`` (root ``k = 1``) the
   share of that depth's splits made on each feature, averaged with weights
   ``k**-2``), the share of total split gain, and raw split counts;
@@ -22,6 +22,7 @@ import io
 
 import numpy as np
 
+from forest import importance
 from forest.tree import Tree
 
 #: GRF's defaults for the depth-weighted split frequency.
@@ -65,36 +66,15 @@ def model_trees(estimator):
     return trees
 
 
-def split_table(trees):
-    """Every innerNode of ``trees`` as flat arrays.
+def importances(trees, n_features, decay_exponent=GRF_DECAY_EXPONENT, max_depth=GRF_MAX_DEPTH):
+    """The three importance measures the report shows, from :mod:`forest.importance`.
+
+    The estimators' ``feature_importances_`` come from the same functions, so the
+    report and the fitted attribute always agree.
 
     Parameters
     ----------
-    trees : sequence of Tree
-
-    Returns
-    -------
-    dict
-        ``feature`` (int64, (n_splits,)), ``depth`` (int64, root 0), ``gain`` (float64).
-    """
-    feats, depths, gains = [], [], []
-    for t in trees:
-        inner = t.feature >= 0
-        feats.append(t.feature[inner].astype(np.int64))
-        depths.append(t.depth[inner].astype(np.int64))
-        gains.append(t.gain[inner].astype(np.float64))
-    if not feats:
-        return {"feature": np.zeros(0, np.int64), "depth": np.zeros(0, np.int64), "gain": np.zeros(0)}
-    return {"feature": np.concatenate(feats), "depth": np.concatenate(depths), "gain": np.concatenate(gains)}
-
-
-def importances(splits, n_features, decay_exponent=GRF_DECAY_EXPONENT, max_depth=GRF_MAX_DEPTH):
-    """Three importance measures from a split table.
-
-    Parameters
-    ----------
-    splits : dict
-        Output of :func:`split_table`.
+    trees : sequence of forest.tree.Tree
     n_features : int
     decay_exponent, max_depth : float, int
         GRF's parameters of the depth-weighted measure.
@@ -102,23 +82,12 @@ def importances(splits, n_features, decay_exponent=GRF_DECAY_EXPONENT, max_depth
     Returns
     -------
     dict of str -> ndarray, shape (n_features,)
-        ``depth_weighted`` (sums to 1 when any split is within ``max_depth`` levels),
-        ``gain`` (share of the summed positive gain), ``splits`` (counts, int64).
+        ``depth_weighted`` (GRF's ``variable_importance``), ``gain`` (share of the
+        summed positive gain), ``splits`` (counts, int64).
     """
-    f, d, g = splits["feature"], splits["depth"], splits["gain"]
-    counts = np.bincount(f, minlength=n_features)[:n_features].astype(np.int64)
-    freq = np.zeros((max_depth, n_features))
-    for k in range(max_depth):
-        at = f[d == k]
-        if at.size:
-            freq[k] = np.bincount(at, minlength=n_features)[:n_features] / at.size
-    weight = np.arange(1, max_depth + 1, dtype=np.float64) ** -decay_exponent
-    depth_weighted = weight @ freq / weight.sum()
-    gain_sum = np.bincount(f, weights=np.maximum(g, 0.0), minlength=n_features)[:n_features]
-    total = gain_sum.sum()
-    return {"depth_weighted": depth_weighted,
-            "gain": gain_sum / total if total > 0 else gain_sum,
-            "splits": counts}
+    return {"depth_weighted": importance.depth_weighted_importance(trees, n_features, max_depth, decay_exponent),
+            "gain": importance.gain_importance(trees, n_features, normalize=True),
+            "splits": importance.split_counts(trees, n_features)}
 
 
 # ------------------------------------------------------------------ effect diagnostics

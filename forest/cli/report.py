@@ -87,7 +87,7 @@ def build_report(path, data=None, top=20, want_figures=False):
     trees = rep.model_trees(est)
     if not trees:
         raise CLIError(f"model file {path!r} holds no trees (is the model fitted?)")
-    imp = rep.importances(rep.split_table(trees), len(names))
+    imp = rep.importances(trees, len(names))
     meta = header.get("metadata", {})
     report = {
         "model": header["estimator"].rsplit(".", 1)[-1], "model_file": path,

@@ -24,7 +24,7 @@ def _chain_tree(features, gains):
 def test_importances_match_grf_definition():
     trees = [_chain_tree([0, 1, 2, 0, 1], [5.0, 1.0, 1.0, 1.0, 9.0]),
              _chain_tree([1, 1], [2.0, -1.0])]
-    imp = rep.importances(rep.split_table(trees), 4)
+    imp = rep.importances(trees, 4)
     # by depth (1-based): d1: {0, 1}, d2: {1, 1}, d3: {2}, d4: {0}; d5 ignored (max depth 4)
     freq = np.array([[0.5, 0.5, 0, 0], [0, 1.0, 0, 0], [0, 0, 1.0, 0], [1.0, 0, 0, 0]])
     w = np.array([1, 1 / 4, 1 / 9, 1 / 16])
