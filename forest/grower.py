@@ -61,7 +61,8 @@ from .partition import partition_rows, partition_segment, sum_channels_by_node
 from .predictor import predict_leaves_binned
 from .criteria import NewtonCriterion
 from .profiling import phase
-from .splitting import SplitResult, find_best_splits, mtry_feature_mask
+from .mtry import mtry_feature_mask
+from .splitting import SplitResult, find_best_splits
 from .tree import Tree
 
 SPLIT_MODES = ("allreduce", "reduce_scatter")
