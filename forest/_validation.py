@@ -165,11 +165,35 @@ def check_binned(binned, X=None):
         raise ValueError("binned must be a (BinMapper, codes) pair") from None
     if not isinstance(mapper, BinMapper) or not hasattr(mapper, "thresholds_flat_"):
         raise ValueError(f"binned[0] must be a fitted BinMapper, got {type(mapper).__name__}")
-    codes = np.asarray(codes)
-    if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[0] != mapper.n_features_in_:
-        raise ValueError(f"binned codes must be uint8 of shape ({mapper.n_features_in_}, n_rows) "
-                         f"(features first), got {codes.dtype} {codes.shape}")
+    codes = check_codes(codes, mapper.n_features_in_, name="binned codes")
     if X is not None and (X.shape[0] != codes.shape[1] or X.shape[1] != codes.shape[0]):
         raise ValueError(f"X has shape {X.shape} but the binned codes hold {codes.shape[1]} rows "
                          f"of {codes.shape[0]} features")
     return mapper, np.ascontiguousarray(codes)
+
+
+def check_codes(binned, n_features=None, name="binned"):
+    """Validate feature-major bin codes: uint8 of shape ``(n_features, n_rows)``.
+
+    The one home of this check: estimators, growers and predictors all take codes in
+    this layout (``BinMapper.transform``), and the compiled kernels read them unchecked.
+
+    Parameters
+    ----------
+    binned : ndarray
+    n_features : int, optional
+        Required first-axis length.
+    name : str
+        Used in error messages.
+
+    Returns
+    -------
+    ndarray of uint8, shape (n_features, n_rows)
+        ``binned`` itself (no copy).
+    """
+    binned = np.asarray(binned)
+    if binned.dtype != np.uint8 or binned.ndim != 2 or (n_features is not None and binned.shape[0] != n_features):
+        want = "n_features" if n_features is None else str(int(n_features))
+        raise ValueError(f"{name} must be uint8 of shape ({want}, n_rows) (features first, as BinMapper.transform "
+                         f"returns), got {binned.dtype} {binned.shape}")
+    return binned

@@ -41,6 +41,7 @@ from histogram.rowhash import uniform
 from native import collectives as col
 from native.comm import world
 
+from ._validation import check_binned
 from .criteria import NewtonCriterion
 from .grower import LeafwiseGrower
 from .importance import gain_importance, split_counts
@@ -169,16 +170,7 @@ class _BaseGBDT(BaseEstimator):
             X, y = _validate_data(self, X, y, dtype=np.float64, ensure_all_finite="allow-nan", y_numeric=y_numeric,
                                   ensure_min_samples=min_rows)
             return X, y, None
-        if not (isinstance(binned, (tuple, list)) and len(binned) == 2):
-            raise ValueError("binned must be a pair (mapper, codes)")
-        mapper, codes = binned
-        if not isinstance(mapper, BinMapper) or not hasattr(mapper, "n_features_in_"):
-            raise ValueError(f"binned[0] must be a fitted histogram.binning.BinMapper, got {type(mapper).__name__}")
-        if not isinstance(codes, np.ndarray) or codes.dtype != np.uint8 or codes.ndim != 2:
-            raise ValueError("binned[1] must be the uint8 array of shape (n_features, n_local) from mapper.transform")
-        if codes.shape[0] != mapper.n_features_in_:
-            raise ValueError(f"binned codes have {codes.shape[0]} features (rows of the array), "
-                             f"the mapper was fitted with {mapper.n_features_in_}")
+        mapper, codes = check_binned(binned)
         if X is not None:
             X, y = _validate_data(self, X, y, dtype=np.float64, ensure_all_finite="allow-nan", y_numeric=y_numeric,
                                   ensure_min_samples=min_rows)

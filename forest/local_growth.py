@@ -52,8 +52,10 @@ import numba
 import numpy as np
 
 from .causal_criterion import KIND_CAUSAL, _gain_scalar_core, causal_prepare
+from ._validation import check_codes
 from .criteria import variance_gains_rows, variance_prepare
 from .mtry import mtry_feature_mask, mtry_keys, node_mask
+from .routing import goes_left_code, goes_left_codes
 
 #: Columns of the integer record array.
 REC_NODE, REC_LEFT, REC_DEPTH, REC_FEATURE, REC_BIN, REC_MISSING_LEFT = range(6)
@@ -332,7 +334,7 @@ def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, ne
         for i in range(lo, hi):
             p = order[bf, i]
             code = np.int64(tc[bf, p])
-            goes_left[p] = ml if code == missing_bin else code <= b
+            goes_left[p] = goes_left_code(code, b, ml, missing_bin)
         n_left = 0
         for f in range(n_features):
             # Branchless stable partition: every row is written to both the left
@@ -598,7 +600,7 @@ def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_in
         for i in range(lo, hi):
             p = pos[i]
             code = np.int64(tcb[p, bf])
-            if (ml if code == missing_bin else code <= b):
+            if goes_left_code(code, b, ml, missing_bin):
                 pos[lo + nl] = p
                 nl += 1
             else:
@@ -774,10 +776,8 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     -------
     SubtreeRecords
     """
-    binned = np.asarray(binned)
+    binned = check_codes(binned)
     channels = np.ascontiguousarray(channels, dtype=np.float64)
-    if binned.ndim != 2 or binned.dtype != np.uint8:
-        raise ValueError(f"binned must be uint8 of shape (n_features, n_rows), got {binned.dtype} {binned.shape}")
     if channels.ndim != 2 or channels.shape[0] != binned.shape[1]:
         raise ValueError(f"channels must have shape ({binned.shape[1]}, C), got {channels.shape}")
     c = channels.shape[1]
@@ -868,9 +868,7 @@ def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task
                         for d in (0, 1):
                             if d == 1 and b == nb[f] - 1:
                                 continue
-                            left_rows = (codes <= b) & (codes != missing_bin)
-                            if d == 1:
-                                left_rows |= codes == missing_bin
+                            left_rows = goes_left_codes(codes, b, d == 1, missing_bin)
                             if left_rows.all() or not left_rows.any():
                                 continue
                             left = channels[seg[left_rows]].sum(axis=0)
@@ -889,7 +887,7 @@ def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task
                 if miss[wch] == 0:
                     ml = bool(left[wch] >= right[wch])
                     codes = binned[f, seg].astype(np.int64)
-                    left_rows = np.where(codes == missing_bin, ml, codes <= b)
+                    left_rows = goes_left_codes(codes, b, ml, missing_bin)
                 lid = next_id
                 next_id += 2
                 ints[t].append([node, lid, depth + 1, f, b, int(ml)])
