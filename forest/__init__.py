@@ -5,6 +5,7 @@ The estimators are exported lazily (PEP 562), so ``import forest`` (and therefor
 Numba kernels until an estimator is actually used::
 
     from forest import CausalForest, RegressionForest, GBDTRegressor, GBDTClassifier
+    from forest import Checkpoint, merge_forests    # checkpoint/resume, merging forests
 """
 import importlib
 
@@ -15,6 +16,8 @@ _EXPORTS = {
     "RegressionForest": "forest.regression_forest",
     "GBDTRegressor": "forest.gbdt",
     "GBDTClassifier": "forest.gbdt",
+    "Checkpoint": "forest.checkpoint",
+    "merge_forests": "forest.merge",
 }
 
 __all__ = sorted(_EXPORTS)

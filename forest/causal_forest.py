@@ -26,6 +26,8 @@ from native import collectives as col
 from native.comm import world
 
 from .causal_criterion import CausalChannels, CausalCriterion
+from .continuation import continue_forest, forest_fingerprint, nothing_to_add, open_stage, warm_mapper, warm_trees
+from .fingerprint import content_hash
 from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
                             oob_average, tree_values)
 from .importance import depth_weighted_importance, gain_importance
@@ -35,7 +37,7 @@ from .predictor import predict_values, predict_values_binned
 from .profiling import phase
 from ._validation import as_columns
 from .regression_forest import (RegressionForest, features_or_codes, check_forest_params, check_weight, check_X,
-                                resolve_mtry)
+                                n_estimators_fitted, resolve_mtry)
 
 TREATMENT_TYPES = ("auto", "binary", "categorical", "continuous")
 
@@ -87,6 +89,13 @@ class CausalForest(BaseEstimator):
         Trees of each centering forest; ``None`` is ``max(50, n_estimators // 4)``.
     batch_size : int or None, default None
     random_state : int or None, default None (means 0)
+    warm_start : bool, default False
+        When True and the forest is fitted, ``fit`` keeps its trees and adds trees up
+        to ``n_estimators``. The nuisance estimates of the first fit are kept (new
+        centering would change the trees already grown), so with
+        ``nuisance_estimators=None`` the result is the single fit with the larger
+        ``n_estimators`` and ``nuisance_estimators`` set to the first fit's count
+        (``nuisance_["y_hat"]["n_estimators"]``), bit for bit.
 
     Attributes
     ----------
@@ -103,11 +112,20 @@ class CausalForest(BaseEstimator):
     feature_importances_ : ndarray, shape (n_features,)
         GRF's depth-weighted split frequency.
     gain_importances_ : ndarray, shape (n_features,)
+    nuisance_ : dict
+        Where the centering came from, for ``"y_hat"`` and ``"t_hat"``: ``{"source":
+        "forest", "n_estimators", "seed"}`` or ``{"source": "given", "content"}`` (a
+        rank-count-free hash of the values, :func:`forest.fingerprint.content_hash`).
+        Forests can be merged only when these agree.
     """
+
+    #: Kept in memory for warm start only (this rank's rows), never in model files.
+    _model_io_exclude_ = ("_nuisance_rows",)
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
-                 treatment_type="auto", nuisance_estimators=None, batch_size=None, random_state=None):
+                 treatment_type="auto", nuisance_estimators=None, batch_size=None, random_state=None,
+                 warm_start=False):
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.honest = honest
@@ -123,6 +141,7 @@ class CausalForest(BaseEstimator):
         self.nuisance_estimators = nuisance_estimators
         self.batch_size = batch_size
         self.random_state = random_state
+        self.warm_start = warm_start
 
     # ------------------------------------------------------------------ fit
     def _treatment_matrix(self, t, comm):
@@ -163,7 +182,58 @@ class CausalForest(BaseEstimator):
         W = as_columns(t)
         return "continuous", W, None, None
 
-    def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None, binned=None):
+    def _centering(self, X, Y, W, g, y_hat, t_hat, binned, seed, comm, stage, warm):
+        """``y_hat``, ``t_hat`` (given, kept by a warm start, or out-of-bag nuisance forests) and their sources.
+
+        Returns
+        -------
+        y_hat, t_hat : array-like
+        sources : dict
+            ``"y_hat"`` / ``"t_hat"`` -> ``{"source": "given"}`` or the nuisance
+            forest's ``{"source": "forest", "n_estimators", "seed"}``.
+        """
+        prior = getattr(self, "nuisance_", {}) if warm else {}
+        kept = getattr(self, "_nuisance_rows", None) if warm else None
+        if kept is not None and len(kept["y_hat"]) != len(Y):
+            kept = None
+        default = self.nuisance_estimators or max(50, int(self.n_estimators) // 4)
+        params = dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
+                      max_features=self.max_features, batch_size=self.batch_size)
+        out, sources = {}, {}
+        for name, given, target, offset, stage_name in (("y_hat", y_hat, Y, 7919, "nuisance-y"),
+                                                        ("t_hat", t_hat, W, 104729, "nuisance-t")):
+            before = prior.get(name, {})
+            if given is not None:
+                out[name], sources[name] = given, {"source": "given"}
+                continue
+            # A warm start keeps the first fit's nuisance forest (its size included).
+            source = {"source": "forest", "n_estimators": int(before.get("n_estimators", default)),
+                      "seed": int(seed + offset)}
+            if kept is not None and before == source:
+                out[name] = kept[name]
+            else:
+                est = RegressionForest(source["n_estimators"], random_state=source["seed"], **params)
+                out[name] = est.fit(X, target, g, comm=comm, binned=binned,
+                                    checkpoint=None if stage is None else stage.run.stage(stage_name)).oob_prediction_
+            sources[name] = source
+        return out["y_hat"], out["t_hat"], sources
+
+    def _nuisance_record(self, sources, values, gids, comm, warm):
+        """:attr:`nuisance_` from the sources (given values hashed); a warm start must not change it."""
+        record = {}
+        for name in ("y_hat", "t_hat"):
+            record[name] = dict(sources[name])
+            if record[name]["source"] == "given":
+                record[name]["content"] = content_hash(comm, gids, columns=[values[name]])
+        before = getattr(self, "nuisance_", {}) if warm else record
+        if record != before:
+            changed = next(k for k in record if record[k] != before.get(k))
+            raise ValueError(f"warm start: {changed} differs from the first fit's ({before.get(changed)} -> "
+                             f"{record[changed]}); the trees already grown were centred on it")
+        return record
+
+    def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None, binned=None,
+            checkpoint=None):
         """Fit on this rank's rows.
 
         Parameters
@@ -188,6 +258,10 @@ class CausalForest(BaseEstimator):
             (``mapper.transform(X)``). The forest and its nuisance forests then grow
             on the codes and need no float features (``forest-train`` bins parquet
             row groups as it reads them).
+        checkpoint : str, os.PathLike or forest.checkpoint.Checkpoint, optional
+            Directory where rank 0 writes the nuisance forests' and the forest's trees
+            after every batch; a fit whose directory holds a checkpoint of the same data
+            and parameters resumes from it, on any number of ranks (:mod:`forest.checkpoint`).
 
         Returns
         -------
@@ -218,19 +292,24 @@ class CausalForest(BaseEstimator):
         constraint = "sign" if kind == "continuous" else "arms"
         crit = CausalCriterion(K, M, min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
                                imbalance_penalty=self.imbalance_penalty, constraint=constraint)
-        mapper, binned = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
-
-        n_nuis = self.nuisance_estimators or max(50, int(self.n_estimators) // 4)
-        nuisance = dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
-                        max_features=self.max_features, batch_size=self.batch_size)
-        if y_hat is None:
-            m = RegressionForest(n_nuis, random_state=seed + 7919, **nuisance).fit(X, Y, g, comm=comm,
-                                                                                    binned=(mapper, binned))
-            y_hat = m.oob_prediction_
-        if t_hat is None:
-            e = RegressionForest(n_nuis, random_state=seed + 104729, **nuisance).fit(X, W, g, comm=comm,
-                                                                                     binned=(mapper, binned))
-            t_hat = e.oob_prediction_
+        sampling = dict(seed=seed, sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size),
+                        honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction))
+        n_fitted = n_estimators_fitted(self.estimators_) if hasattr(self, "estimators_") else None
+        earlier = warm_trees(self, n_fitted, n_features, sampling)
+        if earlier is not None and nothing_to_add(n_fitted, self.n_estimators):
+            return self
+        if earlier is not None:
+            mapper = warm_mapper(self, codes_given)
+            binned = codes_given[1] if codes_given is not None else mapper.transform(X)
+        else:
+            mapper, binned = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
+        inputs = {"t": W if kind != "categorical" else codes, "y": Y, "sample_weight": g}
+        inputs.update((k, v) for k, v in (("y_hat", y_hat), ("t_hat", t_hat)) if v is not None)
+        stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),
+                           fingerprint=lambda: forest_fingerprint(comm, gids, n_global, binned, mapper, inputs,
+                                                                  checkpoint))
+        y_hat, t_hat, centering = self._centering(X, Y, W, g, y_hat, t_hat, (mapper, binned), seed, comm, stage,
+                                                  earlier is not None)
         y_hat = np.asarray(y_hat, dtype=np.float64)
         t_hat = np.asarray(t_hat, dtype=np.float64)
         if y_hat.size != n * M or t_hat.size != n * K or len(y_hat) != n or len(t_hat) != n:
@@ -239,19 +318,23 @@ class CausalForest(BaseEstimator):
         y_hat, t_hat = y_hat.reshape(n, M), t_hat.reshape(n, K)
         if not (np.all(np.isfinite(y_hat)) and np.all(np.isfinite(t_hat))):
             raise ValueError("y_hat / t_hat contain NaN or infinite values")
+        nuisance = self._nuisance_record(centering, {"y_hat": y_hat, "t_hat": t_hat}, gids, comm,
+                                         earlier is not None)
         wc = W - t_hat
         yc = Y - y_hat
         indicator = (wc > 0).astype(np.float64) if constraint == "sign" else W
         with phase("other"):
             channels = crit.make_channels(wc, yc, g, indicator)
         layout = crit.layout
+        start, on_batch = continue_forest(stage, earlier, binned=binned, missing_bin=mapper.missing_bin_, gids=gids,
+                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=True)
         packed, acc, cnt = grow_honest_forest(
             binned, mapper, gids, channels, crit, n_estimators=int(self.n_estimators), seed=seed,
             sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
             honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
             min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
             batch_size=self.batch_size, n_global=n_global, value_fn=crit.node_value, count_col=layout.n_moments,
-            comm=comm, oob=True, progress=progress)
+            comm=comm, oob=True, progress=progress, start=start, on_batch=on_batch)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         self.treatment_type_ = kind
@@ -259,9 +342,10 @@ class CausalForest(BaseEstimator):
         self.n_treatments_, self.n_outcomes_ = K, M
         self.n_features_in_ = n_features
         self.y_ndim_ = y.ndim
-        self.sampling_ = dict(seed=seed, sample_fraction=float(self.max_samples),
-                              ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
-                              honesty_fraction=float(self.honesty_fraction))
+        self.sampling_ = sampling
+        self.nuisance_ = nuisance
+        if self.warm_start:
+            self._nuisance_rows = {"y_hat": y_hat, "t_hat": t_hat}
 
         # Out-of-bag CATE on this rank's rows, then the AIPW average effect (global sums).
         with phase("prediction"):

@@ -42,6 +42,8 @@ from native import collectives as col
 from native.comm import world
 
 from ._validation import check_binned
+from .checkpoint import stored_seed
+from .continuation import forest_fingerprint, open_stage, warm_mapper
 from .criteria import NewtonCriterion
 from .grower import LeafwiseGrower
 from .importance import gain_importance, split_counts
@@ -89,7 +91,7 @@ class _BaseGBDT(BaseEstimator):
     def __init__(self, *, learning_rate=0.1, n_estimators=100, max_leaf_nodes=31, max_depth=None,
                  min_samples_leaf=20, l2_regularization=0.0, min_child_weight=1e-3, min_gain_to_split=0.0,
                  max_bins=255, early_stopping="auto", validation_fraction=0.1, n_iter_no_change=10, tol=1e-7,
-                 random_state=None, n_threads=None, backend="auto", split_mode="allreduce"):
+                 random_state=None, n_threads=None, backend="auto", split_mode="allreduce", warm_start=False):
         self.learning_rate = learning_rate
         self.n_estimators = n_estimators
         self.max_leaf_nodes = max_leaf_nodes
@@ -107,6 +109,7 @@ class _BaseGBDT(BaseEstimator):
         self.n_threads = n_threads
         self.backend = backend
         self.split_mode = split_mode
+        self.warm_start = warm_start
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -146,7 +149,13 @@ class _BaseGBDT(BaseEstimator):
         need(self.n_threads is None or (isinstance(self.n_threads, (int, np.integer)) and self.n_threads >= 1),
              f"n_threads must be None or an int >= 1, got {self.n_threads!r}")
 
-    def _seed(self, comm):
+    def _seed(self, comm, checkpoint=None):
+        """The fit's seed: a checkpoint's, a warm start's, ``random_state``, or one drawn on rank 0."""
+        seed = stored_seed(checkpoint, comm)
+        if seed is not None:
+            return int(seed)
+        if self._warm():
+            return self._random_seed
         rs = self.random_state
         if isinstance(rs, (int, np.integer)):
             return int(rs) & 0x7FFFFFFF
@@ -193,17 +202,56 @@ class _BaseGBDT(BaseEstimator):
             raise ValueError(f"binned codes have {codes.shape[1]} rows (columns of the array), y has {len(y)}")
         return X, y, (mapper, np.ascontiguousarray(codes))
 
-    def _fit(self, X, y, sample_weight, comm, progress, loss, binned=None):
+    def _warm(self):
+        """Whether this fit continues the fitted model (``warm_start`` and fitted)."""
+        return bool(self.warm_start) and hasattr(self, "trees_")
+
+    def _no_progress(self, losses):
+        """scikit-learn's early-stopping rule on the validation losses so far."""
+        m = int(self.n_iter_no_change)
+        # Stop when none of the last m iterations improved on the loss m+1 iterations
+        # ago by more than tol (relative).
+        return len(losses) > m and min(losses[-m:]) > losses[-m - 1] - self.tol * max(abs(losses[-m - 1]), 1.0)
+
+    def _earlier(self, stage, warm, es):
+        """Trees and boosting state to continue from (checkpoint or warm start), or None.
+
+        Returns
+        -------
+        dict or None
+            ``trees`` (list of Tree), ``baseline`` (ndarray), ``losses`` (list of float),
+            ``stopped`` (bool).
+        """
+        state = None
+        if warm:
+            trees = list(self.trees_)
+            losses = [float(v) for v in self.validation_loss_]
+            state = dict(trees=trees, baseline=self.baseline_, losses=losses,
+                         stopped=trees[-1].node_count == 1 or (es and self._no_progress(losses)))
+        if stage is not None and stage.n_done > (len(state["trees"]) if state else 0):
+            extra = stage.extra
+            state = dict(trees=stage.load_trees(), baseline=np.asarray(extra["baseline"], dtype=np.float64),
+                         losses=[float(v) for v in extra["losses"]], stopped=bool(extra["stopped"]))
+        return state
+
+    def _fit(self, X, y, sample_weight, comm, progress, loss, binned=None, checkpoint=None):
         """Boosting loop; ``y`` is float (regression) or class codes (classification).
 
         ``X`` (n, n_features) float64 or None when ``binned = (mapper, codes)`` is given.
+        A warm start or a checkpoint (:mod:`forest.checkpoint`) continues after the trees
+        they hold: the training and validation scores are recomputed from those trees
+        (each row adds the trees' values in order, as the loop does, so the same bits).
         """
         n = len(y)
         # sample weights are checked against the row count only (X may be None)
         w = _check_sample_weight(sample_weight, np.empty((n, 0)), dtype=np.float64, ensure_non_negative=True) \
             if sample_weight is not None else np.ones(n)
+        warm = self._warm()
+        if warm and int(self.n_estimators) < self.n_iter_:
+            raise ValueError(f"n_estimators={self.n_estimators} must be >= n_iter_={self.n_iter_} when "
+                             f"warm_start=True")
         offset, n_global = col.global_row_offset(comm, n)
-        seed = self._seed(comm)
+        seed = self._seed(comm, checkpoint)
         k = loss.n_outputs
 
         es = self.early_stopping is True or (self.early_stopping == "auto" and n_global > 10_000)
@@ -212,17 +260,27 @@ class _BaseGBDT(BaseEstimator):
             val = uniform(seed, _VALIDATION_STREAM, gid) < self.validation_fraction
             n_val = int(_allreduce(comm, np.array([val.sum()], dtype=np.float64))[0])
             es = 0 < n_val < n_global
+        if warm and es != self.do_early_stopping_:
+            raise ValueError("warm start cannot switch early stopping on or off (early_stopping, or the row count "
+                             "changed)")
         # Bin edges come from all rows of X, validation rows included (unsupervised;
         # it avoids a float64 copy of the training rows, 200 MB at 1M x 28, and makes
         # fit(X) and fit(binned=(mapper fitted on X, codes)) the same model). The
         # validation split then selects columns of the uint8 codes.
         if binned is None:
             with phase("binning"):
-                mapper = BinMapper(max_bins=int(self.max_bins), random_state=seed).fit(X, comm=comm)
+                mapper = self.bin_mapper_ if warm else \
+                    BinMapper(max_bins=int(self.max_bins), random_state=seed).fit(X, comm=comm)
                 codes = mapper.transform(X)
         else:
             mapper, codes = binned
+            if warm:
+                warm_mapper(self, binned)
         self.bin_mapper_ = mapper
+        stage = open_stage(checkpoint, comm, self, stage="boosting", n_total=int(self.n_estimators), seed=seed,
+                           fingerprint=lambda: forest_fingerprint(
+                               comm, np.arange(offset, offset + n, dtype=np.int64), n_global, codes, mapper,
+                               {"y": y, "sample_weight": w}, checkpoint))
         if es:
             train = ~val
             binned_tr, binned_val = codes[:, train], codes[:, val]
@@ -232,19 +290,41 @@ class _BaseGBDT(BaseEstimator):
             y_tr, w_tr = y, w
         del codes
 
-        self.baseline_ = loss.baseline(_allreduce(comm, loss.baseline_sums(y_tr, w_tr)))
+        earlier = self._earlier(stage, warm, es)
+        if earlier is None:
+            self.baseline_ = loss.baseline(_allreduce(comm, loss.baseline_sums(y_tr, w_tr)))
+            trees, stop = [], False
+        else:
+            self.baseline_ = earlier["baseline"]
+            trees, stop = list(earlier["trees"]), earlier["stopped"]
         raw = np.tile(self.baseline_, (len(y_tr), 1))
+        if trees:
+            predict_values_binned(pack_trees(trees), binned_tr, mapper.missing_bin_, out=raw)
         criterion = NewtonCriterion(k, self.l2_regularization, self.min_samples_leaf, self.min_child_weight)
         grower = LeafwiseGrower(binned_tr, self.bin_mapper_, criterion, max_leaf_nodes=self.max_leaf_nodes,
                                 max_depth=self.max_depth, min_gain=self.min_gain_to_split, comm=comm,
                                 backend=self.backend, split_mode=self.split_mode)
         channels = np.empty((len(y_tr), 2 * k))
+        losses = []
         if es:
             y_val, w_val = y[val], w[val]
             raw_val = np.tile(self.baseline_, (len(y_val), 1))
-            losses = [self._global_loss(comm, loss, y_val, raw_val, w_val)]
-        trees = []
-        for it in range(int(self.n_estimators)):
+            if trees:
+                predict_values_binned(pack_trees(trees), binned_val, mapper.missing_bin_, out=raw_val)
+                losses = list(earlier["losses"])
+            else:
+                losses = [self._global_loss(comm, loss, y_val, raw_val, w_val)]
+
+        def save(complete):
+            stage.save(trees[stage.n_done:], len(trees), int(self.n_estimators), complete=complete,
+                       extra=dict(baseline=self.baseline_, losses=np.asarray(losses, dtype=np.float64),
+                                  stopped=bool(stop)))
+
+        if stage is not None and stage.n_done < len(trees):
+            save(stop or len(trees) == int(self.n_estimators))  # warm trees the checkpoint lacks
+        if progress is not None and trees:
+            progress(len(trees), int(self.n_estimators))
+        for it in range(len(trees), int(self.n_estimators) if not stop else 0):
             with phase("other"):
                 loss.gradients(y_tr, raw, w_tr, channels)
             grown = grower.grow(channels, shrinkage=float(self.learning_rate))
@@ -256,11 +336,10 @@ class _BaseGBDT(BaseEstimator):
             if es:
                 raw_val = predict_values_binned(tree, binned_val, self.bin_mapper_.missing_bin_, out=raw_val)
                 losses.append(self._global_loss(comm, loss, y_val, raw_val, w_val))
-                m = int(self.n_iter_no_change)
-                if len(losses) > m:
-                    # Stop when none of the last m iterations improved on the loss m+1
-                    # iterations ago by more than tol (scikit-learn's rule, on the loss).
-                    stop |= min(losses[-m:]) > losses[-m - 1] - self.tol * max(abs(losses[-m - 1]), 1.0)
+                stop |= self._no_progress(losses)
+            last = stop or it + 1 == int(self.n_estimators)
+            if stage is not None and (last or (it + 1) % stage.every == 0):
+                save(last)
             if progress is not None:
                 progress(it + 1, int(self.n_estimators))
             if stop:
@@ -270,6 +349,7 @@ class _BaseGBDT(BaseEstimator):
         self.validation_loss_ = np.asarray(losses) if es else np.zeros(0)
         self.do_early_stopping_ = bool(es)
         self.n_outputs_ = k
+        self._random_seed = seed
         self._packed = pack_trees(trees)
         return self
 
@@ -359,6 +439,11 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
         Histogram backend.
     split_mode : {'allreduce', 'reduce_scatter'}
         How histograms are combined across ranks (see :mod:`forest.grower`).
+    warm_start : bool, default False
+        When True and the model is fitted, ``fit`` keeps its trees, bin edges, seed,
+        baseline and validation losses and boosts on up to ``n_estimators``: the trees
+        are those of a single fit with that ``n_estimators`` (one that stopped early
+        stays as it is).
 
     Attributes
     ----------
@@ -375,7 +460,7 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
         Only when fitted on a table with string column names.
     """
 
-    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None):
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, checkpoint=None):
         """Fit on this rank's rows.
 
         Parameters
@@ -395,6 +480,11 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
             mapper is used as given (no refit); early stopping holds out columns of
             ``codes``; ``n_features_in_`` comes from ``codes``. ``X`` may then be None
             (if given, it only supplies feature names and must have shape ``codes.shape[::-1]``).
+        checkpoint : str, os.PathLike or forest.checkpoint.Checkpoint, optional
+            Directory where rank 0 writes the trees and the boosting state every
+            ``Checkpoint.every`` iterations (default 10); a fit whose directory holds a
+            checkpoint of the same data and parameters resumes from it, on any number of
+            ranks (:mod:`forest.checkpoint`).
 
         Returns
         -------
@@ -405,7 +495,7 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
         X, y, binned = self._check_fit_input(X, y, binned, comm, y_numeric=True)
         with _threads(self.n_threads):
             return self._fit(X, np.asarray(y, dtype=np.float64), sample_weight, comm, progress, SquaredError(),
-                             binned)
+                             binned, checkpoint)
 
     def predict(self, X):
         """Predicted values, shape (n,)."""
@@ -434,8 +524,8 @@ class GBDTClassifier(ClassifierMixin, _BaseGBDT):
         As in :class:`GBDTRegressor`; ``baseline_`` has shape (1,) or (n_classes,).
     """
 
-    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None):
-        """Fit on this rank's rows; see :meth:`GBDTRegressor.fit` (``binned`` included)."""
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, checkpoint=None):
+        """Fit on this rank's rows; see :meth:`GBDTRegressor.fit` (``binned`` and ``checkpoint`` included)."""
         comm = world() if comm is None else comm
         self._check_params()
         X, y, binned = self._check_fit_input(X, y, binned, comm, y_numeric=False)
@@ -448,12 +538,15 @@ class GBDTClassifier(ClassifierMixin, _BaseGBDT):
             classes = local
         if len(classes) < 2:
             raise ValueError(f"GBDTClassifier needs at least 2 classes in y, got {len(classes)} class")
+        if self._warm() and not np.array_equal(classes, self.classes_):
+            raise ValueError(f"warm start: y has classes {classes.tolist()}, the model was fitted on "
+                             f"{self.classes_.tolist()}")
         self.classes_ = classes
         self.n_classes_ = len(classes)
         codes = np.searchsorted(classes, y).astype(np.float64)
         loss = LogLoss() if self.n_classes_ == 2 else SoftmaxLoss(self.n_classes_)
         with _threads(self.n_threads):
-            return self._fit(X, codes, sample_weight, comm, progress, loss, binned)
+            return self._fit(X, codes, sample_weight, comm, progress, loss, binned, checkpoint)
 
     def _proba_from_raw(self, raw):
         return LogLoss.proba(raw) if self.n_classes_ == 2 else SoftmaxLoss.proba(raw)

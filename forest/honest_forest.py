@@ -14,7 +14,18 @@ stands in for GRF's pruning of empty honest leaves.
 
 Helpers for prediction: :func:`tree_values` (each tree's leaf vector for each row),
 :func:`oob_average`. Importances live in :mod:`forest.importance`.
+
+Continuing a forest (checkpoint resume, warm start; :mod:`forest.checkpoint`): the
+loop can start from trees already grown (:class:`ForestStart`) and reports each
+finished batch (``on_batch``). Batches lie on a fixed grid of ``batch_size`` trees
+counted from tree 0, so a run resumed at a batch boundary fuses exactly the trees an
+uninterrupted run fuses (which decides the float summation order of the collectives
+on three or more ranks). Out-of-bag sums of the earlier trees are recomputed by
+:func:`oob_sums_binned`: each row adds its trees' values in tree order in both cases,
+so the sums are the same bits.
 """
+from collections import namedtuple
+
 import numpy as np
 from numba import njit, prange
 
@@ -148,10 +159,89 @@ def oob_accumulate(packed, leaves, codes, acc, cnt):
                     np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64), acc, cnt)
 
 
+#: Where a continued forest starts: ``trees`` (list of Tree, indices 0..len-1) already
+#: grown, their out-of-bag sums ``oob_acc`` / ``oob_cnt`` for this rank's rows (or
+#: None), and ``batch_size``, the batch grid to keep (None: choose as usual).
+ForestStart = namedtuple("ForestStart", "trees oob_acc oob_cnt batch_size")
+
+
+def batch_ranges(first, n_trees, batch_size):
+    """Tree ranges ``(lo, hi)`` from ``first`` to ``n_trees`` on the grid of ``batch_size``.
+
+    Returns
+    -------
+    list of (int, int)
+        ``[(0, B), (B, 2B), ...]`` from 0; from another start, a first shorter range
+        up to the next multiple of ``B``, then the grid.
+    """
+    out, lo = [], int(first)
+    while lo < n_trees:
+        hi = min(n_trees, (lo // batch_size + 1) * batch_size)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def oob_sums_binned(packed, binned, missing_bin, gids, sampling, chunk_trees=64):
+    """Out-of-bag sums of a forest's leaf values over this rank's training rows.
+
+    The fit accumulates these batch by batch; every row adds its out-of-bag trees in
+    tree order either way, so the result equals the fit's sums bit for bit.
+
+    Parameters
+    ----------
+    packed : dict
+        Packed forest, trees ``0 .. n_trees - 1`` of ``sampling``.
+    binned : ndarray of uint8, shape (n_features, n_local)
+    missing_bin : int
+    gids : ndarray of int64, shape (n_local,)
+    sampling : dict
+        ``seed, sample_fraction, ci_group_size, honest, honesty_fraction``.
+
+    Returns
+    -------
+    acc : ndarray of float64, shape (n_local, n_values)
+    cnt : ndarray of float64, shape (n_local,)
+    """
+    n_local = binned.shape[1]
+    acc = np.zeros((n_local, packed["value"].shape[1]))
+    cnt = np.zeros(n_local)
+    offsets = packed["tree_offsets"]
+    for lo, hi, codes in _oob_code_chunks(sampling, gids, len(offsets) - 1, chunk_trees):
+        sub = dict(packed, tree_offsets=offsets[lo:hi + 1])
+        accumulate_oob_binned(sub, binned, missing_bin, codes, acc, cnt)
+    return acc, cnt
+
+
+def sampling_segments(sampling, n_trees):
+    """``[(seed, first tree index, n trees), ...]`` in packed order.
+
+    A fitted forest is one segment ``(seed, 0, n_trees)``; a merged forest
+    (:func:`forest.merge.merge_forests`) records one per part in ``sampling["segments"]``.
+    """
+    segments = sampling.get("segments")
+    if segments is None:
+        return [(int(sampling["seed"]), 0, int(n_trees))]
+    return [(int(a), int(b), int(c)) for a, b, c in segments]
+
+
+def _oob_code_chunks(sampling, gids, n_trees, chunk_trees):
+    """Yield ``(lo, hi, codes)``: packed trees ``lo:hi`` and their row codes for ``gids``."""
+    pos = 0
+    for seed, first, count in sampling_segments(sampling, n_trees):
+        for a in range(0, count, chunk_trees):
+            b = min(count, a + chunk_trees)
+            codes = tree_row_codes(seed, np.arange(first + a, first + b), gids,
+                                   sample_fraction=sampling["sample_fraction"], ci_group_size=sampling["ci_group_size"],
+                                   honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"])
+            yield pos + a, pos + b, codes
+        pos += count
+
+
 def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimators, seed, sample_fraction,
                        ci_group_size, honest, honesty_fraction, max_depth, min_samples_split, mtry,
                        batch_size, n_global, value_fn, count_col, comm, oob=False, progress=None,
-                       local_threshold=None):
+                       local_threshold=None, start=None, on_batch=None):
     """Grow and honestly re-estimate a forest in batches.
 
     Parameters
@@ -183,6 +273,10 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
         ``progress(n_trees_done, n_trees_total)`` after each batch.
     local_threshold : float or None
         Passed to :func:`forest.grower.grow_levelwise` (``None``: its default).
+    start : ForestStart, optional
+        Continue after these trees (grow trees ``len(start.trees) .. n_estimators - 1``).
+    on_batch : callable, optional
+        ``on_batch(new_trees, n_done, batch_size)`` after each batch, before ``progress``.
 
     Returns
     -------
@@ -208,11 +302,15 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
         batch_size = min(batch_size, max(PROGRESS_MIN_BATCH, -(-n_estimators // 10)))
     if ci_group_size > 1:
         batch_size = max(ci_group_size, batch_size - batch_size % ci_group_size)
-    trees = []
-    oob_acc = None                     # allocated once the node-value width is known
-    oob_cnt = np.zeros(n_local) if oob else None
-    for start in range(0, n_estimators, batch_size):
-        idx = np.arange(start, min(n_estimators, start + batch_size), dtype=np.int64)
+    trees = [] if start is None else list(start.trees)
+    if start is not None and start.batch_size is not None:
+        batch_size = int(start.batch_size)
+    oob_acc = None if start is None else start.oob_acc   # else allocated once the value width is known
+    oob_cnt = (np.zeros(n_local) if start is None or start.oob_cnt is None else start.oob_cnt) if oob else None
+    if progress is not None and trees:
+        progress(len(trees), n_estimators)
+    for lo, hi in batch_ranges(len(trees), n_estimators, batch_size):
+        idx = np.arange(lo, hi, dtype=np.int64)
         with phase("other"):
             codes = tree_row_codes(seed, idx, gids, sample_fraction=sample_fraction, ci_group_size=ci_group_size,
                                    honest=honest, honesty_fraction=honesty_fraction)
@@ -231,6 +329,8 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
                 oob_acc = np.zeros((n_local, packed["value"].shape[1]))
             accumulate_oob_binned(packed, binned, mapper.missing_bin_, codes, oob_acc, oob_cnt)
         trees.extend(batch)
+        if on_batch is not None:
+            on_batch(batch, len(trees), batch_size)
         if progress is not None:
             progress(len(trees), n_estimators)
     return pack_trees(trees), oob_acc, oob_cnt
@@ -260,11 +360,7 @@ def oob_average(packed, X, gids, sampling, chunk_trees=256):
     acc = np.zeros((n, values.shape[1]))
     cnt = np.zeros(n)
     offsets = packed["tree_offsets"]
-    for lo in range(0, n_trees, chunk_trees):
-        hi = min(n_trees, lo + chunk_trees)
-        codes = tree_row_codes(sampling["seed"], np.arange(lo, hi), gids,
-                               sample_fraction=sampling["sample_fraction"], ci_group_size=sampling["ci_group_size"],
-                               honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"])
+    for lo, hi, codes in _oob_code_chunks(sampling, gids, n_trees, chunk_trees):
         sub = {"value": values, "tree_offsets": offsets[lo:hi + 1]}
         oob_accumulate(sub, leaves[:, lo:hi], codes, acc, cnt)
     with np.errstate(invalid="ignore", divide="ignore"):

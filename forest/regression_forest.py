@@ -18,6 +18,7 @@ from native import collectives as col
 from native.comm import world
 
 from ._validation import as_columns, check_binned
+from .continuation import continue_forest, forest_fingerprint, nothing_to_add, open_stage, warm_mapper, warm_trees
 from .criteria import VarianceCriterion
 from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
                             oob_average)
@@ -168,6 +169,10 @@ class RegressionForest(RegressorMixin, BaseEstimator):
     batch_size : int or None, default None
         Trees grown together level by level (``None``: chosen from a memory budget).
     random_state : int or None, default None (means 0)
+    warm_start : bool, default False
+        When True and the forest is fitted, ``fit`` keeps its trees and adds trees up
+        to ``n_estimators``: the result is the forest a single fit with that
+        ``n_estimators`` grows (see :mod:`forest.continuation`).
 
     Attributes
     ----------
@@ -185,7 +190,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, max_bins=255, ci_group_size=1, batch_size=None,
-                 random_state=None):
+                 random_state=None, warm_start=False):
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.honest = honest
@@ -197,8 +202,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.ci_group_size = ci_group_size
         self.batch_size = batch_size
         self.random_state = random_state
+        self.warm_start = warm_start
 
-    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None):
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, checkpoint=None):
         """Fit on this rank's rows.
 
         Parameters
@@ -217,6 +223,10 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             (``mapper.transform(X)``). The forest then grows on the codes and never
             needs float features (the causal forest shares its binning with its
             nuisance forests; ``forest-train`` bins parquet row groups as it reads).
+        checkpoint : str, os.PathLike or forest.checkpoint.Checkpoint, optional
+            Directory where rank 0 writes the trees after every batch; a fit whose
+            directory holds a checkpoint of the same data and parameters resumes from
+            it, on any number of ranks (:mod:`forest.checkpoint`).
 
         Returns
         -------
@@ -237,9 +247,26 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         gids, n_global = global_ids(comm, n)
         if n_global < 2:
             raise ValueError(f"need at least 2 rows in total, got {n_global}")
+        sampling = dict(seed=seed, sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size),
+                        honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction))
+        n_fitted = n_estimators_fitted(self.estimators_) if hasattr(self, "estimators_") else None
+        earlier = warm_trees(self, n_fitted, n_features, sampling)
+        if earlier is not None and nothing_to_add(n_fitted, self.n_estimators):
+            return self
+        weights_given = g                      # the fingerprint hashes weights before rescaling
         if sample_weight is not None:
             g = _normalise_weights(g, n_global, comm)
-        mapper, codes = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
+        if earlier is not None:
+            mapper = warm_mapper(self, codes_given)
+            codes = codes_given[1] if codes_given is not None else mapper.transform(X)
+        else:
+            mapper, codes = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
+        stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),
+                           fingerprint=lambda: forest_fingerprint(comm, gids, n_global, codes, mapper,
+                                                                  {"y": y2, "sample_weight": weights_given},
+                                                                  checkpoint))
+        start, on_batch = continue_forest(stage, earlier, binned=codes, missing_bin=mapper.missing_bin_, gids=gids,
+                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=True)
         crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
         channels = crit.make_channels(y2, g)
 
@@ -251,15 +278,14 @@ class RegressionForest(RegressorMixin, BaseEstimator):
 
         self.n_features_in_ = n_features
         self.n_outputs_ = n_out
-        self.sampling_ = dict(seed=seed, sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size),
-                              honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction))
+        self.sampling_ = sampling
         packed, acc, cnt = grow_honest_forest(
             codes, mapper, gids, channels, crit, n_estimators=int(self.n_estimators), seed=seed,
             sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
             honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
             min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
             batch_size=self.batch_size, n_global=n_global, value_fn=value_fn, count_col=n_out, comm=comm, oob=True,
-            progress=progress)
+            progress=progress, start=start, on_batch=on_batch)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         full = None

@@ -102,15 +102,17 @@ def uniform(seed, stream, ids):
     return (hash64(seed, stream, ids) >> np.uint64(11)).astype(np.float64) * TO_UNIT
 
 
+def mix64_reference(z):
+    """NumPy reference of :func:`mix64` on a uint64 array or scalar (caller silences overflow)."""
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
 def hash64_reference(seed, stream, ids):
     """Slow NumPy reference of :func:`hash64` (vectorised wrapping uint64 arithmetic)."""
-    def mix(z):
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
-
     ids = np.asarray(ids)
     ids = ids.astype(np.uint64) if ids.dtype != np.uint64 else ids
     with np.errstate(over="ignore"):
-        key = mix(np.uint64(int(seed) & _MASK64) * GOLDEN + np.uint64(int(stream) & _MASK64))
-        return mix(ids.ravel() * GOLDEN + key)
+        key = mix64_reference(np.uint64(int(seed) & _MASK64) * GOLDEN + np.uint64(int(stream) & _MASK64))
+        return mix64_reference(ids.ravel() * GOLDEN + key)
