@@ -69,6 +69,14 @@ def build_parser():
         g.add_argument(flag, dest=dest, default=None, help=text)
     g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="any other estimator parameter, e.g. --param honest=false (repeatable)")
+    c = p.add_argument_group("checkpoints (a rerun of the same command resumes, on any number of ranks)")
+    c.add_argument("--checkpoint", metavar="DIR",
+                   help="rank 0 writes the trees and the state needed to continue into DIR after every batch "
+                        "of trees (GBDT: every --checkpoint-every iterations)")
+    c.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
+                   help="GBDT iterations between checkpoints (default 10)")
+    c.add_argument("--restart", action="store_true",
+                   help="discard the checkpoint in DIR and start from the first tree")
     p.add_argument("--verbose", "-v", action="store_true",
                    help="print a per-phase timing table and bytes communicated at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -199,8 +207,9 @@ class TreeProgress:
         if self.bar is None:
             from tqdm import tqdm
 
+            # A resumed fit reports first the trees it starts from: the bar starts there.
             self.bar = tqdm(total=n_total, desc=self.desc, unit="tree", file=sys.stderr,
-                            dynamic_ncols=True, leave=True)
+                            dynamic_ncols=True, leave=True, initial=int(n_done))
         if n_total is not None and self.bar.total != n_total:
             self.bar.total = n_total
         self.bar.update(int(n_done) - self.bar.n)
@@ -210,17 +219,22 @@ class TreeProgress:
             self.bar.close()
 
 
-def bin_mapper_for(est, comm):
+def bin_mapper_for(est, comm, checkpoint=None):
     """The unfitted BinMapper the estimator's own ``fit`` would use on float input.
 
     Forests seed their binning sample with ``random_state`` (0 for None), so a
     forest trained here equals one fitted on the same rows in memory; gradient
-    boosting draws its seed on rank 0 from ``random_state`` and broadcasts it.
+    boosting draws its seed on rank 0 when ``random_state`` is None (or takes the
+    seed of the checkpoint it resumes) and then sets ``random_state`` to it.
     """
     from histogram.binning import BinMapper
 
     if hasattr(est, "_seed"):
-        seed = est._seed(comm)
+        seed = est._seed(comm, checkpoint)
+        if est.random_state is None:
+            # One seed for the bin edges and the fit (validation rows, checkpoint): the
+            # model records it, and a resumed run takes it from the checkpoint.
+            est.set_params(random_state=seed)
     else:
         from forest.regression_forest import check_forest_params
 
@@ -228,7 +242,7 @@ def bin_mapper_for(est, comm):
     return BinMapper(max_bins=int(est.max_bins), random_state=int(seed))
 
 
-def _fit(est, kind, binned, shard, args, comm, progress, treatment_type=None, outcome_type=None):
+def _fit(est, kind, binned, shard, args, comm, progress, treatment_type=None, outcome_type=None, checkpoint=None):
     """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` and the shard's targets."""
     t = shard.columns[args.treatment] if args.treatment else None
     if t is not None and treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):
@@ -240,14 +254,33 @@ def _fit(est, kind, binned, shard, args, comm, progress, treatment_type=None, ou
         y = y.astype(np.int64)  # class labels keep the column's integer values
     w = shard.columns[args.weight] if args.weight else None
     if kind == "causal":
-        return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned)
-    return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned)
+        return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned, checkpoint=checkpoint)
+    return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned, checkpoint=checkpoint)
+
+
+def make_checkpoint(args):
+    """The :class:`forest.checkpoint.Checkpoint` of ``--checkpoint`` (None without it)."""
+    if args.checkpoint is None:
+        if args.restart:
+            raise CLIError("--restart discards a checkpoint: give --checkpoint DIR too")
+        return None
+    from forest.checkpoint import Checkpoint
+
+    if args.checkpoint_every < 1:
+        raise CLIError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
+
+    def log(line):
+        print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+
+    return Checkpoint(args.checkpoint, restart=args.restart, every=args.checkpoint_every, log=log,
+                      restart_hint="rerun with --restart to discard it")
 
 
 def _body(argv):
     args = build_parser().parse_args(argv)
     targets = _resolve_columns(args)
     params = collect_params(args)
+    checkpoint = make_checkpoint(args)
     t_start = time.perf_counter()
 
     from forest import dataio, model_io
@@ -283,7 +316,9 @@ def _body(argv):
     t_read = time.perf_counter()
     source, names, run, offset, n_local = plan_source(comm, args.data, choose)
     features = names[:len(names) - len(targets)]
-    mapper, message = guarded(bin_mapper_for, est, comm)
+    if checkpoint is not None:
+        checkpoint.feature_names = list(features)   # part of the data fingerprint
+    mapper, message = guarded(bin_mapper_for, est, comm, checkpoint)
     agree(comm, message)
     fitter = StreamingBinFit(mapper, len(features), offset, n_local, source.n_rows)
     rows_seen = [offset]
@@ -322,9 +357,14 @@ def _body(argv):
     codes, _ = binned
     progress = TreeProgress(comm.rank == 0 and not args.no_progress, f"{PROG} [{comm.size} rank(s)]")
     t_fit = time.perf_counter()
+    from forest.checkpoint import CheckpointError
+
     try:
         _fit(est, args.model, (mapper, codes), shard, args, comm, progress,
-             source.types.get(args.treatment) if args.treatment else None, source.types.get(args.outcome))
+             source.types.get(args.treatment) if args.treatment else None, source.types.get(args.outcome),
+             checkpoint)
+    except CheckpointError as exc:   # raised on every rank at once: safe to turn into the one-line error
+        raise CLIError(str(exc)) from None
     finally:
         progress.close()
     fit_seconds = time.perf_counter() - t_fit
