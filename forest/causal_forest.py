@@ -484,5 +484,9 @@ class CausalForest(BaseEstimator):
         estimate, stderr : float or ndarray
             Shape of one row of ``predict``.
         """
+        check_is_fitted(self, "estimators_")
+        if "segments" in self.sampling_:
+            raise ValueError("a merged forest (forest.merge_forests) has no average treatment effect: it needs the "
+                             "training rows' nuisance estimates, which the merged forests do not keep")
         check_is_fitted(self, "ate_")
         return self.ate_, self.ate_stderr_

@@ -138,11 +138,20 @@ def content_hash(comm, gids, codes=None, columns=()):
     return f"{total:016x}"
 
 
+#: BinMapper state that says how it was fitted, not what it does: two mappers that
+#: differ only here bin every value alike.
+_FIT_SETTINGS = ("random_state", "subsample", "n_samples_fit_")
+
+
 def mapper_digest(mapper):
-    """SHA-256 (hex) of a fitted BinMapper's state (its edges, bin counts, settings)."""
+    """SHA-256 (hex) of what a fitted BinMapper does: its edges and bin counts.
+
+    The seed and size of the sample it was fitted on are left out: on data smaller
+    than the sample, mappers of different seeds are the same mapper.
+    """
     digest = hashlib.sha256()
     state = mapper.get_state()
-    for key in sorted(state):
+    for key in sorted(set(state) - set(_FIT_SETTINGS)):
         value = state[key]
         digest.update(key.encode())
         if isinstance(value, np.ndarray):

@@ -52,10 +52,12 @@ def _check_compatible(forests):
     if kind not in SHAPE_ATTRIBUTES:
         raise TypeError(f"merge_forests merges RegressionForest or CausalForest objects, not {kind} "
                         f"(boosted trees are a sequence, not a vote)")
-    params0 = first.get_params(deep=False)
-    for i, other in enumerate(forests[1:], start=1):
+    for i, other in enumerate(forests):
         if type(other) is not type(first):
             raise TypeError(f"forest {i} is a {type(other).__name__}, forest 0 a {kind}")
+        check_is_fitted(other, "estimators_")
+    params0 = first.get_params(deep=False)
+    for i, other in enumerate(forests[1:], start=1):
         params = other.get_params(deep=False)
         differ = sorted(k for k in params0 if k not in FREE_PARAMS and not _same(params0[k], params[k]))
         if differ:
@@ -93,13 +95,7 @@ def _segments(forests):
     if group > 1 and any(count % group for _, _, count in out[:-1]):
         raise ValueError(f"with ci_group_size={group} every forest but the last must hold a multiple of {group} "
                          f"trees, so that little bags stay whole")
-    merged = []
-    for seed, first, count in out:   # consecutive ranges of one seed are one segment
-        if merged and merged[-1][0] == seed and merged[-1][1] + merged[-1][2] == first:
-            merged[-1][2] += count
-        else:
-            merged.append([seed, first, count])
-    return merged
+    return [list(seg) for seg in out]
 
 
 def merge_forests(forests):
@@ -119,7 +115,7 @@ def merge_forests(forests):
         trees of ``forests[0]``, then ``forests[1]``, ...; ``n_estimators`` is their
         total and ``random_state`` that of ``forests[0]``. Importances are recomputed;
         ``oob_prediction_``, ``ate_`` and ``ate_stderr_`` are not carried over (see
-        the module docstring).
+        the module docstring). One forest is returned as a copy.
 
     Raises
     ------
@@ -131,9 +127,9 @@ def merge_forests(forests):
     forests = list(forests)
     if not forests:
         raise ValueError("merge_forests needs at least one forest")
-    for est in forests:
-        check_is_fitted(est, "estimators_")
     _check_compatible(forests)
+    if len(forests) == 1:
+        return copy.deepcopy(forests[0])
     segments = _segments(forests)
     first = forests[0]
     merged = copy.copy(first)
@@ -141,12 +137,7 @@ def merge_forests(forests):
     trees = [tree for est in forests for tree in unpack_trees(est.estimators_)]
     merged.estimators_ = pack_trees(trees)
     merged.n_estimators = len(trees)
-    sampling = {k: v for k, v in first.sampling_.items() if k != "segments"}
-    if len(segments) == 1 and segments[0][1] == 0:
-        sampling["seed"] = int(segments[0][0])
-    else:
-        sampling["segments"] = segments
-    merged.sampling_ = sampling
+    merged.sampling_ = dict(first.sampling_, segments=segments)
     merged.feature_importances_ = depth_weighted_importance(merged.estimators_, first.n_features_in_)
     merged.gain_importances_ = gain_importance(merged.estimators_, first.n_features_in_)
     return merged

@@ -41,3 +41,17 @@ def rank_slice(comm):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+def _model_contents(est):
+    from forest import model_io
+
+    header, arrays = model_io.dumps_header_and_arrays(est)
+    return header["params"], header["state"], [(a.dtype.str, a.shape, a.tobytes()) for a in arrays]
+
+
+@pytest.fixture
+def same_model_file():
+    """``same_model_file(a, b)``: True when two estimators' model files hold the same
+    parameters, state and arrays, bit for bit (only the creation time may differ)."""
+    return lambda a, b: _model_contents(a) == _model_contents(b)

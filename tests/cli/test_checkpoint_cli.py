@@ -20,9 +20,6 @@ from forest.tree import unpack_trees
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpirun")),
                                 reason="mpirun from the mpich wheel is not installed")
 
-FLOAT_KINDS = "fc"
-
-
 @pytest.fixture(scope="module")
 def parquet_4k(tmp_path_factory):
     """4000 rows in 8 row groups (ranks hold different row counts at -np 2 and -np 3)."""
@@ -86,24 +83,6 @@ def segments_trees(directory, stage, n):
     return trees[:n]
 
 
-def assert_same_state(a, b):
-    """Every fitted array and value of two estimators equal, bit for bit."""
-    assert set(vars(a)) == set(vars(b))
-    for key, va in vars(a).items():
-        vb = vars(b)[key]
-        if isinstance(va, dict):
-            assert va.keys() == vb.keys(), key
-            for k in va:
-                x, y = np.asarray(va[k]), np.asarray(vb[k])
-                assert np.array_equal(x, y, equal_nan=x.dtype.kind in FLOAT_KINDS), (key, k)
-        elif isinstance(va, list):
-            assert va == vb, key
-        elif isinstance(va, np.ndarray):
-            assert np.array_equal(va, vb, equal_nan=va.dtype.kind in FLOAT_KINDS), key
-        elif key != "bin_mapper_":
-            assert va == vb, key
-
-
 def test_causal_killed_at_np3_resumes_at_np2(parquet_4k, tmp_path):
     ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "resumed.model")
     command = [tool("forest-train"), parquet_4k, "--checkpoint", ckpt] + causal_args(120)
@@ -134,7 +113,7 @@ def test_causal_killed_at_np3_resumes_at_np2(parquet_4k, tmp_path):
     np.testing.assert_allclose(resumed.ate_, ref.ate_, rtol=1e-9)
 
 
-def test_gbdt_killed_resumes_bitwise(parquet_4k, tmp_path):
+def test_gbdt_killed_resumes_bitwise(parquet_4k, tmp_path, same_model_file):
     ckpt = str(tmp_path / "ckpt")
     # No --random-state: the seed drawn by the killed run must be the one the rerun uses.
     command = [tool("forest-train"), parquet_4k, "--checkpoint", ckpt, "--checkpoint-every", "5",
@@ -153,10 +132,10 @@ def test_gbdt_killed_resumes_bitwise(parquet_4k, tmp_path):
     b = model_io.load(uninterrupted)
     assert a.n_iter_ == 300 and len(a.validation_loss_) == 301
     assert a.trees_ == b.trees_
-    assert_same_state(a, b)
+    assert same_model_file(a, b)
 
 
-def test_other_data_or_parameters_are_refused_and_restart_discards(small_parquet, tmp_path, capsys):
+def test_other_data_or_parameters_are_refused_and_restart_discards(small_parquet, tmp_path, capsys, same_model_file):
     ckpt = str(tmp_path / "ckpt")
     base = [small_parquet, "--checkpoint", ckpt, "--no-progress", "--model", "regression", "--outcome", "y",
             "--features", "a", "b", "--n-estimators", "16"]
@@ -178,7 +157,7 @@ def test_other_data_or_parameters_are_refused_and_restart_discards(small_parquet
     assert train.main([other] + base[1:] + ["--out", str(tmp_path / "d.model")]) == 0
     assert f"resuming from 16 of 16 trees (checkpoint {ckpt})" in capsys.readouterr().err
     a, d = model_io.load(str(tmp_path / "c.model")), model_io.load(str(tmp_path / "d.model"))
-    assert_same_state(a, d)
+    assert same_model_file(a, d)
     assert train.main(base + ["--out", str(tmp_path / "e.model"), "--restart", "--checkpoint-every", "0"]) == 2
     assert train.main([small_parquet, "--restart", "--out", str(tmp_path / "f.model"), "--outcome", "y",
                        "--treatment", "t"]) == 2
