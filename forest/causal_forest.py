@@ -26,10 +26,9 @@ from native import collectives as col
 from native.comm import world
 
 from .causal_criterion import CausalChannels, CausalCriterion
-from .continuation import continue_forest, forest_fingerprint, nothing_to_add, open_stage, warm_mapper, warm_trees
+from .continuation import begin_forest, continue_forest, forest_fingerprint, open_stage
 from .fingerprint import content_hash
-from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
-                            oob_average, tree_values)
+from .honest_forest import global_ids, grow_honest_forest, oob_average, tree_values
 from .importance import depth_weighted_importance, gain_importance
 from .inference import (aipw_scores, average_effect, average_effect_sums, blb_variance, local_treatment_cov,
                         oob_effects, solve_theta)
@@ -37,7 +36,7 @@ from .predictor import predict_values, predict_values_binned
 from .profiling import phase
 from ._validation import as_columns
 from .regression_forest import (RegressionForest, features_or_codes, check_forest_params, check_weight, check_X,
-                                n_estimators_fitted, resolve_mtry)
+                                resolve_mtry)
 
 TREATMENT_TYPES = ("auto", "binary", "categorical", "continuous")
 
@@ -292,17 +291,10 @@ class CausalForest(BaseEstimator):
         constraint = "sign" if kind == "continuous" else "arms"
         crit = CausalCriterion(K, M, min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
                                imbalance_penalty=self.imbalance_penalty, constraint=constraint)
-        sampling = dict(seed=seed, sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size),
-                        honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction))
-        n_fitted = n_estimators_fitted(self.estimators_) if hasattr(self, "estimators_") else None
-        earlier = warm_trees(self, n_fitted, n_features, sampling)
-        if earlier is not None and nothing_to_add(n_fitted, self.n_estimators):
+        begun = begin_forest(self, X, codes_given, n_features, seed, comm)
+        if begun is None:
             return self
-        if earlier is not None:
-            mapper = warm_mapper(self, codes_given)
-            binned = codes_given[1] if codes_given is not None else mapper.transform(X)
-        else:
-            mapper, binned = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
+        sampling, earlier, mapper, binned = begun
         inputs = {"t": W if kind != "categorical" else codes, "y": Y, "sample_weight": g}
         inputs.update((k, v) for k, v in (("y_hat", y_hat), ("t_hat", t_hat)) if v is not None)
         stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),

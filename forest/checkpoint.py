@@ -238,17 +238,37 @@ def _refusal(checkpoint, manifest, estimator, params, data):
     return None
 
 
-def _agree(comm, message):
-    """Raise CheckpointError on every rank if rank 0 reported a problem (collective)."""
-    if comm.size > 1:
-        message = col.bcast_object(comm, message, root=0)
-    if message is not None:
-        raise CheckpointError(message)
-
-
 def _error_text(exc):
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def _on_rank0(comm, work, failure=str, share=True):
+    """Run ``work()`` on rank 0; every rank gets its result or the same CheckpointError (collective).
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    work : callable
+        Rank 0's I/O. A :class:`CheckpointError` it raises is passed on as is; another
+        ``OSError`` / ``ValueError`` / ``TypeError`` becomes ``failure(its first line)``.
+    failure : callable
+    share : bool
+        Broadcast the (small) result; else other ranks get None.
+    """
+    result, message = None, None
+    if comm.rank == 0:
+        try:
+            result = work()
+        except CheckpointError as exc:
+            message = str(exc)
+        except (OSError, ValueError, TypeError) as exc:
+            message = failure(_error_text(exc))
+    if comm.size > 1:
+        result, message = col.bcast_object(comm, (result if share else None, message), root=0)
+    if message is not None:
+        raise CheckpointError(message)
+    return result
 
 
 def stored_seed(checkpoint, comm):
@@ -262,18 +282,7 @@ def stored_seed(checkpoint, comm):
         return None
     if isinstance(checkpoint, Stage):
         return checkpoint.run.manifest.seed
-    seed, message = None, None
-    if comm.rank == 0:
-        try:
-            manifest = checkpoint._prepare()
-            seed = None if manifest is None else manifest.seed
-        except (OSError, ValueError) as exc:
-            message = _error_text(exc)
-    if comm.size > 1:
-        seed, message = col.bcast_object(comm, (seed, message), root=0)
-    if message is not None:
-        raise CheckpointError(message)
-    return seed
+    return _on_rank0(comm, lambda: getattr(checkpoint._prepare(), "seed", None))
 
 
 class Run:
@@ -326,23 +335,19 @@ def open_run(checkpoint, comm, estimator, data, *, main_stage, n_main, seed=None
     """
     checkpoint = as_checkpoint(checkpoint)
     params = canonical_params(estimator)
-    manifest, message = None, None
-    if comm.rank == 0:
-        try:
-            manifest = checkpoint._prepare()
-            if manifest is not None:
-                message = _refusal(checkpoint, manifest, estimator, params, data)
-            if manifest is None:
-                manifest = CheckpointManifest(_class_name(estimator), params, data, seed)
-            elif message is None:
-                listed = {seg[0] for st in manifest.stages.values() for seg in st["segments"]}
-                checkpoint._remove(lambda name: name != MANIFEST_NAME and name not in listed)
-        except (OSError, ValueError) as exc:
-            message = _error_text(exc)
-    if comm.size > 1:
-        manifest, message = col.bcast_object(comm, (manifest, message), root=0)
-    if message is not None:
-        raise CheckpointError(message)
+
+    def read():
+        manifest = checkpoint._prepare()
+        if manifest is None:
+            return CheckpointManifest(_class_name(estimator), params, data, seed)
+        refusal = _refusal(checkpoint, manifest, estimator, params, data)
+        if refusal is not None:
+            raise CheckpointError(refusal)
+        listed = {seg[0] for st in manifest.stages.values() for seg in st["segments"]}
+        checkpoint._remove(lambda name: name != MANIFEST_NAME and name not in listed)   # orphans of a crash
+        return manifest
+
+    manifest = _on_rank0(comm, read)
     if comm.rank == 0 and manifest.stages:
         checkpoint.say(_resume_line(checkpoint, manifest, main_stage, n_main, unit))
     return Run(checkpoint, comm, manifest)
@@ -407,26 +412,25 @@ class Stage:
         comm, checkpoint = self.run.comm, self.run.checkpoint
         if self.n_done == 0:
             return []
-        packed, message = None, None
-        if comm.rank == 0:
-            try:
-                trees, expected = [], 0
-                for name, lo, hi in self._entry["segments"]:
-                    seg = model_io.load(checkpoint._path(name), expect=TreeSegment)
-                    if (seg.stage, seg.lo, seg.hi) != (self.name, lo, hi) or lo != expected:
-                        raise CheckpointError(f"segment {name} does not hold trees {lo}-{hi} of {self.name}")
-                    part = unpack_trees(seg.trees)
-                    if len(part) != hi - lo:
-                        raise CheckpointError(f"segment {name} holds {len(part)} trees, not {hi - lo}")
-                    trees.extend(part)
-                    expected = hi
-                if expected != self.n_done:
-                    raise CheckpointError(f"segments of {self.name} end at tree {expected}, not {self.n_done}")
-                packed = pack_trees(trees)
-            except (OSError, ValueError) as exc:
-                message = (f"checkpoint in {checkpoint.directory!r} is damaged ({_error_text(exc)}); "
-                           f"{checkpoint.restart_hint}")
-        _agree(comm, message)
+
+        def read():
+            trees, expected = [], 0
+            for name, lo, hi in self._entry["segments"]:
+                seg = model_io.load(checkpoint._path(name), expect=TreeSegment)
+                if (seg.stage, seg.lo, seg.hi) != (self.name, lo, hi) or lo != expected:
+                    raise ValueError(f"segment {name} does not hold trees {lo}-{hi} of {self.name}")
+                part = unpack_trees(seg.trees)
+                if len(part) != hi - lo:
+                    raise ValueError(f"segment {name} holds {len(part)} trees, not {hi - lo}")
+                trees.extend(part)
+                expected = hi
+            if expected != self.n_done:
+                raise ValueError(f"segments of {self.name} end at tree {expected}, not {self.n_done}")
+            return pack_trees(trees)
+
+        packed = _on_rank0(comm, read, share=False,
+                           failure=lambda text: f"checkpoint in {checkpoint.directory!r} is damaged ({text}); "
+                                                f"{checkpoint.restart_hint}")
         return unpack_trees(_bcast_arrays(comm, packed))
 
     def save(self, new_trees, n_done, n_total, *, batch_size=None, extra=None, complete=False):
@@ -456,18 +460,16 @@ class Stage:
         entry.update(n_done=int(n_done), n_total=int(n_total), complete=bool(complete),
                      batch_size=None if batch_size is None else int(batch_size),
                      extra=entry["extra"] if extra is None else extra)
-        message = None
-        if comm.rank == 0:
-            try:
-                if new_trees:
-                    model_io.save(TreeSegment(self.name, lo, n_done, pack_trees(new_trees)), checkpoint._path(name))
-                self.run.manifest.stages[self.name] = entry
-                self.run._write_manifest()
-            except (OSError, ValueError, TypeError) as exc:
-                message = f"cannot write checkpoint in {checkpoint.directory!r}: {_error_text(exc)}"
-        else:
+
+        def write():
+            if new_trees:
+                model_io.save(TreeSegment(self.name, lo, n_done, pack_trees(new_trees)), checkpoint._path(name))
             self.run.manifest.stages[self.name] = entry
-        _agree(comm, message)
+            self.run._write_manifest()     # after the segment: a crash between them leaves an orphan only
+
+        _on_rank0(comm, write, share=False,
+                  failure=lambda text: f"cannot write checkpoint in {checkpoint.directory!r}: {text}")
+        self.run.manifest.stages[self.name] = entry
 
 
 def _bcast_arrays(comm, arrays):

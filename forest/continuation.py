@@ -22,11 +22,51 @@ import warnings
 
 from .checkpoint import Stage, as_checkpoint, open_run
 from .fingerprint import data_fingerprint, mapper_digest
-from .honest_forest import ForestStart, oob_sums_binned
+from .honest_forest import ForestStart, fit_binning, oob_sums_binned
 from .tree import pack_trees, unpack_trees
 
 #: Fitted ``sampling_`` keys a warm start must not change.
 SAMPLING_KEYS = ("seed", "sample_fraction", "ci_group_size", "honest", "honesty_fraction")
+
+
+def forest_sampling(est, seed):
+    """The ``sampling_`` dict of a forest fit (what decides each tree's rows)."""
+    return dict(seed=int(seed), sample_fraction=float(est.max_samples), ci_group_size=int(est.ci_group_size),
+                honest=bool(est.honest), honesty_fraction=float(est.honesty_fraction))
+
+
+def begin_forest(est, X, codes_given, n_features, seed, comm):
+    """Sampling, warm-start trees and binned features of a forest fit.
+
+    Parameters
+    ----------
+    est : RegressionForest or CausalForest
+    X : ndarray of float64, shape (n_local, n_features), or None
+    codes_given : tuple (BinMapper, ndarray) or None
+        ``fit``'s ``binned`` argument, checked.
+    n_features : int
+    seed : int
+    comm : native.comm.Communicator
+
+    Returns
+    -------
+    tuple or None
+        ``(sampling, earlier, mapper, codes)`` (``earlier``: warm-start trees or
+        None), or None when a warm start has no tree to add (``fit`` returns at once).
+    """
+    sampling = forest_sampling(est, seed)
+    n_fitted = len(est.estimators_["tree_offsets"]) - 1 if hasattr(est, "estimators_") else None
+    earlier = warm_trees(est, n_fitted, n_features, sampling)
+    if earlier is not None and nothing_to_add(n_fitted, est.n_estimators):
+        return None
+    if earlier is not None:
+        mapper = warm_mapper(est, codes_given)
+        codes = codes_given[1] if codes_given is not None else mapper.transform(X)
+    elif codes_given is not None:
+        mapper, codes = codes_given
+    else:
+        mapper, codes = fit_binning(X, est.max_bins, seed, comm)
+    return sampling, earlier, mapper, codes
 
 
 def warm_trees(est, n_fitted, n_features, sampling):
@@ -72,7 +112,7 @@ def nothing_to_add(n_fitted, n_estimators):
     """Warn and return True when a warm start has no tree to add (scikit-learn's behaviour)."""
     if n_fitted == n_estimators:
         warnings.warn("Warm-start fitting without increasing n_estimators does not fit new trees.", UserWarning,
-                      stacklevel=3)
+                      stacklevel=4)
         return True
     return False
 

@@ -18,10 +18,9 @@ from native import collectives as col
 from native.comm import world
 
 from ._validation import as_columns, check_binned
-from .continuation import continue_forest, forest_fingerprint, nothing_to_add, open_stage, warm_mapper, warm_trees
+from .continuation import begin_forest, continue_forest, forest_fingerprint, open_stage
 from .criteria import VarianceCriterion
-from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
-                            oob_average)
+from .honest_forest import global_ids, grow_honest_forest, oob_average
 from .importance import depth_weighted_importance, gain_importance
 from .predictor import predict_values, predict_values_binned
 
@@ -247,20 +246,13 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         gids, n_global = global_ids(comm, n)
         if n_global < 2:
             raise ValueError(f"need at least 2 rows in total, got {n_global}")
-        sampling = dict(seed=seed, sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size),
-                        honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction))
-        n_fitted = n_estimators_fitted(self.estimators_) if hasattr(self, "estimators_") else None
-        earlier = warm_trees(self, n_fitted, n_features, sampling)
-        if earlier is not None and nothing_to_add(n_fitted, self.n_estimators):
+        begun = begin_forest(self, X, codes_given, n_features, seed, comm)
+        if begun is None:
             return self
+        sampling, earlier, mapper, codes = begun
         weights_given = g                      # the fingerprint hashes weights before rescaling
         if sample_weight is not None:
             g = _normalise_weights(g, n_global, comm)
-        if earlier is not None:
-            mapper = warm_mapper(self, codes_given)
-            codes = codes_given[1] if codes_given is not None else mapper.transform(X)
-        else:
-            mapper, codes = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
         stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),
                            fingerprint=lambda: forest_fingerprint(comm, gids, n_global, codes, mapper,
                                                                   {"y": y2, "sample_weight": weights_given},

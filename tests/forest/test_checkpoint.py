@@ -15,29 +15,9 @@ from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest
 from forest.checkpoint import MANIFEST_NAME, Checkpoint, CheckpointError, CheckpointManifest
 from forest.tree import unpack_trees
 
+from resume_helpers import N, Crash, crash_at, data
+
 SELF = SelfCommunicator()
-N = 600
-
-
-class Crash(Exception):
-    pass
-
-
-def crash_at(n_trees):
-    def progress(done, total):
-        if done >= n_trees:
-            raise Crash(f"crash after {done} of {total}")
-    return progress
-
-
-def data(n=N, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 4))
-    X[rng.uniform(size=n) < 0.05, 2] = np.nan
-    t = (rng.uniform(size=n) < 0.5).astype(float)
-    y = X[:, 0] + t * (1.0 + (X[:, 1] > 0)) + 0.5 * rng.normal(size=n)
-    return X, t, y
-
 
 MODELS = {
     "regression": lambda: RegressionForest(n_estimators=24, batch_size=4, random_state=2),

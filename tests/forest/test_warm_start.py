@@ -9,22 +9,9 @@ from native.comm import SelfCommunicator
 from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest
 from forest.checkpoint import Checkpoint
 
+from resume_helpers import N, Crash, crash_at, data
+
 SELF = SelfCommunicator()
-N = 600
-
-
-class Crash(Exception):
-    pass
-
-
-def data(n=N, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 4))
-    X[rng.uniform(size=n) < 0.05, 2] = np.nan
-    t = (rng.uniform(size=n) < 0.5).astype(float)
-    y = X[:, 0] + t * (1.0 + (X[:, 1] > 0)) + 0.5 * rng.normal(size=n)
-    return X, t, y
-
 
 MODELS = {
     "regression": lambda n: RegressionForest(n_estimators=n, batch_size=4, random_state=2, warm_start=True),
@@ -137,13 +124,9 @@ def test_gbdt_warm_start_errors_and_early_stop():
 def test_warm_start_with_a_checkpoint_writes_the_earlier_trees(kind, tmp_path, same_model_file):
     warm = fit(MODELS[kind](8), SELF)
     crash = 12 if kind == "regression" else 10
-
-    def progress(done, total):
-        if done >= crash:
-            raise Crash
-
     with pytest.raises(Crash):
-        fit(warm.set_params(n_estimators=20), SELF, checkpoint=Checkpoint(tmp_path, every=2), progress=progress)
+        fit(warm.set_params(n_estimators=20), SELF, checkpoint=Checkpoint(tmp_path, every=2),
+            progress=crash_at(crash))
     lines = []
     resumed = fit(MODELS[kind](20), SELF, checkpoint=Checkpoint(tmp_path, every=2, log=lines.append))
     assert lines == [f"resuming from {crash} of 20 trees (checkpoint {tmp_path})"]
