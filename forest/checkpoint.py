@@ -81,11 +81,9 @@ class Checkpoint:
         ``log(line)`` on rank 0 when a fit resumes; default: print to stderr.
     restart_hint : str, optional
         How to discard a refused checkpoint, named in the refusal message.
-    feature_names : sequence of str, optional
-        Column names recorded in (and compared by) the data fingerprint.
     """
 
-    def __init__(self, directory, *, restart=False, every=10, log=None, restart_hint=None, feature_names=None):
+    def __init__(self, directory, *, restart=False, every=10, log=None, restart_hint=None):
         self.directory = os.fspath(directory)
         self.restart = bool(restart)
         if not isinstance(every, (int, np.integer)) or every < 1:
@@ -93,7 +91,6 @@ class Checkpoint:
         self.every = int(every)
         self.log = log
         self.restart_hint = restart_hint or "pass restart=True to discard it"
-        self.feature_names = None if feature_names is None else [str(f) for f in feature_names]
         self._discarded = False
 
     def __repr__(self):

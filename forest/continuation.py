@@ -99,8 +99,9 @@ def warm_trees(est, n_fitted, n_features, sampling):
     if est.n_estimators < n_fitted:
         raise ValueError(f"n_estimators={est.n_estimators} must be >= the {n_fitted} trees already fitted when "
                          f"warm_start=True")
-    if n_features != est.n_features_in_:
-        raise ValueError(f"warm start: X has {n_features} features, the forest was fitted with {est.n_features_in_}")
+    fitted_features = int(est.bin_mapper_.n_features_in_)    # fit's input checks already reset n_features_in_
+    if n_features != fitted_features:
+        raise ValueError(f"warm start: X has {n_features} features, the forest was fitted with {fitted_features}")
     changed = [k for k in SAMPLING_KEYS if est.sampling_[k] != sampling[k]]
     if changed:
         raise ValueError(f"warm start cannot change the sampling of the trees already grown ({changed[0]}: "
@@ -138,7 +139,7 @@ def open_stage(checkpoint, comm, est, *, stage, n_total, fingerprint, seed=None,
     stage : str
     n_total : int
     fingerprint : callable
-        ``fingerprint() -> dict`` (:func:`forest_fingerprint` or the like), called only
+        ``fingerprint() -> dict`` (:func:`fit_fingerprint`), called only
         when a directory is opened.
     seed : int, optional
     unit : str
@@ -154,10 +155,10 @@ def open_stage(checkpoint, comm, est, *, stage, n_total, fingerprint, seed=None,
                     unit=unit).stage(stage)
 
 
-def forest_fingerprint(comm, gids, n_global, codes, mapper, columns, checkpoint=None):
-    """:func:`forest.fingerprint.data_fingerprint` with the checkpoint's feature names (collective)."""
-    names = getattr(as_checkpoint(checkpoint), "feature_names", None)
-    return data_fingerprint(comm, gids, n_global, codes, mapper, columns, feature_names=names)
+def fit_fingerprint(est, comm, gids, n_global, codes, mapper, columns):
+    """:func:`forest.fingerprint.data_fingerprint` of a fit, with the estimator's feature names (collective)."""
+    return data_fingerprint(comm, gids, n_global, codes, mapper, columns,
+                            feature_names=getattr(est, "feature_names_in_", None))
 
 
 def continue_forest(stage, earlier, *, binned, missing_bin, gids, sampling, n_estimators, oob):

@@ -242,8 +242,9 @@ def bin_mapper_for(est, comm, checkpoint=None):
     return BinMapper(max_bins=int(est.max_bins), random_state=int(seed))
 
 
-def _fit(est, kind, binned, shard, args, comm, progress, treatment_type=None, outcome_type=None, checkpoint=None):
-    """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` and the shard's targets."""
+def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_type=None, outcome_type=None,
+         checkpoint=None):
+    """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` named ``features`` and the shard's targets."""
     t = shard.columns[args.treatment] if args.treatment else None
     if t is not None and treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):
         # Integer treatments keep an integer dtype: the causal forest reads integer
@@ -253,9 +254,11 @@ def _fit(est, kind, binned, shard, args, comm, progress, treatment_type=None, ou
     if kind == "gbdt-classifier" and outcome_type is not None and outcome_type.startswith(("int", "uint", "bool")):
         y = y.astype(np.int64)  # class labels keep the column's integer values
     w = shard.columns[args.weight] if args.weight else None
+    names = dict(feature_names=features)  # the model records its feature names (feature_names_in_)
     if kind == "causal":
-        return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned, checkpoint=checkpoint)
-    return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned, checkpoint=checkpoint)
+        return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned, checkpoint=checkpoint,
+                       **names)
+    return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned, checkpoint=checkpoint, **names)
 
 
 def make_checkpoint(args):
@@ -316,8 +319,6 @@ def _body(argv):
     t_read = time.perf_counter()
     source, names, run, offset, n_local = plan_source(comm, args.data, choose)
     features = names[:len(names) - len(targets)]
-    if checkpoint is not None:
-        checkpoint.feature_names = list(features)   # part of the data fingerprint
     mapper, message = guarded(bin_mapper_for, est, comm, checkpoint)
     agree(comm, message)
     fitter = StreamingBinFit(mapper, len(features), offset, n_local, source.n_rows)
@@ -360,7 +361,7 @@ def _body(argv):
     from forest.checkpoint import CheckpointError
 
     try:
-        _fit(est, args.model, (mapper, codes), shard, args, comm, progress,
+        _fit(est, args.model, (mapper, codes), features, shard, args, comm, progress,
              source.types.get(args.treatment) if args.treatment else None, source.types.get(args.outcome),
              checkpoint)
     except CheckpointError as exc:   # raised on every rank at once: safe to turn into the one-line error
