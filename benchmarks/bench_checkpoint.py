@@ -179,7 +179,7 @@ def table(rows_in):
     for label, n, plain, ckpt, half in rows_in:
         overhead = (ckpt["fit_s"] / plain["fit_s"] - 1.0) * 100.0 if _ok(plain) and _ok(ckpt) else None
         share = ckpt["save_total_s"] / ckpt["fit_s"] * 100.0 if _ok(ckpt) else None
-        rows.append([label, f"{n:,}", _get(plain, "fit_s"), _get(ckpt, "fit_s"), overhead, _get(ckpt, "n_saves"),
+        rows.append([label, f"{n:,}", _get(plain, "fit_s"), _get(ckpt, "fit_s"), overhead, int(ckpt["n_saves"]) if _ok(ckpt) else "failed",
                      _get(ckpt, "save_mean_s"), _get(ckpt, "save_max_s"), share, _get(ckpt, "bytes_mean", 2.0 ** -20),
                      _get(ckpt, "bytes_total", 2.0 ** -20), _get(ckpt, "fingerprint_s"),
                      _get(ckpt, "resume_complete_s"), _get(half, "fit_s")])
