@@ -18,6 +18,7 @@ from native import collectives as col
 from native.comm import world
 
 from ._validation import as_columns, check_binned
+from .clusters import resolve_clusters
 from .criteria import VarianceCriterion
 from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
                             oob_average)
@@ -168,6 +169,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
     batch_size : int or None, default None
         Trees grown together level by level (``None``: chosen from a memory budget).
     random_state : int or None, default None (means 0)
+    equalize_cluster_weights : bool, default False
+        With ``clusters`` in ``fit``: trees take ``min(cluster size)`` rows of each
+        drawn cluster (grf), instead of all of them.
 
     Attributes
     ----------
@@ -185,7 +189,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, max_bins=255, ci_group_size=1, batch_size=None,
-                 random_state=None):
+                 random_state=None, equalize_cluster_weights=False):
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.honest = honest
@@ -197,8 +201,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.ci_group_size = ci_group_size
         self.batch_size = batch_size
         self.random_state = random_state
+        self.equalize_cluster_weights = equalize_cluster_weights
 
-    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None):
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, clusters=None):
         """Fit on this rank's rows.
 
         Parameters
@@ -217,6 +222,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             (``mapper.transform(X)``). The forest then grows on the codes and never
             needs float features (the causal forest shares its binning with its
             nuisance forests; ``forest-train`` bins parquet row groups as it reads).
+        clusters : array-like of int, shape (n_local,), or forest.clusters.ClusterLayout, optional
+            Cluster labels (grf's ``clusters``): trees sample whole clusters, and a row
+            is out of bag when its cluster is (:mod:`forest.subsample`).
 
         Returns
         -------
@@ -239,6 +247,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             raise ValueError(f"need at least 2 rows in total, got {n_global}")
         if sample_weight is not None:
             g = _normalise_weights(g, n_global, comm)
+        layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight)
         mapper, codes = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
         crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
         channels = crit.make_channels(y2, g)
@@ -252,14 +261,15 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.n_features_in_ = n_features
         self.n_outputs_ = n_out
         self.sampling_ = dict(seed=seed, sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size),
-                              honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction))
+                              honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction),
+                              clusters=layout is not None)
         packed, acc, cnt = grow_honest_forest(
             codes, mapper, gids, channels, crit, n_estimators=int(self.n_estimators), seed=seed,
             sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
             honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
             min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
             batch_size=self.batch_size, n_global=n_global, value_fn=value_fn, count_col=n_out, comm=comm, oob=True,
-            progress=progress)
+            progress=progress, clusters=layout)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         full = None
@@ -295,7 +305,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         out = self._predict_raw(X)
         return out[:, 0] if self.n_outputs_ == 1 else out
 
-    def oob_predict(self, X, comm=None):
+    def oob_predict(self, X, comm=None, clusters=None):
         """Out-of-bag predictions for the training rows of this rank (same order as in ``fit``).
 
         Parameters
@@ -304,6 +314,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             Exactly the rows this rank passed to ``fit``.
         comm : native.comm.Communicator, optional
             The communicator used in ``fit`` (global row ids are recomputed from it).
+        clusters : array-like, optional
+            The cluster labels passed to ``fit`` (needed when it had clusters).
 
         Returns
         -------
@@ -314,6 +326,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         comm = world() if comm is None else comm
         X = check_X(X, self.n_features_in_)
         gids, _ = global_ids(comm, len(X))
-        avg, _ = oob_average(self.estimators_, X, gids, self.sampling_)
+        layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
+                                  fitted=self.sampling_.get("clusters", False))
+        avg, _ = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
         avg = avg[:, :self.n_outputs_]
         return avg[:, 0] if self.n_outputs_ == 1 else avg
