@@ -162,7 +162,14 @@ class CausalAnalysisMixin:
         W[treated, codes[treated] - 1] = 1.0
         return W, codes.astype(np.int64)
 
-    def _contrast_names(self):
+    def contrast_names(self):
+        """Names of the effect columns: ``"B - A"`` per arm against the control, ``W<j>`` per treatment
+        component, with ``[Y<m>]`` per outcome when there are several.
+
+        Returns
+        -------
+        list of str, length ``K * M``
+        """
         K, M = self.n_treatments_, self.n_outcomes_
         if self.treatment_type_ == "continuous":
             arms = [f"W{j}" for j in range(K)] if K > 1 else ["W"]
@@ -257,7 +264,7 @@ class CausalAnalysisMixin:
         ----------
         A : array-like, shape (n_local, q), optional
             Covariates of this rank's rows (default: intercept only, whose
-            coefficient is the average effect).
+            coefficient is the average effect). Rows with a NaN in ``A`` are left out.
         subset : array-like of bool, shape (n_local,), optional
         names : sequence of str, optional
             Names of ``A``'s columns (default ``A1 .. Aq``).
@@ -273,7 +280,7 @@ class CausalAnalysisMixin:
         """
         comm = world() if comm is None else comm
         rows = self._rows(X, t, y, sample_weight, clusters, comm)
-        return linear_projection.best_linear_projection(comm, rows, A, subset, names, self._contrast_names())
+        return linear_projection.best_linear_projection(comm, rows, A, subset, names, self.contrast_names())
 
     def test_calibration(self, *, X=None, t=None, y=None, sample_weight=None, clusters=None, comm=None):
         """grf's calibration test: mean and differential forest prediction coefficients.
@@ -291,7 +298,7 @@ class CausalAnalysisMixin:
         """
         comm = world() if comm is None else comm
         rows = self._rows(X, t, y, sample_weight, clusters, comm)
-        return linear_projection.test_calibration(comm, rows, self._contrast_names())
+        return linear_projection.test_calibration(comm, rows, self.contrast_names())
 
     def rank_average_treatment_effect(self, priorities, X=None, t=None, y=None, *, target="AUTOC", q=None,
                                       n_bootstrap=200, seed=None, subset=None, sample_weight=None, clusters=None,
@@ -337,7 +344,7 @@ class CausalAnalysisMixin:
             prio = np.repeat(prio, M, axis=1)                # one column per arm, shared by outcomes
         _, _, n_units = cluster_moments(comm, np.zeros((rows.n, 1)), rows.layout, include=w > 0)
         seed = self.sampling_["seed"] if seed is None else int(seed)
-        names = self._contrast_names()
+        names = self.contrast_names()
         return rate.rank_average_treatment_effect(
             comm, rows.scores.reshape(rows.n, K * M), prio, w, rows.unit_ids(), rows.gids, target=target, q=q,
             n_bootstrap=n_bootstrap, seed=seed, contrasts=names if K * M > 1 else None, n_units=n_units)

@@ -44,7 +44,8 @@ def best_linear_projection(comm, rows, A=None, subset=None, names=None, contrast
     comm : native.comm.Communicator
     rows : forest.effect_rows.EffectRows
     A : array-like, shape (n_local, q), optional
-        Covariates of this rank's rows (default: intercept only).
+        Covariates of this rank's rows (default: intercept only). Rows with a NaN
+        in ``A`` are left out (as R's ``lm`` leaves out rows with ``NA``).
     subset : array-like of bool, shape (n_local,), optional
     names : sequence of str, optional
         Names of ``A``'s columns (default ``A1 .. Aq``).
@@ -64,13 +65,15 @@ def best_linear_projection(comm, rows, A=None, subset=None, names=None, contrast
         A = A[:, None]
     if A.ndim != 2 or len(A) != n:
         raise ValueError(f"A must have shape ({n}, q) (this rank's rows), got {A.shape}")
-    if not np.all(np.isfinite(A)):
-        raise ValueError("A contains NaN or infinite values")
+    if np.isinf(A).any():
+        raise ValueError("A contains infinite values")
+    missing = np.isnan(A).any(axis=1)          # left out, as R's lm does with NA rows
+    A = np.where(np.isnan(A), 0.0, A)
     q = A.shape[1]
     names = [f"A{j + 1}" for j in range(q)] if names is None else [str(v) for v in names]
     if len(names) != q:
         raise ValueError(f"names has {len(names)} entries for {q} columns of A")
-    w = subset_weights(rows, subset)
+    w = np.where(missing, 0.0, subset_weights(rows, subset))
     design = np.concatenate([np.ones((n, 1)), A], axis=1)
     K, M = rows.shape
     G = rows.scores.reshape(n, K * M)

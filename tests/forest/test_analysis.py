@@ -54,6 +54,14 @@ def test_best_linear_projection_of_a_linear_effect(linear):
     assert ate.estimate[0] == pytest.approx(cf.ate_, rel=1e-10)
     json.dumps(blp.to_dict())
     assert "x0" in str(blp) and "(Intercept)" in str(blp)
+    A = d.X[:, :2].copy()
+    A[::7, 1] = np.nan                                              # rows with a missing covariate are left out
+    with_nan = cf.best_linear_projection(A, comm=SELF)
+    kept = np.ones(3000, bool)
+    kept[::7] = False
+    on_subset = cf.best_linear_projection(d.X[:, :2], subset=kept, comm=SELF)
+    np.testing.assert_allclose(with_nan.estimate, on_subset.estimate, rtol=1e-12)
+    np.testing.assert_allclose(with_nan.stderr, on_subset.stderr, rtol=1e-12)
 
 
 def test_calibration_coefficients_near_one(linear):
