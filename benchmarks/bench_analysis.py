@@ -136,12 +136,12 @@ def contender_clusters(reps, n, trees, threads, n_clusters=40, shift_sd=0.8, **_
 
 
 class _CateAdapter:
-    """What DRTester calls on a CATE model: ``effect(X)`` and ``fit``-less use."""
+    """What DRTester calls on a CATE model: ``effect(X=, T0=, T1=)`` (binary: arm 1 against 0)."""
 
     def __init__(self, forest):
         self.forest = forest
 
-    def effect(self, X):
+    def effect(self, X, T0=0, T1=1):
         return self.forest.predict(X)
 
 
@@ -177,7 +177,8 @@ def contender_econml(n, trees, threads, seed=0, **_):
     dml = CausalForestDML(model_y=RandomForestRegressor(100, min_samples_leaf=10, n_jobs=threads, random_state=seed),
                           model_t=RandomForestClassifier(100, min_samples_leaf=10, n_jobs=threads,
                                                          random_state=seed),
-                          discrete_treatment=True, n_estimators=trees, n_jobs=threads, random_state=seed)
+                          discrete_treatment=True, n_estimators=-(-trees // 4) * 4,   # multiple of its subforests
+                          n_jobs=threads, random_state=seed)
     dml.fit(tr.y, tr.t.astype(int), X=tr.X)
     out["econml_fit_s"] = time.perf_counter() - t0
     out["econml_all"] = [float(dml.ate_[0] if np.ndim(dml.ate_) else dml.ate_),

@@ -71,6 +71,12 @@ class CausalAnalysisMixin:
     #: Per-row training state stays out of model files (each rank holds its own rows).
     _model_io_exclude_ = ("dr_scores_", "_oob_rows_")
 
+    def _model_io_restore_(self):
+        """Defaults for attributes that model files written before the analysis toolkit lack."""
+        self.__dict__.setdefault("equalize_cluster_weights", False)
+        self.__dict__.setdefault("outcome_forest_", None)
+        self.__dict__.setdefault("treatment_forest_", None)
+
     # ------------------------------------------------------------------ fitting helpers
     def _fit_variance_forest(self, X, binned, W, t_hat, g, comm, layout, n_trees, seed, nuisance):
         """Auxiliary forest of ``Var[W|x]`` (continuous treatments); returns out-of-bag V (n, K, K)."""
@@ -107,9 +113,10 @@ class CausalAnalysisMixin:
         return self._heldout_rows(X, t, y, sample_weight, clusters, comm)
 
     def _heldout_rows(self, X, t, y, sample_weight=None, clusters=None, comm=None):
-        if getattr(self, "outcome_forest_", None) is None or getattr(self, "treatment_forest_", None) is None:
-            raise ValueError("scores on new rows need the nuisance forests, but this forest was fitted with "
-                             "user-supplied y_hat / t_hat; refit without them")
+        if getattr(self, "outcome_forest_", None) is None or getattr(self, "treatment_forest_", None) is None or \
+                (self.treatment_type_ == "continuous" and getattr(self, "treatment_variance_forest_", None) is None):
+            raise ValueError("scores on new rows need the nuisance forests, but this forest has none (fitted with "
+                             "user-supplied y_hat / t_hat, or saved by an older histforest); refit it")
         X = check_X(X, self.n_features_in_)
         n = len(X)
         W, arm = self._code_heldout_treatment(t, n)

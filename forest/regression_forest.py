@@ -203,6 +203,10 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.equalize_cluster_weights = equalize_cluster_weights
 
+    def _model_io_restore_(self):
+        """Default for the parameter that model files written before clusters lack."""
+        self.__dict__.setdefault("equalize_cluster_weights", False)
+
     def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, clusters=None):
         """Fit on this rank's rows.
 

@@ -182,6 +182,35 @@ def test_model_file_keeps_nuisances_not_training_rows(linear, tmp_path):
     assert blp.estimate.shape == (3,)
 
 
+def test_model_files_of_older_versions_still_load(linear):
+    """What model_io's decoder does with a file written before clusters and nuisance forests existed."""
+    d, cf = linear
+    old = CausalForest.__new__(CausalForest)
+    old.__dict__.update({k: v for k, v in vars(cf).items()
+                         if k not in ("equalize_cluster_weights", "outcome_forest_", "treatment_forest_")})
+    old._model_io_restore_()
+    assert old.get_params() == cf.get_params() and old.outcome_forest_ is None
+    with pytest.raises(ValueError, match="nuisance forests"):
+        old.dr_scores(d.X[:5], d.t[:5], d.y[:5])
+    rf = type(cf.outcome_forest_).__new__(type(cf.outcome_forest_))
+    rf.__dict__.update({k: v for k, v in vars(cf.outcome_forest_).items() if k != "equalize_cluster_weights"})
+    rf._model_io_restore_()
+    assert rf.get_params() == cf.outcome_forest_.get_params()
+
+
+def test_vector_continuous_treatment():
+    d = simulate.continuous_treatment(1500, d=4, n_treatments=2, seed=15)
+    cf = CausalForest(30, **FAST).fit(d.X, d.t, d.y, comm=SELF)
+    assert cf.dr_scores_.shape == (1500, 2)
+    est, se = cf.average_treatment_effect(comm=SELF)
+    assert est.shape == (2,) and _within(est, se, d.tau.mean(axis=0), k=4.0)
+    test = simulate.continuous_treatment(200, d=4, n_treatments=2, seed=16)
+    assert cf.dr_scores(test.X, test.t, test.y).shape == (200, 2)
+    V = cf.treatment_variance_forest_.predict(test.X)          # (Var W0, Cov, Var W1) = (1, 0, 1)
+    np.testing.assert_allclose(np.median(V, axis=0), [1.0, 0.0, 1.0], atol=0.25)
+    assert cf.best_linear_projection(comm=SELF).contrasts == ["W0", "W1"]
+
+
 def test_clusters_widen_every_interval():
     """Cluster-level effect shifts: cluster sampling and cluster-robust errors see them, row-level ones do not."""
     rng = np.random.default_rng(11)
