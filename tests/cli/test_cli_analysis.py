@@ -52,7 +52,8 @@ def test_report_adds_the_analysis(clustered_parquet, tmp_path, capsys):
     ate = part["average_effects"]["all"]
     assert ate["conf_low"][0] < 2.0 < ate["conf_high"][0]                # tau = 1 + 2 [a > 0]: ATE 2
     assert part["calibration"]["terms"] == ["mean.forest.prediction", "differential.forest.prediction"]
-    assert part["best_linear_projection"]["terms"][0] == "(Intercept)" and "a" in part["best_linear_projection"]["terms"]
+    blp_terms = part["best_linear_projection"]["terms"]
+    assert blp_terms[0] == "(Intercept)" and "a" in blp_terms
     for target in ("AUTOC", "QINI"):
         assert part["rate"][target]["estimate"][0] > 0 and len(part["rate"][target]["toc"]["q"]) == 10
     assert "cluster-robust" in part["calibration"]["note"]
