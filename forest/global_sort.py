@@ -46,7 +46,9 @@ def sort_descending(comm, key, gids, payload):
     """
     key = np.asarray(key, dtype=np.float64)
     gids = np.asarray(gids, dtype=np.int64)
-    payload = np.asarray(payload, dtype=np.float64).reshape(len(key), -1)
+    payload = np.asarray(payload, dtype=np.float64)
+    if payload.ndim == 1:
+        payload = payload[:, None]
     if not np.all(np.isfinite(key)):
         raise ValueError("sort keys must be finite")
     if comm.size == 1:

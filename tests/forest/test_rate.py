@@ -107,6 +107,10 @@ def test_sort_and_rate_do_not_depend_on_rank_count(comm, rank_slice):
     tie_ranks = col.allgather_object(comm, bool((key == 0.5).any()))
     dist = rate_statistics(comm, scores[sl], prio[sl], w[sl], units[sl], gids[sl], q=Q, n_bootstrap=20, seed=3)
     ref = rate_statistics(SELF, scores, prio, w, units, gids, q=Q, n_bootstrap=20, seed=3)
+    w_hole = w.copy()
+    w_hole[: n // 3] = 0.0                              # the first rank (or ranks) hold no row with weight
+    dist_hole = rate_statistics(comm, scores[sl], prio[sl], w_hole[sl], units[sl], gids[sl], q=Q, n_bootstrap=5)
+    ref_hole = rate_statistics(SELF, scores, prio, w_hole, units, gids, q=Q, n_bootstrap=5)
     order = np.lexsort((gids, -prio))
     np.testing.assert_array_equal(all_gids, gids[order])
     np.testing.assert_array_equal(all_keys, prio[order])
@@ -114,3 +118,4 @@ def test_sort_and_rate_do_not_depend_on_rank_count(comm, rank_slice):
     assert sum(tie_ranks) == 1                          # a tie group is never split
     for k in ("autoc", "qini", "toc"):
         np.testing.assert_allclose(dist[k], ref[k], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(dist_hole[k], ref_hole[k], rtol=1e-9, atol=1e-12)
