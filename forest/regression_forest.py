@@ -18,6 +18,7 @@ from native.comm import world
 
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_row_count, check_target, check_weight,
                           feature_summary, fit_features, moment_sums, validate_features)
+from .clusters import resolve_clusters
 from .collective_checks import collective_checks, require_same, total
 from .criteria import VarianceCriterion
 from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
@@ -136,6 +137,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
     batch_size : int or None, default None
         Trees grown together level by level (``None``: chosen from a memory budget).
     random_state : int or None, default None (means 0)
+    equalize_cluster_weights : bool, default False
+        With ``clusters`` in ``fit``: trees take ``min(cluster size)`` rows of each
+        drawn cluster (grf), instead of all of them.
 
     Attributes
     ----------
@@ -170,7 +174,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, max_bins=255, ci_group_size=1, batch_size=None,
-                 random_state=None):
+                 random_state=None, equalize_cluster_weights=False):
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.honest = honest
@@ -182,6 +186,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.ci_group_size = ci_group_size
         self.batch_size = batch_size
         self.random_state = random_state
+        self.equalize_cluster_weights = equalize_cluster_weights
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -189,7 +194,12 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         tags.target_tags.multi_output = True
         return tags
 
-    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None):
+    def _model_io_restore_(self):
+        """Default for the parameter that model files written before clusters lack."""
+        self.__dict__.setdefault("equalize_cluster_weights", False)
+
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None,
+            clusters=None):
         """Fit on this rank's rows.
 
         Input checks are collective (:mod:`forest.collective_checks`): when any rank's
@@ -216,6 +226,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             nuisance forests; ``forest-train`` bins parquet row groups as it reads).
         feature_names : sequence of str, optional
             Names of the binned features (``feature_names_in_``) when ``X`` is None.
+        clusters : array-like of int, shape (n_local,), or forest.clusters.ClusterLayout, optional
+            Cluster labels (grf's ``clusters``): trees sample whole clusters, and a row
+            is out of bag when its cluster is (:mod:`forest.subsample`).
 
         Returns
         -------
@@ -227,6 +240,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         y2 = as_columns(y)
         n_out = y2.shape[1]
         gids, _ = global_ids(comm, len(y))
+        layout = resolve_clusters(clusters, comm, len(y), self.equalize_cluster_weights, sample_weight)
         mapper, codes = fit_binning(X, self.max_bins, seed, comm) if binned is None else binned
         crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
         channels = crit.make_channels(y2, g)
@@ -239,14 +253,15 @@ class RegressionForest(RegressorMixin, BaseEstimator):
 
         self.n_outputs_ = n_out
         self.sampling_ = dict(seed=seed, sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size),
-                              honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction))
+                              honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction),
+                              clusters=layout is not None)
         packed, acc, cnt = grow_honest_forest(
             codes, mapper, gids, channels, crit, n_estimators=int(self.n_estimators), seed=seed,
             sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
             honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
             min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
             batch_size=self.batch_size, n_global=n_global, value_fn=value_fn, count_col=n_out, comm=comm, oob=True,
-            progress=progress)
+            progress=progress, clusters=layout)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         full = None
@@ -313,7 +328,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         out = self._predict_raw(X)
         return out[:, 0] if self.n_outputs_ == 1 else out
 
-    def oob_predict(self, X, comm=None):
+    def oob_predict(self, X, comm=None, clusters=None):
         """Out-of-bag predictions for the training rows of this rank (same order as in ``fit``).
 
         Parameters
@@ -322,6 +337,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             Exactly the rows this rank passed to ``fit``.
         comm : native.comm.Communicator, optional
             The communicator used in ``fit`` (global row ids are recomputed from it).
+        clusters : array-like, optional
+            The cluster labels passed to ``fit`` (needed when it had clusters).
 
         Returns
         -------
@@ -333,6 +350,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             check_is_fitted(self, "estimators_")
             X = validate_features(self, X, reset=False, min_samples=0)
         gids, _ = global_ids(comm, len(X))
-        avg, _ = oob_average(self.estimators_, X, gids, self.sampling_)
+        layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
+                                  fitted=self.sampling_.get("clusters", False))
+        avg, _ = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
         avg = avg[:, :self.n_outputs_]
         return avg[:, 0] if self.n_outputs_ == 1 else avg
