@@ -26,12 +26,13 @@ from sklearn.utils.validation import check_is_fitted
 from native.comm import SelfCommunicator, world
 
 from . import average_effects, linear_projection, rate
-from ._validation import as_columns
+from ._validation import as_columns, check_target, check_weight, validate_features
 from .clusters import cluster_moments, observation_weights, resolve_clusters
 from .effect_rows import make_effect_rows, subset_weights
 from .honest_forest import global_ids
 from .inference import solve_theta
-from .regression_forest import RegressionForest, check_X
+from .collective_checks import collective_checks
+from .regression_forest import RegressionForest
 
 
 def variance_targets(wc):
@@ -117,14 +118,20 @@ class CausalAnalysisMixin:
                 (self.treatment_type_ == "continuous" and getattr(self, "treatment_variance_forest_", None) is None):
             raise ValueError("scores on new rows need the nuisance forests, but this forest has none (fitted with "
                              "user-supplied y_hat / t_hat, or saved by an older histforest); refit it")
-        X = check_X(X, self.n_features_in_)
-        n = len(X)
-        W, arm = self._code_heldout_treatment(t, n)
-        Y = np.asarray(y, dtype=np.float64)
-        if len(Y) != n or Y.ndim != self.y_ndim_ or (Y.ndim == 2 and Y.shape[1] != self.n_outcomes_):
-            raise ValueError(f"y must have {n} rows and the training outcome's shape, got {Y.shape}")
-        if not np.all(np.isfinite(Y)):
-            raise ValueError("y contains NaN or infinite values")
+        if comm is None:
+            comm = world()
+        # Collective: a bad input on one rank raises the same error on every rank
+        # (global_ids and the cluster layout below are collectives).
+        with collective_checks(comm):
+            X = validate_features(self, X, reset=False, min_samples=0)
+            n = len(X)
+            W, arm = self._code_heldout_treatment(t, n)
+            Y = check_target(y, "y", n, estimator=self)
+            if Y.ndim != self.y_ndim_ or (Y.ndim == 2 and Y.shape[1] != self.n_outcomes_):
+                raise ValueError(f"y must have the training outcome's shape (n, {self.n_outcomes_}) or (n,), "
+                                 f"got {Y.shape}")
+            if sample_weight is not None:
+                sample_weight = check_weight(sample_weight, n)
         K, M = self.n_treatments_, self.n_outcomes_
         theta, _ = solve_theta(self._mean_moments(X), self._layout())
         tau = np.nan_to_num(theta, nan=0.0, posinf=0.0, neginf=0.0)
@@ -133,12 +140,6 @@ class CausalAnalysisMixin:
         V = None
         if self.treatment_type_ == "continuous":
             V = variance_matrix(self.treatment_variance_forest_.predict(X), K)
-        if sample_weight is not None:
-            sample_weight = np.asarray(sample_weight, dtype=np.float64)
-            if sample_weight.shape != (n,) or not np.all(np.isfinite(sample_weight)) or (sample_weight < 0).any():
-                raise ValueError(f"sample_weight must be finite, non-negative, shape ({n},)")
-        if comm is None:
-            comm = world()
         gids, _ = global_ids(comm, n)
         layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight)
         weight = observation_weights(sample_weight, layout, n)
