@@ -26,13 +26,16 @@ from sklearn.utils.validation import check_is_fitted
 from native import collectives as col
 from native.comm import world
 
+from .causal_analysis import CausalAnalysisMixin
 from .causal_criterion import CausalChannels, CausalCriterion
+from .clusters import resolve_clusters
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
 from .fingerprint import content_hash
-from .honest_forest import global_ids, grow_honest_forest, oob_average, tree_values
+from .honest_forest import (global_ids, grow_honest_forest,
+                            oob_average, tree_values)
+from .average_effects import average_treatment_effect as _average_effect
 from .importance import depth_weighted_importance, gain_importance
-from .inference import (aipw_scores, average_effect, average_effect_sums, blb_variance, local_treatment_cov,
-                        oob_effects, solve_theta)
+from .inference import blb_variance, oob_effects, solve_theta
 from .predictor import predict_values, predict_values_binned
 from .profiling import phase
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_row_count, check_target, check_weight,
@@ -55,7 +58,7 @@ def _check_centered_moments(comm, g, yc, wc):
     check_moment_sums(sums, y_name="y - y_hat", t_name="t - t_hat")
 
 
-class CausalForest(BaseEstimator):
+class CausalForest(CausalAnalysisMixin, BaseEstimator):
     """Generalized random forest for heterogeneous treatment effects, on histograms.
 
     Parameters
@@ -94,13 +97,17 @@ class CausalForest(BaseEstimator):
         Trees of each centering forest; ``None`` is ``max(50, n_estimators // 4)``.
     batch_size : int or None, default None
     random_state : int or None, default None (means 0)
+    equalize_cluster_weights : bool, default False
+        With ``clusters`` in ``fit`` (grf's rule): trees take ``min(cluster size)``
+        rows of each drawn cluster and average effects weigh every cluster the
+        same; otherwise every row weighs the same and trees take whole clusters.
     warm_start : bool, default False
         When True and the forest is fitted, ``fit`` keeps its trees and adds trees up
-        to ``n_estimators``. The nuisance estimates of the first fit are kept (new
+        to ``n_estimators``. The nuisance forests of the first fit are kept (new
         centering would change the trees already grown), so with
         ``nuisance_estimators=None`` the result is the single fit with the larger
         ``n_estimators`` and ``nuisance_estimators`` set to the first fit's count
-        (``nuisance_["y_hat"]["n_estimators"]``), bit for bit.
+        (``nuisance_["n_estimators"]``), bit for bit.
 
     Attributes
     ----------
@@ -118,18 +125,24 @@ class CausalForest(BaseEstimator):
         ``K`` and ``M``.
     ate_, ate_stderr_ : ndarray
         AIPW average effect and standard error (shape of one row of ``predict``).
+    dr_scores_ : ndarray
+        Out-of-bag doubly robust scores of this rank's training rows (shape of
+        ``predict`` on them); not saved in model files.
+    outcome_forest_, treatment_forest_ : RegressionForest or None
+        The nuisance forests of ``E[Y|x]`` and ``E[W|x]`` (None when ``y_hat`` /
+        ``t_hat`` were given); held-out scores (``dr_scores``) use them.
+    treatment_variance_forest_ : RegressionForest
+        Continuous treatments: the forest of ``Var[W|x]`` in the partial-effect score.
     feature_importances_ : ndarray, shape (n_features,)
         GRF's depth-weighted split frequency.
     gain_importances_ : ndarray, shape (n_features,)
     nuisance_ : dict
-        Where the centering came from, for ``"y_hat"`` and ``"t_hat"``: ``{"source":
-        "forest", "n_estimators", "seed"}`` or ``{"source": "given", "content"}`` (a
-        rank-count-free hash of the values, :func:`forest.fingerprint.content_hash`).
-        Forests can be merged only when these agree.
+        Where the centering came from: ``"n_estimators"`` (trees of the nuisance
+        forests) and, for ``"y_hat"`` and ``"t_hat"``, ``{"source": "forest", "seed"}``
+        or ``{"source": "given", "content"}`` (a rank-count-free hash of the values,
+        :func:`forest.fingerprint.content_hash`). Forests can be merged only when these
+        agree.
     """
-
-    #: Kept in memory for warm start only (this rank's rows), never in model files.
-    _model_io_exclude_ = ("_nuisance_rows",)
 
     #: scikit-learn checks that cannot hold for this estimator, with the reason: the same as
     #: the regression forest's (its trees subsample rows the same way). The checks reach
@@ -139,7 +152,7 @@ class CausalForest(BaseEstimator):
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
                  treatment_type="auto", nuisance_estimators=None, batch_size=None, random_state=None,
-                 warm_start=False):
+                 equalize_cluster_weights=False, warm_start=False):
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.honest = honest
@@ -155,6 +168,7 @@ class CausalForest(BaseEstimator):
         self.nuisance_estimators = nuisance_estimators
         self.batch_size = batch_size
         self.random_state = random_state
+        self.equalize_cluster_weights = equalize_cluster_weights
         self.warm_start = warm_start
 
     def __sklearn_tags__(self):
@@ -218,59 +232,53 @@ class CausalForest(BaseEstimator):
         return SimpleNamespace(seed=seed, X=X, binned=binned, n_global=n_global, kind=kind, classes=classes, W=W,
                                codes=codes, Y=Y, y_ndim=y.ndim, g=g, y_hat=y_hat, t_hat=t_hat)
 
-    def _centering(self, X, Y, W, g, y_hat, t_hat, binned, seed, comm, stage, warm):
-        """``y_hat``, ``t_hat`` (given, kept by a warm start, or out-of-bag nuisance forests) and their sources.
+    def _centering(self, X, Y, W, g, given, binned, seed, comm, stage, warm, layout, gids):
+        """Nuisance estimates ``y_hat``, ``t_hat`` (n, M) / (n, K) and :attr:`nuisance_`.
+
+        Each is given, or the out-of-bag prediction of a nuisance forest: fitted here
+        (checkpointed as a stage of ``stage``'s run), or on a warm start the first fit's
+        forest, whose out-of-bag predictions are recomputed from its trees (the same
+        bits). Sets ``outcome_forest_`` / ``treatment_forest_``.
 
         Returns
         -------
-        y_hat, t_hat : array-like
-        sources : dict
-            ``"y_hat"`` / ``"t_hat"`` -> ``{"source": "given"}`` or the nuisance
-            forest's ``{"source": "forest", "n_estimators", "seed"}``.
+        y_hat, t_hat : ndarray
+        record : dict
+            :attr:`nuisance_`; a warm start must not change it.
         """
         prior = getattr(self, "nuisance_", {}) if warm else {}
-        kept = getattr(self, "_nuisance_rows", None) if warm else None
-        if kept is not None and len(kept["y_hat"]) != len(Y):
-            kept = None
-        default = self.nuisance_estimators or max(50, int(self.n_estimators) // 4)
+        n_nuis = int(prior.get("n_estimators", self.nuisance_estimators or max(50, int(self.n_estimators) // 4)))
         params = dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
                       max_features=self.max_features, batch_size=self.batch_size)
-        out, sources = {}, {}
-        for name, given, target, offset, stage_name in (("y_hat", y_hat, Y, 7919, "nuisance-y"),
-                                                        ("t_hat", t_hat, W, 104729, "nuisance-t")):
-            before = prior.get(name, {})
-            if given is not None:
-                out[name], sources[name] = given, {"source": "given"}
+        out, record = {}, {"n_estimators": n_nuis}
+        for name, target, offset, stage_name, attr in (("y_hat", Y, 7919, "nuisance-y", "outcome_forest_"),
+                                                       ("t_hat", W, 104729, "nuisance-t", "treatment_forest_")):
+            width = target.shape[1]
+            if given[name] is not None:
+                out[name] = np.asarray(given[name], dtype=np.float64).reshape(len(target), width)
+                record[name] = {"source": "given", "content": content_hash(comm, gids, columns=[out[name]])}
+                setattr(self, attr, None)
                 continue
-            # A warm start keeps the first fit's nuisance forest (its size included).
-            source = {"source": "forest", "n_estimators": int(before.get("n_estimators", default)),
-                      "seed": int(seed + offset)}
-            if kept is not None and before == source:
-                out[name] = kept[name]
+            record[name] = {"source": "forest", "seed": int(seed + offset)}
+            kept = getattr(self, attr, None) if warm and prior.get(name) == record[name] else None
+            if kept is None:
+                kept = RegressionForest(n_nuis, random_state=seed + offset, **params).fit(
+                    X, target[:, 0] if width == 1 else target, g, comm=comm, binned=binned, clusters=layout,
+                    checkpoint=None if stage is None else stage.run.stage(stage_name))
+                pred = kept.oob_prediction_
+                del kept.oob_prediction_        # kept for new rows; training rows are not part of the model
             else:
-                est = RegressionForest(source["n_estimators"], random_state=source["seed"], **params)
-                target = target[:, 0] if target.shape[1] == 1 else target
-                out[name] = est.fit(X, target, g, comm=comm, binned=binned,
-                                    checkpoint=None if stage is None else stage.run.stage(stage_name)).oob_prediction_
-            sources[name] = source
-        return out["y_hat"], out["t_hat"], sources
-
-    def _nuisance_record(self, sources, values, gids, comm, warm):
-        """:attr:`nuisance_` from the sources (given values hashed); a warm start must not change it."""
-        record = {}
-        for name in ("y_hat", "t_hat"):
-            record[name] = dict(sources[name])
-            if record[name]["source"] == "given":
-                record[name]["content"] = content_hash(comm, gids, columns=[values[name]])
-        before = getattr(self, "nuisance_", {}) if warm else record
-        if record != before:
-            changed = next(k for k in record if record[k] != before.get(k))
-            raise ValueError(f"warm start: {changed} differs from the first fit's ({before.get(changed)} -> "
-                             f"{record[changed]}); the trees already grown were centred on it")
-        return record
+                pred = kept.oob_prediction_binned(binned[1], gids, layout)
+            out[name] = np.asarray(pred).reshape(len(target), width)
+            setattr(self, attr, kept)
+        if warm and record != prior:
+            changed = next(k for k in record if record[k] != prior.get(k))
+            raise ValueError(f"warm start: the nuisance {changed} differs from the first fit's ({prior.get(changed)} "
+                             f"-> {record[changed]}); the trees already grown were centred on it")
+        return out["y_hat"], out["t_hat"], record
 
     def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None, binned=None,
-            feature_names=None, checkpoint=None):
+            feature_names=None, clusters=None, checkpoint=None):
         """Fit on this rank's rows.
 
         Input checks are collective (:mod:`forest.collective_checks`): when any rank's
@@ -302,6 +310,12 @@ class CausalForest(BaseEstimator):
             row groups as it reads them).
         feature_names : sequence of str, optional
             Names of the binned features (``feature_names_in_``) when ``X`` is None.
+        clusters : array-like of int, shape (n_local,), optional
+            Cluster labels (grf's ``clusters``): trees and little bags sample whole
+            clusters, honesty splits by cluster, at most ``samples_per_cluster``
+            rows of a drawn cluster are used (see ``equalize_cluster_weights``), and
+            every standard error (intervals, average effects, linear projection,
+            RATE) is cluster-robust.
         checkpoint : str, os.PathLike or forest.checkpoint.Checkpoint, optional
             Directory where rank 0 writes the nuisance forests' and the forest's trees
             after every batch; a fit whose directory holds a checkpoint of the same data
@@ -317,24 +331,28 @@ class CausalForest(BaseEstimator):
         n, n_features, n_global = len(Y), self.n_features_in_, inputs.n_global
         K, M = W.shape[1], Y.shape[1]
         gids, _ = global_ids(comm, n)
+        clusters_layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight)
         # The criterion validates alpha and imbalance_penalty: build it before the two
         # nuisance forests so a bad value fails in milliseconds, not after their fits.
         constraint = "sign" if kind == "continuous" else "arms"
         crit = CausalCriterion(K, M, min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
                                imbalance_penalty=self.imbalance_penalty, constraint=constraint)
-        begun = begin_forest(self, X, inputs.binned, n_features, seed, comm)
+        begun = begin_forest(self, X, inputs.binned, n_features, seed, comm, clustered=clusters_layout is not None)
         if begun is None:
             return self
         sampling, earlier, mapper, binned = begun
-        given = {"t": W if kind != "categorical" else inputs.codes, "y": Y, "sample_weight": g}
-        given.update((k, v) for k, v in (("y_hat", inputs.y_hat), ("t_hat", inputs.t_hat)) if v is not None)
+        data = {"t": W if kind != "categorical" else inputs.codes, "y": Y, "sample_weight": g}
+        data.update((k, v) for k, v in (("y_hat", inputs.y_hat), ("t_hat", inputs.t_hat)) if v is not None)
+        if clusters_layout is not None:
+            data["clusters"] = clusters_layout.codes
         stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),
-                           fingerprint=lambda: fit_fingerprint(self, comm, gids, n_global, binned, mapper, given))
-        y_hat, t_hat, centering = self._centering(X, Y, W, g, inputs.y_hat, inputs.t_hat, (mapper, binned), seed,
-                                                  comm, stage, earlier is not None)
-        y_hat, t_hat = y_hat.reshape(n, M), t_hat.reshape(n, K)
-        nuisance = self._nuisance_record(centering, {"y_hat": y_hat, "t_hat": t_hat}, gids, comm,
-                                         earlier is not None)
+                           fingerprint=lambda: fit_fingerprint(self, comm, gids, n_global, binned, mapper, data))
+        y_hat, t_hat, nuisance_record = self._centering(X, Y, W, g, {"y_hat": inputs.y_hat, "t_hat": inputs.t_hat},
+                                                        (mapper, binned), seed, comm, stage, earlier is not None,
+                                                        clusters_layout, gids)
+        n_nuis = nuisance_record["n_estimators"]
+        nuisance = dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
+                        max_features=self.max_features, batch_size=self.batch_size)
         wc = W - t_hat
         yc = Y - y_hat
         _check_centered_moments(comm, g, yc, wc)
@@ -343,14 +361,15 @@ class CausalForest(BaseEstimator):
             channels = crit.make_channels(wc, yc, g, indicator)
         layout = crit.layout
         start, on_batch = continue_forest(stage, earlier, binned=binned, missing_bin=mapper.missing_bin_, gids=gids,
-                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=True)
+                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=True,
+                                          clusters=clusters_layout)
         packed, acc, cnt = grow_honest_forest(
             binned, mapper, gids, channels, crit, n_estimators=int(self.n_estimators), seed=seed,
             sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
             honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
             min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
             batch_size=self.batch_size, n_global=n_global, value_fn=crit.node_value, count_col=layout.n_moments,
-            comm=comm, oob=True, progress=progress, start=start, on_batch=on_batch)
+            comm=comm, oob=True, progress=progress, clusters=clusters_layout, start=start, on_batch=on_batch)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         self.treatment_type_ = kind
@@ -358,9 +377,7 @@ class CausalForest(BaseEstimator):
         self.n_treatments_, self.n_outcomes_ = K, M
         self.y_ndim_ = inputs.y_ndim
         self.sampling_ = sampling
-        self.nuisance_ = nuisance
-        if self.warm_start:
-            self._nuisance_rows = {"y_hat": y_hat, "t_hat": t_hat}
+        self.nuisance_ = nuisance_record
 
         # Out-of-bag CATE on this rank's rows, then the AIPW average effect (global sums).
         with phase("prediction"):
@@ -369,13 +386,15 @@ class CausalForest(BaseEstimator):
             if (cnt == 0).any():
                 mbar[cnt == 0] = self._mean_moments_binned(binned, cnt == 0)
             tau_oob = oob_effects(mbar, layout, lambda rows: self._mean_moments_binned(binned, rows))
-            cov = local_treatment_cov(mbar, layout) if kind == "continuous" else None
-            t_arg = inputs.codes if kind == "categorical" else (W[:, 0] if kind == "binary" else W)
-            scores = aipw_scores(kind, tau_oob, t_arg, Y, y_hat, t_hat, cov)
-            sums = average_effect_sums(scores, g)
-        if comm.size > 1:
-            sums = col.allreduce(comm, np.ascontiguousarray(sums)).reshape(sums.shape)
-        est, se = average_effect(sums)
+        V = None
+        if kind == "continuous":
+            V = self._fit_variance_forest(X, (mapper, binned), W, t_hat, g, comm, clusters_layout, n_nuis, seed,
+                                          nuisance, checkpoint=None if stage is None else stage.run.stage("variance-t"))
+        codes = inputs.codes
+        arm = None if kind == "continuous" else (codes if kind == "categorical" else W[:, 0].astype(np.int64))
+        rows = self._store_oob_rows(kind, tau_oob, W, arm, Y, y_hat, t_hat, V,
+                                    None if sample_weight is None else g, gids, clusters_layout)
+        est, se = _average_effect(comm, rows, "all")
         self.ate_ = self._shape_one(est)
         self.ate_stderr_ = self._shape_one(se)
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
@@ -467,7 +486,7 @@ class CausalForest(BaseEstimator):
         half = z * np.sqrt(var)
         return theta - half, theta + half
 
-    def oob_predict(self, X, comm=None):
+    def oob_predict(self, X, comm=None, clusters=None):
         """Out-of-bag CATE for the training rows of this rank (same rows and order as in ``fit``).
 
         Parameters
@@ -475,6 +494,8 @@ class CausalForest(BaseEstimator):
         X : array-like, shape (n_local, n_features)
         comm : native.comm.Communicator, optional
             The communicator used in ``fit``.
+        clusters : array-like, optional
+            The cluster labels passed to ``fit`` (needed when it had clusters).
 
         Returns
         -------
@@ -486,23 +507,10 @@ class CausalForest(BaseEstimator):
             check_is_fitted(self, "estimators_")
             X = validate_features(self, X, reset=False, min_samples=0)
         gids, _ = global_ids(comm, len(X))
-        mbar, cnt = oob_average(self.estimators_, X, gids, self.sampling_)
+        layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
+                                  fitted=self.sampling_.get("clusters", False))
+        mbar, cnt = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
         if (cnt == 0).any():
             mbar[cnt == 0] = self._mean_moments(X[cnt == 0])
         theta, _ = solve_theta(mbar, self._layout())
         return self._shape(theta)
-
-    def average_treatment_effect(self):
-        """AIPW average treatment effect over the training rows and its standard error.
-
-        Returns
-        -------
-        estimate, stderr : float or ndarray
-            Shape of one row of ``predict``.
-        """
-        check_is_fitted(self, "estimators_")
-        if "segments" in self.sampling_:
-            raise ValueError("a merged forest (forest.merge_forests) has no average treatment effect: it needs the "
-                             "training rows' nuisance estimates, which the merged forests do not keep")
-        check_is_fitted(self, "ate_")
-        return self.ate_, self.ate_stderr_

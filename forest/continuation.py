@@ -26,16 +26,16 @@ from .honest_forest import ForestStart, fit_binning, oob_sums_binned
 from .tree import pack_trees, unpack_trees
 
 #: Fitted ``sampling_`` keys a warm start must not change.
-SAMPLING_KEYS = ("seed", "sample_fraction", "ci_group_size", "honest", "honesty_fraction")
+SAMPLING_KEYS = ("seed", "sample_fraction", "ci_group_size", "honest", "honesty_fraction", "clusters")
 
 
-def forest_sampling(est, seed):
+def forest_sampling(est, seed, clustered):
     """The ``sampling_`` dict of a forest fit (what decides each tree's rows)."""
     return dict(seed=int(seed), sample_fraction=float(est.max_samples), ci_group_size=int(est.ci_group_size),
-                honest=bool(est.honest), honesty_fraction=float(est.honesty_fraction))
+                honest=bool(est.honest), honesty_fraction=float(est.honesty_fraction), clusters=bool(clustered))
 
 
-def begin_forest(est, X, codes_given, n_features, seed, comm):
+def begin_forest(est, X, codes_given, n_features, seed, comm, clustered=False):
     """Sampling, warm-start trees and binned features of a forest fit.
 
     Parameters
@@ -47,6 +47,8 @@ def begin_forest(est, X, codes_given, n_features, seed, comm):
     n_features : int
     seed : int
     comm : native.comm.Communicator
+    clustered : bool
+        Whether the fit samples by cluster.
 
     Returns
     -------
@@ -54,7 +56,7 @@ def begin_forest(est, X, codes_given, n_features, seed, comm):
         ``(sampling, earlier, mapper, codes)`` (``earlier``: warm-start trees or
         None), or None when a warm start has no tree to add (``fit`` returns at once).
     """
-    sampling = forest_sampling(est, seed)
+    sampling = forest_sampling(est, seed, clustered)
     n_fitted = len(est.estimators_["tree_offsets"]) - 1 if hasattr(est, "estimators_") else None
     earlier = warm_trees(est, n_fitted, n_features, sampling)
     if earlier is not None and nothing_to_add(n_fitted, est.n_estimators):
@@ -102,7 +104,7 @@ def warm_trees(est, n_fitted, n_features, sampling):
     fitted_features = int(est.bin_mapper_.n_features_in_)    # fit's input checks already reset n_features_in_
     if n_features != fitted_features:
         raise ValueError(f"warm start: X has {n_features} features, the forest was fitted with {fitted_features}")
-    changed = [k for k in SAMPLING_KEYS if est.sampling_[k] != sampling[k]]
+    changed = [k for k in SAMPLING_KEYS if est.sampling_.get(k, False) != sampling[k]]
     if changed:
         raise ValueError(f"warm start cannot change the sampling of the trees already grown ({changed[0]}: "
                          f"{est.sampling_[changed[0]]!r} -> {sampling[changed[0]]!r})")
@@ -161,7 +163,7 @@ def fit_fingerprint(est, comm, gids, n_global, codes, mapper, columns):
                             feature_names=getattr(est, "feature_names_in_", None))
 
 
-def continue_forest(stage, earlier, *, binned, missing_bin, gids, sampling, n_estimators, oob):
+def continue_forest(stage, earlier, *, binned, missing_bin, gids, sampling, n_estimators, oob, clusters=None):
     """Where a forest's growth loop starts, and its per-batch checkpoint hook.
 
     Parameters
@@ -176,6 +178,7 @@ def continue_forest(stage, earlier, *, binned, missing_bin, gids, sampling, n_es
     n_estimators : int
     oob : bool
         Whether the loop accumulates out-of-bag sums (recomputed here for earlier trees).
+    clusters : forest.clusters.ClusterLayout, optional
 
     Returns
     -------
@@ -193,7 +196,8 @@ def continue_forest(stage, earlier, *, binned, missing_bin, gids, sampling, n_es
         stage.save(trees[stage.n_done:], len(trees), n_estimators, complete=len(trees) == n_estimators)
     start = None
     if trees:
-        acc, cnt = oob_sums_binned(pack_trees(trees), binned, missing_bin, gids, sampling) if oob else (None, None)
+        acc, cnt = oob_sums_binned(pack_trees(trees), binned, missing_bin, gids, sampling, clusters) if oob \
+            else (None, None)
         start = ForestStart(trees, acc, cnt, stage.batch_size if stage is not None else None)
     on_batch = None
     if stage is not None:

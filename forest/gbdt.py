@@ -107,6 +107,10 @@ class _BaseGBDT(BaseEstimator):
         self.split_mode = split_mode
         self.warm_start = warm_start
 
+    def _model_io_restore_(self):
+        """Default for the parameter that older model files lack."""
+        self.__dict__.setdefault("warm_start", False)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True

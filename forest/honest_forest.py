@@ -182,7 +182,7 @@ def batch_ranges(first, n_trees, batch_size):
     return out
 
 
-def oob_sums_binned(packed, binned, missing_bin, gids, sampling, chunk_trees=64):
+def oob_sums_binned(packed, binned, missing_bin, gids, sampling, clusters=None, chunk_trees=64):
     """Out-of-bag sums of a forest's leaf values over this rank's training rows.
 
     The fit accumulates these batch by batch; every row adds its out-of-bag trees in
@@ -197,6 +197,8 @@ def oob_sums_binned(packed, binned, missing_bin, gids, sampling, chunk_trees=64)
     gids : ndarray of int64, shape (n_local,)
     sampling : dict
         ``seed, sample_fraction, ci_group_size, honest, honesty_fraction``.
+    clusters : forest.clusters.ClusterLayout, optional
+        As in the fit.
 
     Returns
     -------
@@ -207,7 +209,7 @@ def oob_sums_binned(packed, binned, missing_bin, gids, sampling, chunk_trees=64)
     acc = np.zeros((n_local, packed["value"].shape[1]))
     cnt = np.zeros(n_local)
     offsets = packed["tree_offsets"]
-    for lo, hi, codes in _oob_code_chunks(sampling, gids, len(offsets) - 1, chunk_trees):
+    for lo, hi, codes in _oob_code_chunks(sampling, gids, len(offsets) - 1, chunk_trees, clusters):
         sub = dict(packed, tree_offsets=offsets[lo:hi + 1])
         accumulate_oob_binned(sub, binned, missing_bin, codes, acc, cnt)
     return acc, cnt
@@ -225,7 +227,7 @@ def sampling_segments(sampling, n_trees):
     return [(int(a), int(b), int(c)) for a, b, c in segments]
 
 
-def _oob_code_chunks(sampling, gids, n_trees, chunk_trees):
+def _oob_code_chunks(sampling, gids, n_trees, chunk_trees, clusters=None):
     """Yield ``(lo, hi, codes)``: packed trees ``lo:hi`` and their row codes for ``gids``."""
     pos = 0
     for seed, first, count in sampling_segments(sampling, n_trees):
@@ -233,7 +235,8 @@ def _oob_code_chunks(sampling, gids, n_trees, chunk_trees):
             b = min(count, a + chunk_trees)
             codes = tree_row_codes(seed, np.arange(first + a, first + b), gids,
                                    sample_fraction=sampling["sample_fraction"], ci_group_size=sampling["ci_group_size"],
-                                   honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"])
+                                   honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"],
+                                   clusters=clusters)
             yield pos + a, pos + b, codes
         pos += count
 
@@ -241,7 +244,7 @@ def _oob_code_chunks(sampling, gids, n_trees, chunk_trees):
 def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimators, seed, sample_fraction,
                        ci_group_size, honest, honesty_fraction, max_depth, min_samples_split, mtry,
                        batch_size, n_global, value_fn, count_col, comm, oob=False, progress=None,
-                       local_threshold=None, start=None, on_batch=None):
+                       local_threshold=None, clusters=None, start=None, on_batch=None):
     """Grow and honestly re-estimate a forest in batches.
 
     Parameters
@@ -273,6 +276,8 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
         ``progress(n_trees_done, n_trees_total)`` after each batch.
     local_threshold : float or None
         Passed to :func:`forest.grower.grow_levelwise` (``None``: its default).
+    clusters : forest.clusters.ClusterLayout, optional
+        Sample by cluster (:func:`forest.subsample.tree_row_codes`).
     start : ForestStart, optional
         Continue after these trees (grow trees ``len(start.trees) .. n_estimators - 1``).
     on_batch : callable, optional
@@ -313,7 +318,7 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
         idx = np.arange(lo, hi, dtype=np.int64)
         with phase("other"):
             codes = tree_row_codes(seed, idx, gids, sample_fraction=sample_fraction, ci_group_size=ci_group_size,
-                                   honest=honest, honesty_fraction=honesty_fraction)
+                                   honest=honest, honesty_fraction=honesty_fraction, clusters=clusters)
             grow_rows = [np.flatnonzero((c == STRUCTURE) | (c == BOTH)).astype(np.int32) for c in codes]
             est_rows = [np.flatnonzero((c == ESTIMATION) | (c == BOTH)).astype(np.int32) for c in codes]
         batch = grow_levelwise(binned, channels, grow_rows, criterion, mapper, tree_indices=idx,
@@ -336,7 +341,7 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
     return pack_trees(trees), oob_acc, oob_cnt
 
 
-def oob_average(packed, X, gids, sampling, chunk_trees=256):
+def oob_average(packed, X, gids, sampling, chunk_trees=256, clusters=None):
     """Out-of-bag average of leaf values for training rows given by raw ``X``.
 
     Parameters
@@ -346,7 +351,10 @@ def oob_average(packed, X, gids, sampling, chunk_trees=256):
     gids : ndarray of int64, shape (n,)
         The rows' global ids during fitting.
     sampling : dict
-        ``seed, sample_fraction, ci_group_size, honest, honesty_fraction`` as fitted.
+        ``seed, sample_fraction, ci_group_size, honest, honesty_fraction`` as fitted
+        (and ``segments`` for a merged forest, :func:`sampling_segments`).
+    clusters : forest.clusters.ClusterLayout, optional
+        The rows' cluster layout when the forest was fitted with clusters.
 
     Returns
     -------
@@ -360,7 +368,7 @@ def oob_average(packed, X, gids, sampling, chunk_trees=256):
     acc = np.zeros((n, values.shape[1]))
     cnt = np.zeros(n)
     offsets = packed["tree_offsets"]
-    for lo, hi, codes in _oob_code_chunks(sampling, gids, n_trees, chunk_trees):
+    for lo, hi, codes in _oob_code_chunks(sampling, gids, n_trees, chunk_trees, clusters):
         sub = {"value": values, "tree_offsets": offsets[lo:hi + 1]}
         oob_accumulate(sub, leaves[:, lo:hi], codes, acc, cnt)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -10,9 +10,10 @@ out-of-bag predictions (``oob_predict``) and bootstrap-of-little-bags intervals 
 working, because the merged forest records the ``(seed, first tree, count)`` of each
 part (``sampling_["segments"]``, read by :func:`forest.honest_forest.sampling_segments`).
 
-Not carried over: summaries computed from the training rows during ``fit``
-(``oob_prediction_`` of a regression forest, ``ate_`` / ``ate_stderr_`` of a causal
-forest); the parts do not keep the rows' nuisance estimates they need.
+Not carried over: what ``fit`` computed on the training rows (``oob_prediction_`` of
+a regression forest; ``ate_``, ``ate_stderr_``, ``dr_scores_`` and the out-of-bag
+analysis rows of a causal forest): they are those of one part. A merged causal forest
+keeps the (shared) nuisance forests, so its analyses run on rows passed as ``X, t, y``.
 
 Causal forests draw their nuisance forests' seeds from ``random_state``, so two
 causal forests with different seeds are centred differently and are refused; fit
@@ -37,7 +38,7 @@ SHAPE_ATTRIBUTES = {
     "CausalForest": ("n_features_in_", "treatment_type_", "classes_", "n_treatments_", "n_outcomes_", "y_ndim_"),
 }
 #: Fitted attributes that describe the training rows of one part only.
-ROW_SUMMARIES = ("oob_prediction_", "ate_", "ate_stderr_")
+ROW_SUMMARIES = ("oob_prediction_", "ate_", "ate_stderr_", "dr_scores_", "_oob_rows_")
 
 
 def _same(a, b):
@@ -114,8 +115,8 @@ def merge_forests(forests):
         A new estimator (the inputs are not modified) whose ``estimators_`` holds the
         trees of ``forests[0]``, then ``forests[1]``, ...; ``n_estimators`` is their
         total and ``random_state`` that of ``forests[0]``. Importances are recomputed;
-        ``oob_prediction_``, ``ate_`` and ``ate_stderr_`` are not carried over (see
-        the module docstring). One forest is returned as a copy.
+        the training rows' summaries are not carried over (see the module docstring).
+        One forest is returned as a copy.
 
     Raises
     ------
@@ -133,7 +134,7 @@ def merge_forests(forests):
     segments = _segments(forests)
     first = forests[0]
     merged = copy.copy(first)
-    merged.__dict__ = {k: v for k, v in first.__dict__.items() if k not in ROW_SUMMARIES + ("_nuisance_rows",)}
+    merged.__dict__ = {k: v for k, v in first.__dict__.items() if k not in ROW_SUMMARIES}
     trees = [tree for est in forests for tree in unpack_trees(est.estimators_)]
     merged.estimators_ = pack_trees(trees)
     merged.n_estimators = len(trees)

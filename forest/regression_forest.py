@@ -18,10 +18,11 @@ from native.comm import world
 
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_row_count, check_target, check_weight,
                           feature_summary, fit_features, moment_sums, validate_features)
+from .clusters import resolve_clusters
 from .collective_checks import collective_checks, require_same, total
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
 from .criteria import VarianceCriterion
-from .honest_forest import global_ids, grow_honest_forest, oob_average
+from .honest_forest import global_ids, grow_honest_forest, oob_average, oob_sums_binned
 from .importance import depth_weighted_importance, gain_importance
 from .predictor import predict_values, predict_values_binned
 
@@ -136,6 +137,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
     batch_size : int or None, default None
         Trees grown together level by level (``None``: chosen from a memory budget).
     random_state : int or None, default None (means 0)
+    equalize_cluster_weights : bool, default False
+        With ``clusters`` in ``fit``: trees take ``min(cluster size)`` rows of each
+        drawn cluster (grf), instead of all of them.
     warm_start : bool, default False
         When True and the forest is fitted, ``fit`` keeps its trees and adds trees up
         to ``n_estimators``: the result is the forest a single fit with that
@@ -174,7 +178,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, max_bins=255, ci_group_size=1, batch_size=None,
-                 random_state=None, warm_start=False):
+                 random_state=None, equalize_cluster_weights=False, warm_start=False):
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.honest = honest
@@ -186,6 +190,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.ci_group_size = ci_group_size
         self.batch_size = batch_size
         self.random_state = random_state
+        self.equalize_cluster_weights = equalize_cluster_weights
         self.warm_start = warm_start
 
     def __sklearn_tags__(self):
@@ -194,8 +199,13 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         tags.target_tags.multi_output = True
         return tags
 
+    def _model_io_restore_(self):
+        """Defaults for the parameters that older model files lack (clusters, warm start)."""
+        self.__dict__.setdefault("equalize_cluster_weights", False)
+        self.__dict__.setdefault("warm_start", False)
+
     def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None,
-            checkpoint=None):
+            clusters=None, checkpoint=None):
         """Fit on this rank's rows.
 
         Input checks are collective (:mod:`forest.collective_checks`): when any rank's
@@ -222,6 +232,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             nuisance forests; ``forest-train`` bins parquet row groups as it reads).
         feature_names : sequence of str, optional
             Names of the binned features (``feature_names_in_``) when ``X`` is None.
+        clusters : array-like of int, shape (n_local,), or forest.clusters.ClusterLayout, optional
+            Cluster labels (grf's ``clusters``): trees sample whole clusters, and a row
+            is out of bag when its cluster is (:mod:`forest.subsample`).
         checkpoint : str, os.PathLike or forest.checkpoint.Checkpoint, optional
             Directory where rank 0 writes the trees after every batch; a fit whose
             directory holds a checkpoint of the same data and parameters resumes from
@@ -237,17 +250,20 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         y2 = as_columns(y)
         n_out = y2.shape[1]
         gids, _ = global_ids(comm, len(y))
-        begun = begin_forest(self, X, binned, n_features, seed, comm)
+        layout = resolve_clusters(clusters, comm, len(y), self.equalize_cluster_weights, sample_weight)
+        begun = begin_forest(self, X, binned, n_features, seed, comm, clustered=layout is not None)
         if begun is None:
             return self
         sampling, earlier, mapper, codes = begun
+        # weights as given: the rescaled ones depend on the rank count's summation order
+        given = {"y": y2, "sample_weight": check_weight(sample_weight, len(y))}
+        if layout is not None:
+            given["clusters"] = layout.codes
         stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),
-                           fingerprint=lambda: fit_fingerprint(
-                               self, comm, gids, n_global, codes, mapper,
-                               # weights as given: rescaled ones depend on the rank count's sum order
-                               {"y": y2, "sample_weight": check_weight(sample_weight, len(y))}))
+                           fingerprint=lambda: fit_fingerprint(self, comm, gids, n_global, codes, mapper, given))
         start, on_batch = continue_forest(stage, earlier, binned=codes, missing_bin=mapper.missing_bin_, gids=gids,
-                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=True)
+                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=True,
+                                          clusters=layout)
         crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
         channels = crit.make_channels(y2, g)
 
@@ -265,17 +281,10 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
             min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
             batch_size=self.batch_size, n_global=n_global, value_fn=value_fn, count_col=n_out, comm=comm, oob=True,
-            progress=progress, start=start, on_batch=on_batch)
+            progress=progress, clusters=layout, start=start, on_batch=on_batch)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
-        full = None
-        if (cnt == 0).any():
-            # rows every tree sampled (rare): fall back to the in-sample prediction
-            full = predict_values_binned(packed, codes, mapper.missing_bin_)[:, :n_out] / n_estimators_fitted(packed)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            oob = acc[:, :n_out] / cnt[:, None]
-        if full is not None:
-            oob[cnt == 0] = full[cnt == 0]
+        oob = self._oob_from_sums(acc, cnt, codes)
         self.oob_prediction_ = oob[:, 0] if y.ndim == 1 else oob
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
         self.gain_importances_ = gain_importance(packed, n_features)
@@ -312,6 +321,44 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         check_moment_sums(moments * (n_global / weight_total))  # the channels hold the rescaled weights
         return seed, X, binned, y, g, n_global
 
+    def _oob_from_sums(self, acc, cnt, codes):
+        """Out-of-bag means (n, n_outputs_) from out-of-bag sums; rows every tree sampled get the forest mean."""
+        full = None
+        if (cnt == 0).any():
+            # rows every tree sampled (rare): fall back to the in-sample prediction
+            full = predict_values_binned(self.estimators_, codes, self.bin_mapper_.missing_bin_)[:, :self.n_outputs_] \
+                / n_estimators_fitted(self.estimators_)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            oob = acc[:, :self.n_outputs_] / cnt[:, None]
+        if full is not None:
+            oob[cnt == 0] = full[cnt == 0]
+        return oob
+
+    def oob_prediction_binned(self, codes, gids, clusters=None):
+        """Out-of-bag predictions of training rows given as codes, recomputed from the trees.
+
+        The fit's ``oob_prediction_`` bit for bit (each row adds its trees in the same
+        order); a causal forest's warm start takes its kept nuisance forests' estimates
+        from here.
+
+        Parameters
+        ----------
+        codes : ndarray of uint8, shape (n_features, n_local)
+            This rank's training rows, binned with ``bin_mapper_``.
+        gids : ndarray of int64, shape (n_local,)
+            Their global row ids in the fit.
+        clusters : forest.clusters.ClusterLayout, optional
+            As in the fit.
+
+        Returns
+        -------
+        ndarray, shape (n_local, n_outputs_)
+        """
+        check_is_fitted(self, "estimators_")
+        acc, cnt = oob_sums_binned(self.estimators_, codes, self.bin_mapper_.missing_bin_, gids, self.sampling_,
+                                   clusters)
+        return self._oob_from_sums(acc, cnt, codes)
+
     def _predict_raw(self, X):
         n_trees = len(self.estimators_["tree_offsets"]) - 1
         return predict_values(self.estimators_, X)[:, :self.n_outputs_] / n_trees
@@ -332,7 +379,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         out = self._predict_raw(X)
         return out[:, 0] if self.n_outputs_ == 1 else out
 
-    def oob_predict(self, X, comm=None):
+    def oob_predict(self, X, comm=None, clusters=None):
         """Out-of-bag predictions for the training rows of this rank (same order as in ``fit``).
 
         Parameters
@@ -341,6 +388,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             Exactly the rows this rank passed to ``fit``.
         comm : native.comm.Communicator, optional
             The communicator used in ``fit`` (global row ids are recomputed from it).
+        clusters : array-like, optional
+            The cluster labels passed to ``fit`` (needed when it had clusters).
 
         Returns
         -------
@@ -352,6 +401,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             check_is_fitted(self, "estimators_")
             X = validate_features(self, X, reset=False, min_samples=0)
         gids, _ = global_ids(comm, len(X))
-        avg, _ = oob_average(self.estimators_, X, gids, self.sampling_)
+        layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
+                                  fitted=self.sampling_.get("clusters", False))
+        avg, _ = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
         avg = avg[:, :self.n_outputs_]
         return avg[:, 0] if self.n_outputs_ == 1 else avg

@@ -109,7 +109,8 @@ def build_report(path, data=None, top=20, want_figures=False):
 
     if data is not None:
         source = dataio.open_source(data)
-        extra = [c for c in (meta.get("treatment"), meta.get("outcome")) if c and c in source.columns]
+        extra = [c for c in (meta.get("treatment"), meta.get("outcome"), meta.get("cluster"))
+                 if c and c in source.columns]
         dataio.check_columns(source, numeric=names + extra)
         if source.n_rows == 0:
             raise CLIError(f"{data!r} holds no rows (empty file)")
@@ -146,11 +147,25 @@ def build_report(path, data=None, top=20, want_figures=False):
                         figures["qini"] = rep.qini_figure(qc)
                 else:
                     lines += ["", f"(no Qini curve: {t_col!r} is not a binary 0/1 treatment with both arms)"]
+            if t_col in shard.columns and y_col in shard.columns and hasattr(est, "dr_scores"):
+                _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures)
             if want_figures:
                 figures["effects"] = rep.effects_figure(pred)
                 if curves:
                     figures["pdp"] = rep.pdp_figure(curves)
     return report, figures, "\n".join(lines)
+
+
+def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures):
+    """Average effects, calibration, BLP and RATE on the data (:mod:`forest.report_analysis`)."""
+    from forest.report_analysis import analysis_report
+
+    clusters = shard.columns.get(meta.get("cluster")) if meta.get("cluster") else None
+    part, text, figs = analysis_report(est, X, shard.columns[meta["treatment"]], shard.columns[meta["outcome"]],
+                                       names, imp["depth_weighted"], clusters=clusters, want_figures=want_figures)
+    report["analysis"] = part
+    lines += text
+    figures.update(figs)
 
 
 def _body(argv):
@@ -171,7 +186,7 @@ def _body(argv):
                      figures.get("importance"))]
         for key, heading in (("effects", "Distribution of predicted effects"),
                              ("pdp", "Partial dependence of the effect on the top features"),
-                             ("qini", "Qini curve")):
+                             ("qini", "Qini curve"), ("toc", "Targeting operator characteristic (TOC)")):
             if key in figures:
                 sections.append((heading, "", figures[key]))
         page = rep.html_page(f"histforest report: {report['model']} ({args.model})", sections)

@@ -203,3 +203,15 @@ def test_resumed_causal_forest_reports_the_nuisance_stages(tmp_path, same_model_
     assert lines == [f"resuming from 0 of 16 trees (checkpoint {tmp_path}); nuisance-y done, "
                      f"nuisance-t 4 of 8 trees"]
     assert same_model_file(resumed, fit("causal", SELF))
+
+
+def test_clustered_forest_resumes_and_other_clusters_are_refused(tmp_path, same_model_file):
+    X, _, y = data()
+    clusters = np.arange(N) // 7
+    make = lambda: RegressionForest(n_estimators=16, batch_size=4, random_state=3)  # noqa: E731
+    with pytest.raises(Crash):
+        make().fit(X, y, clusters=clusters, comm=SELF, checkpoint=str(tmp_path), progress=crash_at(8))
+    with pytest.raises(CheckpointError, match="other data"):
+        make().fit(X, y, clusters=np.arange(N) // 8, comm=SELF, checkpoint=str(tmp_path))
+    resumed = make().fit(X, y, clusters=clusters, comm=SELF, checkpoint=Checkpoint(tmp_path, log=lambda line: None))
+    assert same_model_file(resumed, make().fit(X, y, clusters=clusters, comm=SELF))

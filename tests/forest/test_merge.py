@@ -61,7 +61,10 @@ def test_merged_causal_forest_with_shared_nuisance(tmp_path):
     lo, hi = merged.predict_interval(X, alpha=0.1)
     assert np.all(np.isfinite(lo)) and np.all(lo < hi)
     assert np.all(np.isfinite(merged.oob_predict(X, comm=SELF)))
-    with pytest.raises(ValueError, match="merged forest .* has no average treatment effect"):
+    # the training rows' summaries belong to one part; rows passed again are scored with
+    # the shared nuisance forests
+    assert not hasattr(merged, "ate_") and not hasattr(merged, "dr_scores_")
+    with pytest.raises(ValueError, match="pass held-out rows as X, t and y"):
         merged.average_treatment_effect()
     path = str(tmp_path / "merged.model")
     model_io.save(merged, path)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from native.comm import SelfCommunicator
-from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest
+from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest, model_io
 from forest.checkpoint import Checkpoint
 
 from resume_helpers import N, Crash, crash_at, data
@@ -54,19 +54,25 @@ def test_warm_start_from_an_incomplete_batch_is_bitwise_serially(kind, same_mode
     assert same_model_file(warm, fit(make(33), SELF))
 
 
-def test_causal_warm_start_keeps_the_first_nuisance_forests(same_model_file):
+def test_causal_warm_start_keeps_the_first_nuisance_forests(tmp_path, same_model_file):
     # nuisance_estimators=None: max(50, n // 4) is 50 for 8 trees, 52 for 208. The warm
     # start keeps the 50-tree centering, so it is the fit with nuisance_estimators=50.
     warm = fit(CausalForest(n_estimators=8, random_state=1, warm_start=True), SELF)
+    nuisance_forest = warm.outcome_forest_
     fit(warm.set_params(n_estimators=208), SELF)
-    assert warm.nuisance_["y_hat"] == {"source": "forest", "n_estimators": 50, "seed": 7920}
+    assert warm.nuisance_ == {"n_estimators": 50, "y_hat": {"source": "forest", "seed": 7920},
+                              "t_hat": {"source": "forest", "seed": 104730}}
+    assert warm.outcome_forest_ is nuisance_forest
     one = fit(CausalForest(n_estimators=208, random_state=1, nuisance_estimators=50, warm_start=True), SELF)
     assert same_model_file(warm, one.set_params(nuisance_estimators=None))
-    # without the in-memory estimates (e.g. a loaded model) they are refitted, the same
-    del warm._nuisance_rows
-    fit(warm.set_params(n_estimators=212), SELF)
+    np.testing.assert_array_equal(warm.dr_scores_, one.dr_scores_)
+    # a loaded model continues the same way: the kept nuisance forests' out-of-bag
+    # estimates are recomputed from their trees
+    path = str(tmp_path / "cf.model")
+    model_io.save(warm, path)
+    loaded = fit(model_io.load(path).set_params(n_estimators=212), SELF)
     one = fit(one.set_params(n_estimators=212, nuisance_estimators=50), SELF)
-    assert same_model_file(warm, one.set_params(nuisance_estimators=None))
+    assert same_model_file(loaded, one.set_params(nuisance_estimators=None))
 
 
 def test_causal_warm_start_refuses_other_given_nuisance():
@@ -74,7 +80,7 @@ def test_causal_warm_start_refuses_other_given_nuisance():
     est = CausalForest(n_estimators=4, random_state=1, warm_start=True).fit(X, t, y, y_hat=np.zeros(N),
                                                                             t_hat=np.full(N, 0.5), comm=SELF)
     assert est.nuisance_["y_hat"]["source"] == "given"
-    with pytest.raises(ValueError, match="warm start: y_hat differs from the first fit's"):
+    with pytest.raises(ValueError, match="warm start: the nuisance y_hat differs from the first fit's"):
         est.set_params(n_estimators=8).fit(X, t, y, y_hat=np.ones(N), t_hat=np.full(N, 0.5), comm=SELF)
     est.fit(X, t, y, y_hat=np.zeros(N), t_hat=np.full(N, 0.5), comm=SELF)
     assert len(est.estimators_["tree_offsets"]) == 9
