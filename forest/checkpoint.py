@@ -73,7 +73,8 @@ class Checkpoint:
     directory : str or os.PathLike
         Created if missing. Rank 0 writes it; it need not be shared with other ranks.
     restart : bool, default False
-        Discard the checkpoint the directory holds before this fit starts.
+        Discard the checkpoint the directory holds, once: when the first fit given this
+        object starts.
     every : int, default 10
         Boosting iterations between two checkpoints of a GBDT fit (forests write one
         after every batch of trees).
@@ -123,8 +124,9 @@ class Checkpoint:
         except model_io.ModelFormatError as exc:
             raise CheckpointError(f"checkpoint in {self.directory!r} cannot be read ({exc}); "
                                   f"{self.restart_hint}") from None
-        if getattr(manifest, "version", None) != MANIFEST_VERSION:
-            raise CheckpointError(f"checkpoint in {self.directory!r} has version {manifest.version!r}, this "
+        version = getattr(manifest, "version", None)
+        if version != MANIFEST_VERSION:
+            raise CheckpointError(f"checkpoint in {self.directory!r} has version {version!r}, this "
                                   f"histforest reads {MANIFEST_VERSION}; {self.restart_hint}")
         return manifest
 
@@ -139,7 +141,8 @@ class Checkpoint:
 
 
 def as_checkpoint(checkpoint):
-    """``None``, a :class:`Checkpoint` or a directory -> ``None`` or a :class:`Checkpoint`."""
+    """``None``, a :class:`Checkpoint`, a :class:`Stage` (handed down by a parent fit) or a
+    directory -> ``None``, that object, or a :class:`Checkpoint` of the directory."""
     if checkpoint is None or isinstance(checkpoint, (Checkpoint, Stage)):
         return checkpoint
     if isinstance(checkpoint, (str, os.PathLike)):
