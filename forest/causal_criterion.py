@@ -52,11 +52,14 @@ Leaf values
 these per tree and solves ``theta(x) = A(x)^{-1} b(x)`` (see :mod:`forest.inference`),
 which equals GRF's estimate with its forest weights.
 """
-import numpy as np
+from collections import namedtuple
 
-from forest._validation import as_columns
+import numpy as np
 from numba import njit, vectorize
 
+from forest._validation import as_columns
+
+from .compiled_criterion import CompiledCriterion, register
 from .criteria import Criterion
 
 #: Constraint kinds: raw arm counts (categorical) or sign of the centered treatment.
@@ -206,16 +209,28 @@ def _gain_scalar_ufunc(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, a
                              m, pen)
 
 
-#: ``forest.criteria.NumbaGain.kind`` of :class:`CausalCriterion` with ``K = M = 1``.
-KIND_CAUSAL = 1
+# ---------------------------------------------------------------------- compiled pieces
+# CausalCriterion.gain per candidate for the compiled growth kernels
+# (forest.compiled_criterion): two records, so that a binary forest's kernels never
+# compile the general code (LAPACK calls) and a multi-arm one never the scalar code.
+
+#: Record of the fused ``K = M = 1`` case (no preconditioning): the indicator channel
+#: ``arm`` and the constraints.
+CausalScalarRecord = namedtuple("CausalScalarRecord", ["arm", "min_samples_leaf", "alpha", "imbalance_penalty"])
+
+#: Record of the general case: ``K`` treatment columns, ``M`` outcomes, the first
+#: channel of ``g W~W~^T`` (``ww0``), the count channel, the first constraint
+#: channel (``arm0``), the constraints, ``sign`` (True: "sign" counts, False: "arms")
+#: and ``precondition``.
+CausalRecord = namedtuple("CausalRecord", ["K", "M", "ww0", "i_count", "arm0", "min_samples_leaf", "alpha",
+                                           "imbalance_penalty", "sign", "precondition"])
 
 
 @njit(cache=True)
-def causal_prepare(parent, params, out):
-    """Node constants of the ``K = M = 1`` causal gain, as ``_parent_terms`` computes them.
+def causal_prepare(p, parent, out):
+    """Node constants of the ``K = M = 1`` gain, as ``_parent_terms`` computes them.
 
-    ``params = [min_samples_leaf, alpha, imbalance_penalty]``; ``out[:5]`` becomes
-    ``wbar, ybar, tau_P, alpha * spread_P, valid_P``.
+    ``out[:5]`` becomes ``wbar, ybar, tau_P, alpha * spread_P, valid_P``.
     """
     g = parent[0]
     w = parent[1]
@@ -231,24 +246,258 @@ def causal_prepare(parent, params, out):
     out[0] = wbar
     out[1] = ybar
     out[2] = cp / (mp if valid else 1.0)
-    out[3] = params[1] * mp
+    out[3] = p.alpha * mp
     out[4] = 1.0 if valid else 0.0
 
 
-@njit(cache=True)
-def causal_gains(lefts, rights, consts, params, out, n):
-    """``K = M = 1`` :meth:`CausalCriterion.gain` of ``n`` candidates of one node.
+def _scalar_prepare_piece(p, parent, consts):
+    causal_prepare(p, parent, consts)
 
-    ``lefts, rights`` (>= n, 7) are the children's sums, ``consts`` from
-    :func:`causal_prepare`; gains go to ``out[:n]``. One call per node and feature
-    (a call with array arguments costs Numba reference-count updates; the scalar
-    core takes scalars only).
-    """
+
+def _scalar_gains_piece(p, lefts, rights, consts, out, row, n):
+    # Inlined into the kernels: the loop calls the scalar core with scalars only, so
+    # no per-(node, feature) call or array view updates reference counts (measured
+    # ~7% of the subtree kernel in atomic increments/decrements).
+    m_leaf = p.min_samples_leaf
+    pen = p.imbalance_penalty
+    wb = consts[0]
+    yb = consts[1]
+    tau = consts[2]
+    floor = consts[3]
+    valid = consts[4]
     for i in range(n):
-        out[i] = _gain_scalar_core(lefts[i, 0], lefts[i, 1], lefts[i, 2], lefts[i, 3], lefts[i, 4], lefts[i, 5],
-                                   lefts[i, 6], rights[i, 0], rights[i, 1], rights[i, 2], rights[i, 3], rights[i, 4],
-                                   rights[i, 5], rights[i, 6], consts[0], consts[1], consts[2], consts[3], consts[4],
-                                   params[0], params[2])
+        out[row, i] = _gain_scalar_core(lefts[i, 0], lefts[i, 1], lefts[i, 2], lefts[i, 3], lefts[i, 4],
+                                        lefts[i, 5], lefts[i, 6], rights[i, 0], rights[i, 1], rights[i, 2],
+                                        rights[i, 3], rights[i, 4], rights[i, 5], rights[i, 6], wb, yb, tau,
+                                        floor, valid, m_leaf, pen)
+
+
+def _scalar_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
+    # Exactly the count tests of _gain_scalar_core (integer-valued sums): a candidate
+    # failing here would score -inf.
+    # (No conditional expressions in the inlined pieces: Numba's inliner warns on them.)
+    m = p.min_samples_leaf
+    arm_l = cum[p.arm]
+    if with_miss:
+        arm_l += miss[p.arm]
+    arm_r = parent[p.arm] - arm_l
+    return arm_l >= m and n_l - arm_l >= m and arm_r >= m and n_r - arm_r >= m
+
+
+def _scalar_right_exhausted(p, n_r, cum, parent):
+    arm_r = parent[p.arm] - cum[p.arm]
+    return arm_r < p.min_samples_leaf or n_r - arm_r < p.min_samples_leaf
+
+
+register(CausalScalarRecord, prepare=_scalar_prepare_piece, gains=_scalar_gains_piece, sides_ok=_scalar_sides_ok,
+         right_exhausted=_scalar_right_exhausted)
+
+
+def _general_offsets(K, M):
+    """Offsets in the node constants of the general case: ``wbar (K), ybar (M), tau (K, M),
+    A^{-1} (K, K), floor (K), valid (1)`` and scratch ``(K, M)`` for the gains."""
+    o_ybar = K
+    o_tau = o_ybar + M
+    o_ainv = o_tau + K * M
+    o_floor = o_ainv + K * K
+    o_valid = o_floor + K
+    o_work = o_valid + 1
+    return o_ybar, o_tau, o_ainv, o_floor, o_valid, o_work
+
+
+def _general_consts_size(K, M):
+    return _general_offsets(K, M)[-1] + K * M
+
+
+_general_offsets_jit = njit(cache=True, inline="always")(_general_offsets)
+
+
+@njit(cache=True, inline="always")
+def _tri(K, i, j):
+    """Index of ``g W~_i W~_j`` (``i <= j``) in the upper triangle, row-major."""
+    return i * K - (i * (i - 1)) // 2 + (j - i)
+
+
+@njit(cache=True)
+def causal_prepare_general(p, parent, out):
+    """Node constants of the general gain, as ``CausalCriterion._parent_terms`` computes them."""
+    K = p.K
+    M = p.M
+    o_ybar, o_tau, o_ainv, o_floor, o_valid, o_work = _general_offsets_jit(K, M)
+    g = parent[0]
+    mp = np.empty((K, K))
+    cp = np.empty((K, M))
+    for k in range(K):
+        out[k] = parent[1 + k] / g if g > 0 else 0.0
+    for m in range(M):
+        out[o_ybar + m] = parent[1 + K + m] / g if g > 0 else 0.0
+    scale = 0.0
+    for i in range(K):
+        for j in range(K):
+            a, b = (i, j) if i <= j else (j, i)
+            mp[i, j] = parent[p.ww0 + _tri(K, a, b)] - parent[1 + i] * out[j]
+        for m in range(M):
+            cp[i, m] = parent[1 + K + M + i * M + m] - parent[1 + i] * out[o_ybar + m]
+        scale += parent[p.ww0 + _tri(K, i, i)]
+    scale = max(scale, 1e-300)
+    for k in range(K):
+        out[o_floor + k] = p.alpha * mp[k, k]
+    if K == 1:
+        valid = g > 0 and mp[0, 0] > 1e-12 * scale
+        d = mp[0, 0] if valid else 1.0
+        for m in range(M):
+            out[o_tau + m] = cp[0, m] / d
+        out[o_ainv] = g / mp[0, 0] if mp[0, 0] > 0 else 0.0
+    else:
+        eig = np.linalg.eigvalsh(mp)
+        valid = g > 0 and eig[0] > 1e-12 * scale
+        if not valid:
+            mp[:, :] = 0.0
+            for k in range(K):
+                mp[k, k] = 1.0
+        tau = np.linalg.solve(mp, cp)
+        ainv = np.linalg.inv(mp)
+        for i in range(K):
+            for m in range(M):
+                out[o_tau + i * M + m] = tau[i, m]
+            for j in range(K):
+                out[o_ainv + i * K + j] = ainv[i, j] * g
+    out[o_valid] = 1.0 if valid else 0.0
+
+
+@njit(cache=True)
+def _general_side(p, s, i, consts, o_ybar, o_tau, o_ainv, o_work):
+    """``|sum_child g rho|^2`` of row ``i`` of child sums ``s``, as ``_child_sum_rho`` computes it."""
+    K = p.K
+    M = p.M
+    g = s[i, 0]
+    for j in range(K):
+        wbj = consts[j]
+        wj = s[i, 1 + j]
+        wcj = wj - g * wbj
+        for m in range(M):
+            ybm = consts[o_ybar + m]
+            cross = (s[i, 1 + K + M + j * M + m] - wj * ybm - wbj * s[i, 1 + K + m]) + g * (wbj * ybm)
+            acc = 0.0
+            for l in range(K):
+                a, b = (j, l) if j <= l else (l, j)
+                mw = s[i, p.ww0 + _tri(K, a, b)] - wcj * consts[l] - wbj * s[i, 1 + l]
+                acc += mw * consts[o_tau + l * M + m]
+            consts[o_work + j * M + m] = cross - acc
+    total = 0.0
+    for k in range(K):
+        for m in range(M):
+            if p.precondition:
+                v = 0.0
+                for j in range(K):
+                    v += consts[o_ainv + k * K + j] * consts[o_work + j * M + m]
+            else:
+                v = consts[o_work + k * M + m]
+            total += v * v
+    return total
+
+
+@njit(cache=True)
+def _general_counts_ok(p, s, i):
+    m = p.min_samples_leaf
+    n = s[i, p.i_count]
+    ok = n >= m
+    tot = 0.0
+    for k in range(p.K):
+        a = s[i, p.arm0 + k]
+        ok = ok and a >= m
+        if p.sign:
+            ok = ok and n - a >= m
+        tot += a
+    if not p.sign:
+        ok = ok and n - tot >= m
+    return ok
+
+
+@njit(cache=True)
+def causal_gains_general(p, lefts, rights, consts, out, row, n):
+    """General :meth:`CausalCriterion.gain` of ``n`` candidates of one node into ``out[row, :n]``."""
+    K = p.K
+    o_ybar, o_tau, o_ainv, o_floor, o_valid, o_work = _general_offsets_jit(K, p.M)
+    valid = consts[o_valid] != 0.0
+    pen = p.imbalance_penalty
+    for i in range(n):
+        gl = lefts[i, 0]
+        gr = rights[i, 0]
+        out[row, i] = -np.inf
+        ok = valid and gl > 0 and gr > 0 and _general_counts_ok(p, lefts, i) and _general_counts_ok(p, rights, i)
+        if not ok:
+            continue
+        penalty = 0.0
+        for k in range(K):
+            d = p.ww0 + _tri(K, k, k)
+            size_l = lefts[i, d] - lefts[i, 1 + k] * lefts[i, 1 + k] / gl
+            size_r = rights[i, d] - rights[i, 1 + k] * rights[i, 1 + k] / gr
+            fl = consts[o_floor + k]
+            ok = ok and size_l >= fl and size_r >= fl
+            if pen > 0.0:
+                ok = ok and size_l > 0.0 and size_r > 0.0
+                if ok:
+                    penalty += 1.0 / size_l + 1.0 / size_r
+        if not ok:
+            continue
+        score = (_general_side(p, lefts, i, consts, o_ybar, o_tau, o_ainv, o_work) / gl
+                 + _general_side(p, rights, i, consts, o_ybar, o_tau, o_ainv, o_work) / gr)
+        if pen > 0.0:
+            score = score - pen * penalty
+        out[row, i] = score
+
+
+def _general_prepare_piece(p, parent, consts):
+    causal_prepare_general(p, parent, consts)
+
+
+def _general_gains_piece(p, lefts, rights, consts, out, row, n):
+    # A call per (node, feature): the K-arm gain is heavy enough that the call does not count.
+    causal_gains_general(p, lefts, rights, consts, out, row, n)
+
+
+def _general_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
+    # The count tests of CausalCriterion._counts_ok on both children (integer-valued sums).
+    m = p.min_samples_leaf
+    ok = True
+    tot_l = 0.0
+    tot_r = 0.0
+    for k in range(p.K):
+        c = p.arm0 + k
+        a_l = cum[c]
+        if with_miss:
+            a_l += miss[c]
+        a_r = parent[c] - a_l
+        ok = ok and a_l >= m and a_r >= m
+        if p.sign:
+            ok = ok and n_l - a_l >= m and n_r - a_r >= m
+        tot_l += a_l
+        tot_r += a_r
+    if not p.sign:
+        ok = ok and n_l - tot_l >= m and n_r - tot_r >= m
+    return ok
+
+
+def _general_right_exhausted(p, n_r, cum, parent):
+    # Every right-side count (per arm, control or per sign) only shrinks as a scan moves on.
+    m = p.min_samples_leaf
+    done = False
+    tot = 0.0
+    for k in range(p.K):
+        c = p.arm0 + k
+        a_r = parent[c] - cum[c]
+        done = done or a_r < m
+        if p.sign:
+            done = done or n_r - a_r < m
+        tot += a_r
+    if not p.sign:
+        done = done or n_r - tot < m
+    return done
+
+
+register(CausalRecord, prepare=_general_prepare_piece, gains=_general_gains_piece, sides_ok=_general_sides_ok,
+         right_exhausted=_general_right_exhausted)
 
 
 def _safe_div(num, den):
@@ -446,20 +695,25 @@ class CausalCriterion(Criterion):
         """Row count, shape (...)."""
         return self._check_stats(stats)[..., self.layout.i_count]
 
-    def numba_gain(self):
-        """Compiled scalar gain (``forest.criteria.NumbaGain``), or ``None``.
+    def compiled(self):
+        """Compiled pieces for the growth kernels (:class:`forest.compiled_criterion.CompiledCriterion`).
 
-        Only the single-column case (``K = M = 1`` without preconditioning: binary or
-        scalar continuous treatment, scalar outcome) has a kernel; multi-arm and vector
-        cases return ``None`` and growers keep the histogram path for every node.
+        A single treatment column and outcome without preconditioning (binary or
+        scalar continuous treatment) gets the fused scalar record
+        (:class:`CausalScalarRecord`); every other case (``K`` arms or a treatment
+        vector, ``M`` outcomes) the general one (:class:`CausalRecord`).
         """
-        if not (self.K == 1 and self.M == 1 and not self.precondition):
-            return None
-        from .criteria import NumbaGain
-
-        return NumbaGain(KIND_CAUSAL, causal_prepare, causal_gains,
-                         [self.min_samples_leaf, self.alpha, self.imbalance_penalty], self.layout.i_count,
-                         self.min_samples_leaf)
+        L = self.layout
+        if self.K == 1 and self.M == 1 and not self.precondition:
+            record = CausalScalarRecord(L.i_count + 1, float(self.min_samples_leaf), self.alpha,
+                                        self.imbalance_penalty)
+            n_consts = 8
+        else:
+            record = CausalRecord(self.K, self.M, L.s_ww.start, L.i_count, L.s_arm.start,
+                                  float(self.min_samples_leaf), self.alpha, self.imbalance_penalty,
+                                  self.constraint == "sign", self.precondition)
+            n_consts = _general_consts_size(self.K, self.M)
+        return CompiledCriterion(record, L.i_count, self.min_samples_leaf, n_consts)
 
 
 # ---------------------------------------------------------------------- references

@@ -34,9 +34,15 @@ All four are vectorised NumPy over any leading shape and must be pure functions 
 their inputs (every rank evaluates them on bitwise-identical reduced histograms, so
 identical inputs must give identical outputs).
 """
+from collections import namedtuple
+
 import numpy as np
 
 from forest._validation import as_columns
+
+import numba as _numba
+
+from .compiled_criterion import CompiledCriterion, register
 
 
 class Criterion:
@@ -67,6 +73,16 @@ class Criterion:
 
     def node_count(self, stats):
         return self.node_weight(stats)
+
+    def compiled(self):
+        """The criterion's pieces for the compiled growth kernels, or ``None``.
+
+        Returns
+        -------
+        forest.compiled_criterion.CompiledCriterion or None
+            ``None`` (the default) keeps the vectorised ``gain`` for every node.
+        """
+        return None
 
     def _check_stats(self, stats):
         stats = np.asarray(stats, dtype=np.float64)
@@ -269,66 +285,21 @@ class VarianceCriterion(Criterion):
     def node_objective(self, stats):
         return -self._score(self._check_stats(stats))
 
-    def numba_gain(self):
-        """Compiled scalar gain of this criterion, any number of targets (see :class:`NumbaGain`)."""
-        params = [self.n_targets, 1.0 if self.count_channel else 0.0, self.min_samples_leaf, self.min_weight_leaf]
+    def compiled(self):
+        """Compiled pieces for the growth kernels (:class:`forest.compiled_criterion.CompiledCriterion`)."""
+        record = VarianceRecord(self.n_targets, self.count_channel, float(self.min_samples_leaf),
+                                self.min_weight_leaf)
         # With a count channel a child needs min_samples_leaf rows; without, weights decide.
-        return NumbaGain(KIND_VARIANCE, variance_prepare, variance_gains, params, 0,
-                         self.min_samples_leaf if self.count_channel else 1)
+        return CompiledCriterion(record, 0, self.min_samples_leaf if self.count_channel else 1, n_consts=1)
 
 
-# ---------------------------------------------------------------------- scalar kernels
-# Compiled per-candidate versions of ``VarianceCriterion.gain`` for the exact
-# small-node grower (:mod:`forest.local_growth`), which scores one candidate split at
-# a time instead of whole histogram blocks. ``prepare`` turns a parent's channel sums
-# into the node constants the gain needs (here the parent's score), once per node.
+# ---------------------------------------------------------------------- compiled pieces
+# :class:`VarianceCriterion.gain` per candidate, for the compiled growth kernels
+# (:mod:`forest.compiled_criterion`). ``prepare`` turns a parent's channel sums into
+# the node constant the gain needs (the parent's score), once per node.
 
-import numba as _numba  # noqa: E402  (kept next to the kernels it serves)
-
-
-class NumbaGain:
-    """A criterion's compiled scalar gain, as :mod:`forest.local_growth` calls it.
-
-    Attributes
-    ----------
-    kind : int
-        Which kernel pair :mod:`forest.local_growth` dispatches to
-        (:data:`KIND_VARIANCE` or ``forest.causal_criterion.KIND_CAUSAL``).
-    prepare : numba dispatcher
-        ``prepare(parent (C,), params, out (8,))``: node constants into ``out``.
-    gains : numba dispatcher
-        ``gains(lefts (k, C), rights (k, C), consts (8,), params, out (k,), n)``:
-        the first ``n`` candidates' gains into ``out``; equal to the criterion's
-        vectorised ``gain`` for the same sums (``-inf`` where a constraint fails).
-    params : ndarray of float64
-        The criterion's parameters in the kernel's layout.
-    weight_channel : int
-        Channel that ``node_weight`` returns.
-    min_child_rows : int
-        Fewest rows a child can have and pass the constraints (``gain`` is ``-inf``
-        below it), so candidates with fewer need not be scored; at least 1.
-    """
-
-    def __init__(self, kind, prepare, gains, params, weight_channel, min_child_rows=1):
-        self.kind = int(kind)
-        self.prepare = prepare
-        self.gains = gains
-        self.params = np.ascontiguousarray(params, dtype=np.float64)
-        self.weight_channel = int(weight_channel)
-        self.min_child_rows = max(int(min_child_rows), 1)
-
-    def __call__(self, left, right, parent):
-        """Gain of one candidate from NumPy vectors (for tests and checks)."""
-        consts = np.zeros(8)
-        self.prepare(np.ascontiguousarray(parent, dtype=np.float64), self.params, consts)
-        out = np.empty(1)
-        self.gains(np.ascontiguousarray(left, dtype=np.float64).reshape(1, -1),
-                   np.ascontiguousarray(right, dtype=np.float64).reshape(1, -1), consts, self.params, out, 1)
-        return float(out[0])
-
-
-#: ``NumbaGain.kind`` of :class:`VarianceCriterion`.
-KIND_VARIANCE = 0
+#: Parameter record of :class:`VarianceCriterion` in the compiled kernels.
+VarianceRecord = namedtuple("VarianceRecord", ["n_targets", "count_channel", "min_samples_leaf", "min_weight_leaf"])
 
 
 @_numba.njit(cache=True)
@@ -342,60 +313,56 @@ def _variance_score(st, n_targets):
 
 
 @_numba.njit(cache=True)
-def variance_prepare(parent, params, out):
-    """Node constants of :class:`VarianceCriterion`: ``out[0]`` = the parent's score.
-
-    ``params = [n_targets, count_channel, min_samples_leaf, min_weight_leaf]``.
-    """
-    out[0] = _variance_score(parent, int(params[0]))
+def variance_prepare(p, parent, out):
+    """Node constants of :class:`VarianceCriterion`: ``out[0]`` = the parent's score."""
+    out[0] = _variance_score(parent, p.n_targets)
 
 
 @_numba.njit(cache=True)
-def variance_gains_rows(lefts, rights, consts, params, out, row, n):
-    """:func:`variance_gains` with the gains written to ``out[row, :n]`` (2-D ``out``).
+def variance_gains_rows(p, lefts, rights, consts, out, row, n):
+    """Scalar :meth:`VarianceCriterion.gain` of ``n`` candidates of one node into ``out[row, :n]``.
 
-    :mod:`forest.local_growth` calls this once per (node, feature) with its table of
-    candidate gains: taking a row view instead costs reference-count updates. The loop
-    keeps all candidates in one call; an inlined per-candidate helper taking the
-    arrays was measured 2x slower for the whole kernel (atomic reference counts per
-    candidate).
+    Parameters
+    ----------
+    p : VarianceRecord
+    lefts, rights : ndarray of float64, shape (>= n, C)
+        Children's channel sums, one candidate per row.
+    consts : ndarray of float64, shape (>= 1,)
+        From :func:`variance_prepare` on the node's sums.
+    out : ndarray of float64, shape (>= row + 1, >= n)
+        Gains (``-inf`` where a constraint fails).
+    row, n : int
+
+    The loop keeps all candidates in one call; an inlined per-candidate helper taking
+    the arrays was measured 2x slower for the whole kernel (atomic reference counts
+    per candidate).
     """
-    n_targets = int(params[0])
     c = lefts.shape[1] - 1
-    counted = params[1] != 0.0
     for i in range(n):
         wl = lefts[i, 0]
         wr = rights[i, 0]
-        cl = lefts[i, c] if counted else wl
-        cr = rights[i, c] if counted else wr
-        ok = (wl > 0) & (wr > 0) & (wl >= params[3]) & (wr >= params[3]) & (cl >= params[2]) & (cr >= params[2])
+        cl = lefts[i, c] if p.count_channel else wl
+        cr = rights[i, c] if p.count_channel else wr
+        ok = ((wl > 0) & (wr > 0) & (wl >= p.min_weight_leaf) & (wr >= p.min_weight_leaf)
+              & (cl >= p.min_samples_leaf) & (cr >= p.min_samples_leaf))
         g = -np.inf
         if ok:
             sl = 0.0
             sr = 0.0
-            for t in range(n_targets):
+            for t in range(p.n_targets):
                 sl += lefts[i, 1 + t] * lefts[i, 1 + t] / wl
                 sr += rights[i, 1 + t] * rights[i, 1 + t] / wr
             g = sl + sr - consts[0]
         out[row, i] = g
 
 
-@_numba.njit(cache=True)
-def variance_gains(lefts, rights, consts, params, out, n):
-    """Scalar :meth:`VarianceCriterion.gain` of ``n`` candidates of one node.
+def _variance_gains_piece(p, lefts, rights, consts, out, row, n):
+    # A call per (node, feature), not inlined: the loop lives in variance_gains_rows.
+    variance_gains_rows(p, lefts, rights, consts, out, row, n)
 
-    Parameters
-    ----------
-    lefts, rights : ndarray of float64, shape (>= n, C)
-        Children's channel sums, one candidate per row.
-    consts : ndarray of float64, shape (8,)
-        From :func:`variance_prepare` on the node's sums.
-    params : ndarray of float64
-        ``[n_targets, count_channel, min_samples_leaf, min_weight_leaf]``.
-    out : ndarray of float64, shape (>= n,)
-        Gains (``-inf`` where a constraint fails).
-    n : int
-    """
-    # One call per node and feature, not per candidate: a call with array arguments
-    # costs Numba reference-count updates (~100 ns measured), more than the gain.
-    variance_gains_rows(lefts, rights, consts, params, out.reshape(1, out.shape[0]), 0, n)
+
+def _variance_prepare_piece(p, parent, consts):
+    variance_prepare(p, parent, consts)
+
+
+register(VarianceRecord, prepare=_variance_prepare_piece, gains=_variance_gains_piece)

@@ -356,9 +356,9 @@ class _LocalFinisher:
     save the second collective but replicate the work: measured slower at -np 2.)
     """
 
-    def __init__(self, numba_gain, binned, channels, gids, bin_info, comm, criterion, thr_table, tree_indices,
+    def __init__(self, compiled, binned, channels, gids, bin_info, comm, criterion, thr_table, tree_indices,
                  kwargs):
-        self.numba_gain = numba_gain
+        self.compiled = compiled
         self.binned = binned
         self.channels = channels
         self.gids = gids
@@ -386,8 +386,8 @@ class _LocalFinisher:
                     gathered = gathered[np.lexsort((self.gids[gathered], task))]
                 tree_next = np.array([t.node_count for t in trees], dtype=np.int64)
                 recs = grow_subtrees(self.binned, self.channels, gathered, g_starts, t_tree, t_node, t_depth,
-                                     tree_next, self.tree_indices, self.numba_gain,
-                                     self.bin_info.n_bins_non_missing, self.bin_info.missing_bin, **self.kwargs)
+                                     tree_next, self.tree_indices, self.compiled,
+                                     self.bin_info.missing_bin, **self.kwargs)
                 self._append(trees, recs)
             return
         # Several ranks: chunks of whole trees, each at most LOCAL_GATHER_BYTES on the wire.
@@ -457,8 +457,8 @@ class _LocalFinisher:
             np.cumsum(counts[mine_t], out=sub_starts[1:])
             tree_next = np.array([t.node_count for t in trees], dtype=np.int64)
             recs = grow_subtrees(g_binned, g_channels, sub_rows, sub_starts, t_tree[mine_t], t_node[mine_t],
-                                 t_depth[mine_t], tree_next, self.tree_indices, self.numba_gain,
-                                 self.bin_info.n_bins_non_missing, self.bin_info.missing_bin, **self.kwargs)
+                                 t_depth[mine_t], tree_next, self.tree_indices, self.compiled,
+                                 self.bin_info.missing_bin, **self.kwargs)
             rec_tree = np.repeat(np.arange(len(trees), dtype=np.int64), np.diff(recs.tree_starts))
             n_int = recs.ints.shape[1]
             packed = np.concatenate([rec_tree[:, None].astype(np.float64), recs.ints.astype(np.float64),
@@ -554,12 +554,12 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
     local_threshold = DEFAULT_LOCAL_THRESHOLD if local_threshold is None else float(local_threshold)
     task_rows = LOCAL_TASK_BYTES / (6 * bin_info.n_features + 8 * channels.shape[1] + 48)
     local_threshold = min(local_threshold, float(task_rows))
-    numba_gain = criterion.numba_gain() if (local_threshold > 0 and hasattr(criterion, "numba_gain")) else None
+    compiled = criterion.compiled() if local_threshold > 0 else None
     if gids is not None:
         gids = np.asarray(gids, dtype=np.int64)
         if gids.shape != (binned.shape[1],):
             raise ValueError(f"gids must have shape ({binned.shape[1]},), got {gids.shape}")
-    if numba_gain is not None and comm.size > 1 and gids is None:
+    if compiled is not None and comm.size > 1 and gids is None:
         raise ValueError("local finishing on several ranks needs gids (global row ids); pass gids= or "
                          "local_threshold=0")
     max_depth_arg = max_depth
@@ -568,8 +568,8 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, *, tree_i
     n_bins = bin_info.n_bins
     thr_table = _threshold_table(bin_info)
     finisher = None
-    if numba_gain is not None:
-        finisher = _LocalFinisher(numba_gain, binned, channels, gids, bin_info, comm, criterion, thr_table,
+    if compiled is not None:
+        finisher = _LocalFinisher(compiled, binned, channels, gids, bin_info, comm, criterion, thr_table,
                                   tree_indices, dict(min_samples_split=float(min_samples_split),
                                                      max_depth=max_depth_arg, min_gain=float(min_gain),
                                                      rel_tol=REL_TOL, mtry=mtry, seed=seed))

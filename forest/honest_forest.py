@@ -293,7 +293,7 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
     n_local = binned.shape[1]
     if local_threshold is None:
         local_threshold = _grower.DEFAULT_LOCAL_THRESHOLD  # read at call time (benchmarks tune it)
-    finishes_locally = local_threshold > 0 and getattr(criterion, "numba_gain", lambda: None)() is not None
+    finishes_locally = local_threshold > 0 and criterion.compiled() is not None
     if batch_size is None:
         n_struct = n_global * sample_fraction * (honesty_fraction if honest else 1.0)
         batch_size = auto_batch_size(n_struct, binned.shape[0], mapper.n_bins_, criterion.n_channels,

@@ -50,12 +50,13 @@ is a slow pure-Python version used by tests.
 """
 import numba
 import numpy as np
+from collections import namedtuple
 
-from .causal_criterion import KIND_CAUSAL, _gain_scalar_core, causal_prepare
+from . import compiled_criterion as cc
 from ._validation import check_codes
-from .criteria import variance_gains_rows, variance_prepare
 from .mtry import mtry_feature_mask, mtry_keys, node_mask
 from .routing import goes_left_code, goes_left_codes
+from .splitting import admissible_jit, first_near_best, hist_candidates
 
 #: Columns of the integer record array.
 REC_NODE, REC_LEFT, REC_DEPTH, REC_FEATURE, REC_BIN, REC_MISSING_LEFT = range(6)
@@ -75,98 +76,94 @@ MAX_HIST_SLOTS = 32
 #: costs more than the work).
 _SERIAL_ROWS = 4096
 
-
-@numba.njit(cache=True, inline="always")
-def _prepare(kind, parent, params, consts):
-    if kind == KIND_CAUSAL:
-        causal_prepare(parent, params, consts)
-    else:
-        variance_prepare(parent, params, consts)
-
-
-@numba.njit(cache=True, inline="always")
-def _gains(kind, lefts, rights, consts, params, out, f, n):
-    """Gains of the first ``n`` candidates into ``out[f, :n]``: the loops of
-    ``causal_gains`` / ``variance_gains`` (same scalar cores, same values) written out
-    here, so that no per-(node, feature) call or array view updates reference counts
-    (measured ~7% of the kernel in atomic increments/decrements)."""
-    # Batched per (node, feature): computing each gain inside the scan loop instead was
-    # measured 1.8x slower for the whole kernel (the scan loop no longer optimises well).
-    if kind == KIND_CAUSAL:
-        m_leaf = params[0]
-        pen = params[2]
-        wb = consts[0]
-        yb = consts[1]
-        tau = consts[2]
-        floor = consts[3]
-        valid = consts[4]
-        for i in range(n):
-            out[f, i] = _gain_scalar_core(lefts[i, 0], lefts[i, 1], lefts[i, 2], lefts[i, 3], lefts[i, 4],
-                                          lefts[i, 5], lefts[i, 6], rights[i, 0], rights[i, 1], rights[i, 2],
-                                          rights[i, 3], rights[i, 4], rights[i, 5], rights[i, 6], wb, yb, tau,
-                                          floor, valid, m_leaf, pen)
-    else:
-        variance_gains_rows(lefts, rights, consts, params, out, f, n)
+#: The growth settings of one :func:`grow_subtrees` call, as the kernel reads them:
+#: ``missing_bin``, ``min_rows`` (the criterion's ``min_child_rows``),
+#: ``weight_channel``, ``n_consts`` (the criterion's node-constant count),
+#: ``min_split``, ``max_depth``, ``min_gain``, ``rel_tol``, ``mtry`` (0: all
+#: features), ``key1``/``key2`` (:func:`forest.mtry.mtry_keys`), ``hist_rows`` and
+#: ``max_slots``.
+GrowthRecord = namedtuple("GrowthRecord", ["missing_bin", "min_rows", "weight_channel", "n_consts", "min_split",
+                                           "max_depth", "min_gain", "rel_tol", "mtry", "key1", "key2", "hist_rows",
+                                           "max_slots"])
 
 
 @numba.njit(cache=True, inline="always")
-def _arm_channel(kind, c):
-    """Channel of the treated-row indicator for the causal kind (the last one of
-    :class:`forest.causal_criterion.CausalChannels` with ``K = 1``), else -1."""
-    return c - 1 if kind == KIND_CAUSAL else -1
+def _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin, cum, miss, lefts, rights, cand_bin,
+                     cand_dir, cand_end):
+    """Split candidates of feature ``f`` of a scan-mode node from its rows sorted by code.
 
-
-@numba.njit(cache=True, inline="always")
-def _sides_ok(n_l, n_r, arm_l, arm_p, arm, min_rows):
-    """Whether a candidate with ``n_l`` / ``n_r`` rows left / right can pass the
-    criterion's row constraints: ``min_rows`` rows per side and, for the causal kind
-    (``arm >= 0``), ``min_rows`` treated and control rows per side, read from the
-    arm-indicator sums (``arm_l`` left, ``arm_p`` the node's). Exactly the count tests
-    of :func:`forest.causal_criterion._gain_scalar_core` (integer-valued sums), so a
-    candidate that fails here would score ``-inf``; skipping it changes nothing.
+    ``order[f, lo:hi]`` are the node's scan positions sorted by code (``sc`` the codes
+    in that order, missing last), ``ch`` their channels. Every boundary between two
+    distinct codes is a candidate, with the missing rows right and (when the node
+    has some) left, plus "missing rows alone on the left" when no row has code 0:
+    exactly the partitions a histogram threshold can make, in the histogram search's
+    (bin, missing-right, missing-left) order. Sides with fewer than ``min_rows`` rows
+    or failing the criterion's ``sides_ok`` are not scored, and the scan stops once
+    the right side is exhausted. Fills ``lefts``/``rights``, ``cand_bin``,
+    ``cand_dir`` and ``cand_end`` (last scan index on the left); returns the count.
     """
-    ok = n_l >= min_rows and n_r >= min_rows
-    if arm >= 0:
-        arm_r = arm_p - arm_l
-        ok = ok and arm_l >= min_rows and n_l - arm_l >= min_rows and arm_r >= min_rows and n_r - arm_r >= min_rows
-    return ok
-
-
-@numba.njit(cache=True, inline="always")
-def _right_exhausted(n_r, arm_r, arm, min_rows):
-    """No later candidate of the scan can pass: the right side (which only shrinks as
-    the scan moves on, missing rows sent left or not) already has fewer than
-    ``min_rows`` rows, or, for the causal kind, fewer treated or control rows."""
-    done = n_r < min_rows
-    if arm >= 0:
-        done = done or arm_r < min_rows or n_r - arm_r < min_rows
-    return done
+    c = ch.shape[1]
+    # Missing rows sort last (missing_bin is the largest code).
+    kv = hi
+    while kv > lo and np.int64(sc[f, kv - 1]) == missing_bin:
+        kv -= 1
+    if kv == lo:
+        return 0
+    n_miss = hi - kv
+    for k in range(c):
+        miss[k] = 0.0
+        cum[k] = 0.0
+    for i in range(kv, hi):
+        q = order[f, i]
+        for k in range(c):
+            miss[k] += ch[q, k]
+    nc = 0
+    n_node = hi - lo
+    if n_miss > 0 and sc[f, lo] > 0 and n_miss >= min_rows and n_node - n_miss >= min_rows \
+            and cc.sides_ok(p, n_miss, n_node - n_miss, cum, miss, True, parent):
+        # threshold bin 0 with no row in bin 0: the missing rows alone go left
+        for k in range(c):
+            lefts[nc, k] = cum[k] + miss[k]
+            rights[nc, k] = parent[k] - lefts[nc, k]
+        cand_bin[f, nc] = 0
+        cand_dir[f, nc] = 1
+        cand_end[f, nc] = lo - 1
+        nc += 1
+    for i in range(lo, kv):
+        q = order[f, i]
+        for k in range(c):
+            cum[k] += ch[q, k]
+        n_l = i + 1 - lo
+        code = sc[f, i]
+        if not (i + 1 < kv and sc[f, i + 1] == code):
+            if n_l >= min_rows and n_node - n_l >= min_rows \
+                    and cc.sides_ok(p, n_l, n_node - n_l, cum, miss, False, parent):
+                for k in range(c):
+                    lefts[nc, k] = cum[k]
+                    rights[nc, k] = parent[k] - cum[k]
+                cand_bin[f, nc] = code
+                cand_dir[f, nc] = 0
+                cand_end[f, nc] = i
+                nc += 1
+            if n_miss > 0 and i < kv - 1 and n_l + n_miss >= min_rows and n_node - n_l - n_miss >= min_rows \
+                    and cc.sides_ok(p, n_l + n_miss, n_node - n_l - n_miss, cum, miss, True, parent):
+                for k in range(c):
+                    lefts[nc, k] = cum[k] + miss[k]
+                    rights[nc, k] = parent[k] - lefts[nc, k]
+                cand_bin[f, nc] = code
+                cand_dir[f, nc] = 1
+                cand_end[f, nc] = i
+                nc += 1
+        if n_node - n_l < min_rows or cc.right_exhausted(p, n_node - n_l, cum, parent):
+            break
+    return nc
 
 
 @numba.njit(cache=True)
-def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, next_id, rec, rec_i, rec_f,
-               nb, missing_bin, kind, params, wch, min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1,
-               key2):
-    """Grow the subtree of one node from its rows ``rows[s:e]``; returns ``(next_id, rec)``."""
-    m = e - s
-    n_features = binned.shape[0]
-    c = channels.shape[1]
-    # Local copies: codes (F, m) and channels (m, C) of the node's rows, by position.
-    tc = np.empty((n_features, m), dtype=np.uint8)
-    ch = np.empty((m, c))
-    for i in range(m):
-        r = rows[s + i]
-        for k in range(c):
-            ch[i, k] = channels[r, k]
-    for f in range(n_features):
-        for i in range(m):
-            tc[f, i] = binned[f, rows[s + i]]
-    # Stable counting sort of positions by code, per feature; later partitions keep it.
-    # ``sc`` holds the codes in the same order, so scans read codes sequentially.
-    order = np.empty((n_features, m), dtype=np.int32)
-    sc = np.empty((n_features, m), dtype=np.uint8)
+def _sort_scan(tc, order, sc, m):
+    """Stable counting sort of positions ``0..m`` by code, per feature (``sc``: codes in that order)."""
     counts = np.empty(257, dtype=np.int64)
-    for f in range(n_features):
+    for f in range(tc.shape[0]):
         counts[:] = 0
         for i in range(m):
             counts[np.int64(tc[f, i]) + 1] += 1
@@ -177,219 +174,6 @@ def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, ne
             order[f, counts[code]] = i
             sc[f, counts[code]] = code
             counts[code] += 1
-    # Depth-first stack of nodes still to split: segment [lo, hi) of every order row.
-    st_lo = np.empty(m + 1, dtype=np.int64)
-    st_hi = np.empty(m + 1, dtype=np.int64)
-    st_node = np.empty(m + 1, dtype=np.int64)
-    st_depth = np.empty(m + 1, dtype=np.int64)
-    st_stats = np.empty((m + 1, c))
-    for k in range(c):
-        acc = 0.0
-        for i in range(m):
-            acc += ch[i, k]
-        st_stats[0, k] = acc
-    st_lo[0] = 0
-    st_hi[0] = m
-    st_node[0] = root_id
-    st_depth[0] = root_depth
-    sp = 1
-    if not (st_stats[0, wch] >= min_split and root_depth < max_depth):
-        sp = 0
-    # At most two candidates per distinct code plus the missing-alone one: bounded by
-    # the bin count as well as by the rows (root tasks of big trees stay small here).
-    n_slots = min(2 * m + 2, 2 * (missing_bin + 1) + 2)
-    cand_gain = np.empty((n_features, n_slots))
-    cand_bin = np.empty((n_features, n_slots), dtype=np.int64)
-    cand_dir = np.empty((n_features, n_slots), dtype=np.int64)
-    cand_end = np.empty((n_features, n_slots), dtype=np.int64)
-    n_cand = np.zeros(n_features, dtype=np.int64)
-    allowed = np.empty(n_features, dtype=np.bool_)
-    parent = np.empty(c)
-    consts = np.zeros(8)
-    cum = np.empty(c)
-    miss = np.empty(c)
-    left = np.empty(c)
-    right = np.empty(c)
-    goes_left = np.empty(m, dtype=np.bool_)
-    lefts = np.empty((n_slots, c))
-    rights = np.empty((n_slots, c))
-    scratch = np.empty(m, dtype=np.int32)
-    scratch_c = np.empty(m, dtype=np.uint8)
-    arm = _arm_channel(kind, c)
-    while sp > 0:
-        sp -= 1
-        lo = st_lo[sp]
-        hi = st_hi[sp]
-        node = st_node[sp]
-        depth = st_depth[sp]
-        for k in range(c):
-            parent[k] = st_stats[sp, k]
-        _prepare(kind, parent, params, consts)
-        parent_arm = parent[arm] if arm >= 0 else 0.0
-        node_mask(key1, key2, tree_index, node, n_features, mtry, allowed)
-        best = -np.inf
-        for f in range(n_features):
-            n_cand[f] = 0
-            if not allowed[f]:
-                continue
-            # Missing rows sort last (missing_bin is the largest code).
-            kv = hi
-            while kv > lo and np.int64(sc[f, kv - 1]) == missing_bin:
-                kv -= 1
-            if kv == lo:
-                continue
-            n_miss = hi - kv
-            for k in range(c):
-                miss[k] = 0.0
-            for i in range(kv, hi):
-                p = order[f, i]
-                for k in range(c):
-                    miss[k] += ch[p, k]
-            miss_a = miss[arm] if arm >= 0 else 0.0
-            # Candidates in (bin, missing-right, missing-left) order; sides with fewer
-            # than min_rows rows (or arm rows) fail the criterion's constraints and are
-            # not scored, and the scan stops once no later side can pass.
-            nc = 0
-            n_node = hi - lo
-            for k in range(c):
-                cum[k] = 0.0
-            if n_miss > 0 and sc[f, lo] > 0 and _sides_ok(n_miss, n_node - n_miss, miss_a, parent_arm, arm,
-                                                          min_rows):
-                # threshold bin 0 with no row in bin 0: the missing rows alone go left
-                for k in range(c):
-                        lefts[nc, k] = cum[k] + miss[k]
-                        rights[nc, k] = parent[k] - lefts[nc, k]
-                cand_bin[f, nc] = 0
-                cand_dir[f, nc] = 1
-                cand_end[f, nc] = lo - 1
-                nc += 1
-            for i in range(lo, kv):
-                p = order[f, i]
-                for k in range(c):
-                    cum[k] += ch[p, k]
-                n_l = i + 1 - lo
-                cum_arm = cum[arm] if arm >= 0 else 0.0
-                code = sc[f, i]
-                if not (i + 1 < kv and sc[f, i + 1] == code):
-                    if _sides_ok(n_l, n_node - n_l, cum_arm, parent_arm, arm, min_rows):
-                        for k in range(c):
-                            lefts[nc, k] = cum[k]
-                            rights[nc, k] = parent[k] - cum[k]
-                        cand_bin[f, nc] = code
-                        cand_dir[f, nc] = 0
-                        cand_end[f, nc] = i
-                        nc += 1
-                    if n_miss > 0 and i < kv - 1 and _sides_ok(n_l + n_miss, n_node - n_l - n_miss,
-                                                               cum_arm + miss_a, parent_arm, arm, min_rows):
-                        for k in range(c):
-                            lefts[nc, k] = cum[k] + miss[k]
-                            rights[nc, k] = parent[k] - lefts[nc, k]
-                        cand_bin[f, nc] = code
-                        cand_dir[f, nc] = 1
-                        cand_end[f, nc] = i
-                        nc += 1
-                if _right_exhausted(n_node - n_l, parent_arm - cum_arm, arm, min_rows):
-                    break
-            n_cand[f] = nc
-            if nc > 0:
-                _gains(kind, lefts, rights, consts, params, cand_gain, f, nc)
-            for j in range(nc):
-                if cand_gain[f, j] > best:
-                    best = cand_gain[f, j]
-        if not (best > min_gain and best < np.inf):
-            continue
-        thr = best - rel_tol * abs(best)
-        bf = -1
-        bj = -1
-        for f in range(n_features):
-            for j in range(n_cand[f]):
-                if cand_gain[f, j] >= thr:
-                    bf = f
-                    bj = j
-                    break
-            if bf >= 0:
-                break
-        b = cand_bin[bf, bj]
-        d = cand_dir[bf, bj]
-        end = cand_end[bf, bj]
-        # The chosen children's sums, recomputed in the scan's order (same bits).
-        for k in range(c):
-            cum[k] = 0.0
-            miss[k] = 0.0
-        for i in range(lo, end + 1):
-            p = order[bf, i]
-            for k in range(c):
-                cum[k] += ch[p, k]
-        for i in range(lo, hi):
-            p = order[bf, i]
-            if np.int64(sc[bf, i]) == missing_bin:
-                for k in range(c):
-                    miss[k] += ch[p, k]
-        for k in range(c):
-            left[k] = cum[k] + miss[k] if d == 1 else cum[k]
-            right[k] = parent[k] - left[k]
-        ml = d == 1
-        if miss[wch] == 0.0:
-            ml = left[wch] >= right[wch]
-        for i in range(lo, hi):
-            p = order[bf, i]
-            code = np.int64(tc[bf, p])
-            goes_left[p] = goes_left_code(code, b, ml, missing_bin)
-        n_left = 0
-        for f in range(n_features):
-            # Branchless stable partition: every row is written to both the left
-            # destination (in place: lo + nl <= i, already read) and the scratch, and
-            # only the side's counter moves. For any feature but the split one the
-            # side is unpredictable, and the branchy form spent most of its time in
-            # mispredictions (measured: the partition was ~20% of the kernel).
-            nl = 0
-            nr = 0
-            for i in range(lo, hi):
-                p = order[f, i]
-                code = sc[f, i]
-                gl = np.int64(goes_left[p])
-                order[f, lo + nl] = p
-                sc[f, lo + nl] = code
-                scratch[nr] = p
-                scratch_c[nr] = code
-                nl += gl
-                nr += 1 - gl
-            for j in range(nr):
-                order[f, lo + nl + j] = scratch[j]
-                sc[f, lo + nl + j] = scratch_c[j]
-            n_left = nl
-        lid = next_id
-        next_id += 2
-        rec_i[rec, REC_NODE] = node
-        rec_i[rec, REC_LEFT] = lid
-        rec_i[rec, REC_DEPTH] = depth + 1
-        rec_i[rec, REC_FEATURE] = bf
-        rec_i[rec, REC_BIN] = b
-        rec_i[rec, REC_MISSING_LEFT] = 1 if ml else 0
-        rec_f[rec, 0] = best
-        for k in range(c):
-            rec_f[rec, 1 + k] = left[k]
-            rec_f[rec, 1 + c + k] = right[k]
-        rec += 1
-        mid = lo + n_left
-        # Push right first so the left child is split next (depth-first, left first).
-        if right[wch] >= min_split and depth + 1 < max_depth:
-            st_lo[sp] = mid
-            st_hi[sp] = hi
-            st_node[sp] = lid + 1
-            st_depth[sp] = depth + 1
-            for k in range(c):
-                st_stats[sp, k] = right[k]
-            sp += 1
-        if left[wch] >= min_split and depth + 1 < max_depth:
-            st_lo[sp] = lo
-            st_hi[sp] = mid
-            st_node[sp] = lid
-            st_depth[sp] = depth + 1
-            for k in range(c):
-                st_stats[sp, k] = left[k]
-            sp += 1
-    return next_id, rec
 
 
 @numba.njit(cache=True)
@@ -398,91 +182,112 @@ def _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, sign):
     n_features = tcb.shape[1]
     c = chl.shape[1]
     for i in range(lo, hi):
-        p = pos[i]
+        q = pos[i]
         for f in range(n_features):
-            code = np.int64(tcb[p, f])
+            code = np.int64(tcb[q, f])
             hcnt[f, code] += sign
             for k in range(c):
-                hist[f, code, k] += sign * chl[p, k]
+                hist[f, code, k] += sign * chl[q, k]
 
 
 @numba.njit(cache=True)
-def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_index, next_id, rec, rec_i, rec_f,
-                      nb, missing_bin, kind, params, wch, min_rows, min_split, max_depth, min_gain, rel_tol, mtry,
-                      key1, key2, hist_rows, max_slots):
-    """:func:`_grow_task` for a node of any size: nodes above ``hist_rows`` rows split from
-    per-feature histograms (the smaller child built, its sibling by subtraction), and
-    every node at or below it is finished by the sorted-code scan of :func:`_grow_task`.
+def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, next_id, rec, rec_i, rec_f, p, gp):
+    """Grow the subtree of one node from its rows ``rows[s:e]``; returns ``(next_id, rec)``.
 
-    Same candidates, order, tie rule and depth-first ids as :func:`_grow_task`; only
-    the channel sums of histogram-mode nodes are added in another order (last bits).
-    The split is exactly the sorted scan's unless two gains tie within those bits.
+    One depth-first loop, two candidate sources. A node of more than ``gp.hist_rows``
+    rows (histogram mode) is split from per-feature histograms of its rows
+    (:func:`forest.splitting.hist_candidates`; the smaller child's histogram is built
+    and its sibling's is the parent's minus it) and keeps only a list of positions in
+    gid order. The first node at or below it (or met when all ``gp.max_slots``
+    histograms are live) enters scan mode: its rows are sorted by code per feature
+    once, and it and its whole subtree are split by the exact sorted-code scan
+    (:func:`_scan_candidates`), partitions keeping every feature's order. Depth-first
+    order means at most one scan-mode subtree is live at a time. Both sources offer
+    the same candidates in the same order; gains, the split rule
+    (:func:`forest.splitting.first_near_best`), records and ids are shared.
     """
     m = e - s
-    if m <= hist_rows:
-        return _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, next_id, rec, rec_i, rec_f,
-                          nb, missing_bin, kind, params, wch, min_rows, min_split, max_depth, min_gain, rel_tol, mtry,
-                          key1, key2)
     n_features = binned.shape[0]
     c = channels.shape[1]
+    missing_bin = gp.missing_bin
     n_codes = missing_bin + 1
-    arm = _arm_channel(kind, c)
-    # Row-major local copies (a histogram pass reads all codes of one row together).
-    tcb = np.empty((m, n_features), dtype=np.uint8)
-    chl = np.empty((m, c))
-    for i in range(m):
+    wch = gp.weight_channel
+    min_rows = gp.min_rows
+    hist_rows = gp.hist_rows
+    hist_task = m > hist_rows
+    # Histogram mode: row-major local copies (a histogram pass reads all codes of one
+    # row together), positions in gid order, histogram slots of live big nodes.
+    mh = m if hist_task else 0
+    tcb = np.empty((mh, n_features), dtype=np.uint8)
+    chl = np.empty((mh, c))
+    for i in range(mh):
         r = rows[s + i]
         for k in range(c):
             chl[i, k] = channels[r, k]
         for f in range(n_features):
             tcb[i, f] = binned[f, r]
-    pos = np.arange(m)
-    scratch = np.empty(m, dtype=np.int64)
-    sub_rows = np.empty(m, dtype=np.int64)
-    # Histogram slots: live ones belong to disjoint nodes of more than hist_rows rows.
-    # When all max_slots are live, a big node falls back to the sorted-code scan.
-    n_slots = min(m // max(hist_rows, 1) + 1, max_slots)
-    hist = np.zeros((n_slots, n_features, n_codes, c))
-    hcnt = np.zeros((n_slots, n_features, n_codes), dtype=np.int64)
-    free = np.empty(n_slots, dtype=np.int64)
-    n_free = n_slots
-    for j in range(n_slots):
-        free[j] = n_slots - 1 - j
-    # Stack: segment [lo, hi) of pos, node, depth, sums, histogram slot (-1: none).
+    pos = np.arange(mh)
+    pscratch = np.empty(mh, dtype=np.int64)
+    n_hslots = min(m // max(hist_rows, 1) + 1, gp.max_slots) if hist_task else 0
+    hist = np.zeros((n_hslots, n_features, n_codes, c))
+    hcnt = np.zeros((n_hslots, n_features, n_codes), dtype=np.int64)
+    free = np.empty(n_hslots, dtype=np.int64)
+    n_free = n_hslots
+    for j in range(n_hslots):
+        free[j] = n_hslots - 1 - j
+    # Scan mode: codes (F, ms) and channels (ms, C) of the scan subtree's rows by
+    # position, per-feature orders; (re)allocated when a scan subtree starts.
+    ms = 0 if hist_task else m
+    tc = np.empty((n_features, ms), dtype=np.uint8)
+    ch = np.empty((ms, c))
+    order = np.empty((n_features, ms), dtype=np.int32)
+    sc = np.empty((n_features, ms), dtype=np.uint8)
+    goes_left = np.empty(ms, dtype=np.bool_)
+    scratch = np.empty(ms, dtype=np.int32)
+    scratch_c = np.empty(ms, dtype=np.uint8)
+    # Stack of nodes still to split: segment [lo, hi) of pos (histogram mode) or of
+    # the scan orders (scan mode), node, depth, sums, histogram slot (-1: none).
     st_lo = np.empty(m + 1, dtype=np.int64)
     st_hi = np.empty(m + 1, dtype=np.int64)
     st_node = np.empty(m + 1, dtype=np.int64)
     st_depth = np.empty(m + 1, dtype=np.int64)
     st_slot = np.empty(m + 1, dtype=np.int64)
+    st_scan = np.empty(m + 1, dtype=np.bool_)
     st_stats = np.empty((m + 1, c))
-    for k in range(c):
-        acc = 0.0
-        for i in range(m):
-            acc += chl[i, k]
-        st_stats[0, k] = acc
     st_lo[0] = 0
     st_hi[0] = m
     st_node[0] = root_id
     st_depth[0] = root_depth
     st_slot[0] = -1
+    st_scan[0] = False
     sp = 1
-    if not (st_stats[0, wch] >= min_split and root_depth < max_depth):
-        sp = 0
-    n_slots_cand = 2 * n_codes + 2
-    cand_gain = np.empty((n_features, n_slots_cand))
-    cand_bin = np.empty((n_features, n_slots_cand), dtype=np.int64)
-    cand_dir = np.empty((n_features, n_slots_cand), dtype=np.int64)
+    if hist_task:
+        # The root's sums over its rows in order (a scan-mode root sums when it starts).
+        for k in range(c):
+            acc = 0.0
+            for i in range(m):
+                acc += chl[i, k]
+            st_stats[0, k] = acc
+        if not (st_stats[0, wch] >= gp.min_split and root_depth < gp.max_depth):
+            sp = 0
+    # At most two candidates per distinct code plus the missing-alone one: bounded by
+    # the bin count as well as by the rows (root tasks of big trees stay small here).
+    n_cand_slots = min(2 * m + 2, 2 * n_codes + 2)
+    cand_gain = np.empty((n_features, n_cand_slots))
+    cand_bin = np.empty((n_features, n_cand_slots), dtype=np.int64)
+    cand_dir = np.empty((n_features, n_cand_slots), dtype=np.int64)
+    cand_end = np.empty((n_features, n_cand_slots), dtype=np.int64)
+    cand_left = np.empty((n_features, n_cand_slots if hist_task else 0, c))
     n_cand = np.zeros(n_features, dtype=np.int64)
     allowed = np.empty(n_features, dtype=np.bool_)
     parent = np.empty(c)
-    consts = np.zeros(8)
+    consts = np.zeros(gp.n_consts)
     cum = np.empty(c)
     miss = np.empty(c)
     left = np.empty(c)
     right = np.empty(c)
-    lefts = np.empty((n_slots_cand, c))
-    rights = np.empty((n_slots_cand, c))
-    cand_left = np.empty((n_features, n_slots_cand, c))
+    lefts = np.empty((n_cand_slots, c))
+    rights = np.empty((n_cand_slots, c))
     while sp > 0:
         sp -= 1
         lo = st_lo[sp]
@@ -490,125 +295,156 @@ def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_in
         node = st_node[sp]
         depth = st_depth[sp]
         slot = st_slot[sp]
+        in_scan = st_scan[sp]
         n_node = hi - lo
-        if slot < 0 and (n_node <= hist_rows or n_free == 0):
-            # Small node (or no histogram memory left): the exact sorted-code scan.
-            for i in range(n_node):
-                sub_rows[i] = rows[s + pos[lo + i]]
-            next_id, rec = _grow_task(binned, channels, sub_rows, 0, n_node, node, depth, tree_index, next_id, rec,
-                                      rec_i, rec_f, nb, missing_bin, kind, params, wch, min_rows, min_split,
-                                      max_depth, min_gain, rel_tol, mtry, key1, key2)
-            continue
-        if slot < 0:
+        if not in_scan and slot < 0 and (n_node <= hist_rows or n_free == 0):
+            # Small node (or no histogram memory left): its subtree takes the scan.
+            if n_node > ms:
+                ms = n_node
+                tc = np.empty((n_features, ms), dtype=np.uint8)
+                ch = np.empty((ms, c))
+                order = np.empty((n_features, ms), dtype=np.int32)
+                sc = np.empty((n_features, ms), dtype=np.uint8)
+                goes_left = np.empty(ms, dtype=np.bool_)
+                scratch = np.empty(ms, dtype=np.int32)
+                scratch_c = np.empty(ms, dtype=np.uint8)
+            if hist_task:
+                for i in range(n_node):
+                    q = pos[lo + i]
+                    for k in range(c):
+                        ch[i, k] = chl[q, k]
+                    for f in range(n_features):
+                        tc[f, i] = tcb[q, f]
+            else:  # the task's root: its rows straight from the arguments
+                for i in range(n_node):
+                    r = rows[s + i]
+                    for k in range(c):
+                        ch[i, k] = channels[r, k]
+                for f in range(n_features):
+                    for i in range(n_node):
+                        tc[f, i] = binned[f, rows[s + i]]
+            _sort_scan(tc, order, sc, n_node)
+            lo = 0
+            hi = n_node
+            in_scan = True
+            # The subtree's sums over its rows in order (a histogram node's come from
+            # bins), as for a task's root; the split that made the node tested the latter.
+            for k in range(c):
+                acc = 0.0
+                for i in range(n_node):
+                    acc += ch[i, k]
+                st_stats[sp, k] = acc
+            if not (st_stats[sp, wch] >= gp.min_split and depth < gp.max_depth):
+                continue
+        if not in_scan and slot < 0:
             n_free -= 1
             slot = free[n_free]
             hist[slot] = 0.0
             hcnt[slot] = 0
             _hist_add(hist[slot], hcnt[slot], tcb, chl, pos, lo, hi, 1)
-        h = hist[slot]
-        hc = hcnt[slot]
         for k in range(c):
             parent[k] = st_stats[sp, k]
-        _prepare(kind, parent, params, consts)
-        parent_arm = parent[arm] if arm >= 0 else 0.0
-        node_mask(key1, key2, tree_index, node, n_features, mtry, allowed)
+        cc.prepare(p, parent, consts)
+        node_mask(gp.key1, gp.key2, tree_index, node, n_features, gp.mtry, allowed)
         best = -np.inf
         for f in range(n_features):
             n_cand[f] = 0
             if not allowed[f]:
                 continue
-            n_miss = hc[f, missing_bin]
-            n_present = n_node - n_miss
-            if n_present == 0:
-                continue
-            for k in range(c):
-                miss[k] = h[f, missing_bin, k]
-            miss_a = miss[arm] if arm >= 0 else 0.0
-            # Candidates in the sorted scan's order: (bin, missing-right, missing-left).
-            nc = 0
-            if n_miss > 0 and hc[f, 0] == 0 and _sides_ok(n_miss, n_present, miss_a, parent_arm, arm, min_rows):
-                for k in range(c):
-                    lefts[nc, k] = 0.0 + miss[k]
-                    rights[nc, k] = parent[k] - lefts[nc, k]
-                cand_bin[f, nc] = 0
-                cand_dir[f, nc] = 1
-                nc += 1
-            for k in range(c):
-                cum[k] = 0.0
-            n_l = 0
-            for b in range(missing_bin):
-                cb = hc[f, b]
-                if cb == 0:
-                    continue
-                for k in range(c):
-                    cum[k] += h[f, b, k]
-                n_l += cb
-                cum_arm = cum[arm] if arm >= 0 else 0.0
-                if _sides_ok(n_l, n_node - n_l, cum_arm, parent_arm, arm, min_rows):
-                    for k in range(c):
-                        lefts[nc, k] = cum[k]
-                        rights[nc, k] = parent[k] - cum[k]
-                    cand_bin[f, nc] = b
-                    cand_dir[f, nc] = 0
-                    nc += 1
-                if n_miss > 0 and n_l < n_present and _sides_ok(n_l + n_miss, n_node - n_l - n_miss,
-                                                                cum_arm + miss_a, parent_arm, arm, min_rows):
-                    for k in range(c):
-                        lefts[nc, k] = cum[k] + miss[k]
-                        rights[nc, k] = parent[k] - lefts[nc, k]
-                    cand_bin[f, nc] = b
-                    cand_dir[f, nc] = 1
-                    nc += 1
-                if n_l == n_present or _right_exhausted(n_node - n_l, parent_arm - cum_arm, arm, min_rows):
-                    break
+            if in_scan:
+                nc = _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin, cum, miss, lefts,
+                                      rights, cand_bin, cand_dir, cand_end)
+            else:
+                nc = hist_candidates(p, f, hist[slot], hcnt[slot], True, n_node, 0, missing_bin, min_rows, parent,
+                                     parent, cum, miss, lefts, rights, cand_bin, cand_dir, cand_left)
             n_cand[f] = nc
             if nc > 0:
-                _gains(kind, lefts, rights, consts, params, cand_gain, f, nc)
+                # Gains batched per (node, feature): computing each inside the scan
+                # loop was measured 1.8x slower (the scan loop no longer optimises well).
+                cc.gains(p, lefts, rights, consts, cand_gain, f, nc)
                 for j in range(nc):
-                    for k in range(c):
-                        cand_left[f, j, k] = lefts[j, k]
                     if cand_gain[f, j] > best:
                         best = cand_gain[f, j]
-        if not (best > min_gain and best < np.inf):
-            n_free += 1
-            free[n_free - 1] = slot
+        if not admissible_jit(best, gp.min_gain):
+            if not in_scan:
+                n_free += 1
+                free[n_free - 1] = slot
             continue
-        thr = best - rel_tol * abs(best)
-        bf = -1
-        bj = -1
-        for f in range(n_features):
-            for j in range(n_cand[f]):
-                if cand_gain[f, j] >= thr:
-                    bf = f
-                    bj = j
-                    break
-            if bf >= 0:
-                break
+        bf, bj = first_near_best(cand_gain, n_cand, best, gp.rel_tol)
         b = cand_bin[bf, bj]
         d = cand_dir[bf, bj]
-        for k in range(c):
-            left[k] = cand_left[bf, bj, k]
-            right[k] = parent[k] - left[k]
+        if in_scan:
+            # The chosen children's sums, recomputed in the scan's order (same bits).
+            for k in range(c):
+                cum[k] = 0.0
+                miss[k] = 0.0
+            for i in range(lo, cand_end[bf, bj] + 1):
+                q = order[bf, i]
+                for k in range(c):
+                    cum[k] += ch[q, k]
+            for i in range(lo, hi):
+                q = order[bf, i]
+                if np.int64(sc[bf, i]) == missing_bin:
+                    for k in range(c):
+                        miss[k] += ch[q, k]
+            for k in range(c):
+                left[k] = cum[k] + miss[k] if d == 1 else cum[k]
+                right[k] = parent[k] - left[k]
+            no_missing = miss[wch] == 0.0
+        else:
+            for k in range(c):
+                left[k] = cand_left[bf, bj, k]
+                right[k] = parent[k] - left[k]
+            # Row counts, not the subtracted sums, say whether the node has missing
+            # rows (parent minus child leaves rounding residue where the rows are gone).
+            no_missing = hcnt[slot, bf, missing_bin] == 0 or hist[slot, bf, missing_bin, wch] == 0.0
         ml = d == 1
-        # Row counts, not the subtracted sums, say whether the node has missing rows
-        # (parent minus child leaves rounding residue where the rows are gone).
-        if hc[bf, missing_bin] == 0 or h[bf, missing_bin, wch] == 0.0:
+        if no_missing:
+            # no missing weight in this node for the chosen feature: NaN goes to the heavier child
             ml = left[wch] >= right[wch]
-        # Stable partition of the node's positions (gid order kept on both sides).
-        nl = 0
-        nr = 0
-        for i in range(lo, hi):
-            p = pos[i]
-            code = np.int64(tcb[p, bf])
-            if goes_left_code(code, b, ml, missing_bin):
-                pos[lo + nl] = p
-                nl += 1
-            else:
-                scratch[nr] = p
-                nr += 1
-        for j in range(nr):
-            pos[lo + nl + j] = scratch[j]
-        mid = lo + nl
+        if in_scan:
+            for i in range(lo, hi):
+                q = order[bf, i]
+                goes_left[q] = goes_left_code(np.int64(tc[bf, q]), b, ml, missing_bin)
+            n_left = 0
+            for f in range(n_features):
+                # Branchless stable partition: every row is written to both the left
+                # destination (in place: lo + nl <= i, already read) and the scratch, and
+                # only the side's counter moves. For any feature but the split one the
+                # side is unpredictable, and the branchy form spent most of its time in
+                # mispredictions (measured: the partition was ~20% of the kernel).
+                nl = 0
+                nr = 0
+                for i in range(lo, hi):
+                    q = order[f, i]
+                    code = sc[f, i]
+                    gl = np.int64(goes_left[q])
+                    order[f, lo + nl] = q
+                    sc[f, lo + nl] = code
+                    scratch[nr] = q
+                    scratch_c[nr] = code
+                    nl += gl
+                    nr += 1 - gl
+                for j in range(nr):
+                    order[f, lo + nl + j] = scratch[j]
+                    sc[f, lo + nl + j] = scratch_c[j]
+                n_left = nl
+        else:
+            # Stable partition of the node's positions (gid order kept on both sides).
+            nl = 0
+            nr = 0
+            for i in range(lo, hi):
+                q = pos[i]
+                if goes_left_code(np.int64(tcb[q, bf]), b, ml, missing_bin):
+                    pos[lo + nl] = q
+                    nl += 1
+                else:
+                    pscratch[nr] = q
+                    nr += 1
+            for j in range(nr):
+                pos[lo + nl + j] = pscratch[j]
+            n_left = nl
+        mid = lo + n_left
         lid = next_id
         next_id += 2
         rec_i[rec, REC_NODE] = node
@@ -622,39 +458,40 @@ def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_in
             rec_f[rec, 1 + k] = left[k]
             rec_f[rec, 1 + c + k] = right[k]
         rec += 1
-        can_l = left[wch] >= min_split and depth + 1 < max_depth
-        can_r = right[wch] >= min_split and depth + 1 < max_depth
-        big_l = can_l and nl > hist_rows
-        big_r = can_r and nr > hist_rows
+        can_l = left[wch] >= gp.min_split and depth + 1 < gp.max_depth
+        can_r = right[wch] >= gp.min_split and depth + 1 < gp.max_depth
         slot_l = -1
         slot_r = -1
-        if (big_l or big_r) and n_free > 0:
-            # Build the child with fewer rows; the parent's slot becomes its sibling.
-            n_free -= 1
-            s2 = free[n_free]
-            hist[s2] = 0.0
-            hcnt[s2] = 0
-            if nl <= nr:
-                _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, lo, mid, 1)
-                slot_l = s2
-                slot_r = slot
+        if not in_scan:
+            big_l = can_l and mid - lo > hist_rows
+            big_r = can_r and hi - mid > hist_rows
+            if (big_l or big_r) and n_free > 0:
+                # Build the child with fewer rows; the parent's slot becomes its sibling.
+                n_free -= 1
+                s2 = free[n_free]
+                hist[s2] = 0.0
+                hcnt[s2] = 0
+                if mid - lo <= hi - mid:
+                    _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, lo, mid, 1)
+                    slot_l = s2
+                    slot_r = slot
+                else:
+                    _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, mid, hi, 1)
+                    slot_l = slot
+                    slot_r = s2
+                hist[slot] -= hist[s2]
+                hcnt[slot] -= hcnt[s2]
+                if not big_l:
+                    n_free += 1
+                    free[n_free - 1] = slot_l
+                    slot_l = -1
+                if not big_r:
+                    n_free += 1
+                    free[n_free - 1] = slot_r
+                    slot_r = -1
             else:
-                _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, mid, hi, 1)
-                slot_l = slot
-                slot_r = s2
-            hist[slot] -= hist[s2]
-            hcnt[slot] -= hcnt[s2]
-            if not big_l:
                 n_free += 1
-                free[n_free - 1] = slot_l
-                slot_l = -1
-            if not big_r:
-                n_free += 1
-                free[n_free - 1] = slot_r
-                slot_r = -1
-        else:
-            n_free += 1
-            free[n_free - 1] = slot
+                free[n_free - 1] = slot
         # Push right first so the left child is split next (depth-first, left first).
         if can_r:
             st_lo[sp] = mid
@@ -662,6 +499,7 @@ def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_in
             st_node[sp] = lid + 1
             st_depth[sp] = depth + 1
             st_slot[sp] = slot_r
+            st_scan[sp] = in_scan
             for k in range(c):
                 st_stats[sp, k] = right[k]
             sp += 1
@@ -671,6 +509,7 @@ def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_in
             st_node[sp] = lid
             st_depth[sp] = depth + 1
             st_slot[sp] = slot_l
+            st_scan[sp] = in_scan
             for k in range(c):
                 st_stats[sp, k] = left[k]
             sp += 1
@@ -679,37 +518,30 @@ def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_in
 
 @numba.njit(cache=True)
 def _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
-                   tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch, min_rows,
-                   min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows, max_slots):
+                   tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
     next_id = tree_next[t]
     rec = rec_offsets[t]
     for task in range(tree_task_starts[t], tree_task_starts[t + 1]):
-        next_id, rec = _grow_task_hybrid(binned, channels, rows, task_starts[task], task_starts[task + 1],
-                                         task_node[task], task_depth[task], tree_index[t], next_id, rec, rec_i, rec_f,
-                                         nb, missing_bin, kind, params, wch, min_rows, min_split, max_depth, min_gain,
-                                         rel_tol, mtry, key1, key2, hist_rows, max_slots)
+        next_id, rec = _grow_task(binned, channels, rows, task_starts[task], task_starts[task + 1], task_node[task],
+                                  task_depth[task], tree_index[t], next_id, rec, rec_i, rec_f, p, gp)
     rec_count[t] = rec - rec_offsets[t]
 
 
 @numba.njit(cache=True)
 def _grow_trees_serial(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
-                       tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows, max_slots):
+                       tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
     for t in range(tree_next.shape[0]):
         _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
-                       tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows, max_slots)
+                       tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp)
 
 
 @numba.njit(cache=True, parallel=True)
 def _grow_trees_parallel(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
-                         tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                         min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows, max_slots):
+                         tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
     # Each tree writes only its own record slice and count: no races.
     for t in numba.prange(tree_next.shape[0]):
         _grow_one_tree(t, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
-                       tree_index, rec_offsets, rec_i, rec_f, rec_count, nb, missing_bin, kind, params, wch,
-                       min_rows, min_split, max_depth, min_gain, rel_tol, mtry, key1, key2, hist_rows, max_slots)
+                       tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp)
 
 
 class SubtreeRecords:
@@ -739,8 +571,8 @@ def _as_row_bound(x):
 
 
 def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, task_depth, tree_next, tree_index,
-                  numba_gain, n_bins_non_missing, missing_bin, *, min_samples_split=2.0, max_depth=None, min_gain=0.0,
-                  rel_tol=1e-12, mtry=None, seed=0, hist_rows=None, max_hist_slots=None):
+                  compiled, missing_bin, *, min_samples_split=2.0, max_depth=None, min_gain=0.0, rel_tol=1e-12,
+                  mtry=None, seed=0, hist_rows=None, max_hist_slots=None):
     """Grow the full subtrees of a set of nodes exactly from their rows.
 
     Parameters
@@ -759,13 +591,13 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
         First free node id of each tree.
     tree_index : ndarray of int64, shape (n_trees,)
         Global tree index (keys mtry).
-    numba_gain : forest.criteria.NumbaGain
-    n_bins_non_missing : ndarray of int, shape (n_features,)
+    compiled : forest.compiled_criterion.CompiledCriterion
+        The criterion's compiled pieces (``criterion.compiled()``).
     missing_bin : int
     min_samples_split, max_depth, min_gain, rel_tol, mtry, seed
         As in :func:`forest.grower.grow_levelwise`.
     hist_rows : int or None
-        Nodes of more rows than this split from histograms (:func:`_grow_task_hybrid`);
+        Nodes of more rows than this split from histograms (see :func:`_grow_task`);
         ``None`` means :data:`HIST_ROWS`.
     max_hist_slots : int or None
         Histograms a task may hold at once (``None``: :data:`MAX_HIST_SLOTS`); a big
@@ -795,7 +627,7 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     # A subtree of m rows makes at most m / r - 1 splits: every leaf keeps at least
     # r = min_child_rows rows (the kernel never scores a smaller side).
     rows_per_tree = np.bincount(task_tree, weights=np.diff(task_starts), minlength=n_trees).astype(np.int64)
-    rows_per_tree //= max(1, int(numba_gain.min_child_rows))
+    rows_per_tree //= compiled.min_child_rows
     rec_offsets = np.zeros(n_trees + 1, dtype=np.int64)
     np.cumsum(rows_per_tree, out=rec_offsets[1:])
     total = int(rec_offsets[-1])
@@ -803,22 +635,20 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     rec_f = np.empty((total, 1 + 2 * c))
     rec_count = np.zeros(n_trees, dtype=np.int64)
     key1, key2 = mtry_keys(seed)
-    mt = 0 if mtry is None else int(mtry)
-    md = np.iinfo(np.int64).max if max_depth is None else int(max_depth)
-    nb = np.ascontiguousarray(n_bins_non_missing, dtype=np.int64)
+    gp = GrowthRecord(int(missing_bin), compiled.min_child_rows, compiled.weight_channel, compiled.n_consts,
+                      float(min_samples_split), np.iinfo(np.int64).max if max_depth is None else int(max_depth),
+                      float(min_gain), float(rel_tol), 0 if mtry is None else int(mtry), key1, key2,
+                      _as_row_bound(HIST_ROWS if hist_rows is None else hist_rows),
+                      max(1, int(MAX_HIST_SLOTS if max_hist_slots is None else max_hist_slots)))
     args = (binned, channels, rows, task_starts, tree_task_starts, np.ascontiguousarray(task_node, dtype=np.int64),
             np.ascontiguousarray(task_depth, dtype=np.int64), tree_next,
-            np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count, nb,
-            int(missing_bin), numba_gain.kind, numba_gain.params, numba_gain.weight_channel,
-            int(numba_gain.min_child_rows), float(min_samples_split),
-            md, float(min_gain), float(rel_tol), mt, key1, key2,
-            _as_row_bound(HIST_ROWS if hist_rows is None else hist_rows),
-            max(1, int(MAX_HIST_SLOTS if max_hist_slots is None else max_hist_slots)))
+            np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count, compiled.record,
+            gp)
     if n_tasks:
         if len(rows) < _SERIAL_ROWS or n_trees == 1 or numba.get_num_threads() == 1:
-            _grow_trees_serial(*args)
+            cc.call_kernel(_grow_trees_serial, *args)
         else:
-            _grow_trees_parallel(*args)
+            cc.call_kernel(_grow_trees_parallel, *args)
     keep = np.concatenate([np.arange(rec_offsets[t], rec_offsets[t] + rec_count[t]) for t in range(n_trees)]) \
         if n_trees else np.zeros(0, dtype=np.int64)
     starts = np.zeros(n_trees + 1, dtype=np.int64)
@@ -834,13 +664,14 @@ def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task
     vectorised criterion over *every* histogram threshold (no candidate pruning), with
     the tie rule of :func:`forest.splitting.find_best_splits_reference`.
 
-    Same parameters (``criterion`` instead of its ``NumbaGain``) and result, except
-    that sums come from per-bin tables, so channel sums may differ in the last bits.
+    Same parameters (``criterion`` instead of its compiled pieces, plus
+    ``n_bins_non_missing (n_features,)``) and result, except that sums come from
+    per-bin tables, so channel sums may differ in the last bits.
     """
     c = channels.shape[1]
     n_features = binned.shape[0]
     nb = np.asarray(n_bins_non_missing, dtype=np.int64)
-    wch = criterion.numba_gain().weight_channel
+    wch = criterion.compiled().weight_channel
     max_depth = np.iinfo(np.int64).max if max_depth is None else int(max_depth)
     n_trees = len(tree_next)
     ints = [[] for _ in range(n_trees)]

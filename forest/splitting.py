@@ -30,6 +30,8 @@ over candidates used by tests.
 import numba
 import numpy as np
 
+from . import compiled_criterion as cc
+
 #: Upper bound on the float64 elements of one candidate block (per chunk of nodes),
 #: which bounds the temporaries of the vectorised search (~64 MiB).
 _CHUNK_ELEMENTS = 8_000_000
@@ -109,6 +111,193 @@ def _candidate_valid(nb, n_value_bins):
     return valid
 
 
+# ---------------------------------------------------------------------- the split rule
+# One home for the rule every growth path applies to its candidates (the level-wise
+# search here, both candidate sources of forest.local_growth, the boosting kernel,
+# and the best-first choice of the leaf to split): a node splits when its best gain g
+# is finite and > min_gain, and the first candidate in (feature, bin, missing-right
+# before missing-left) order whose gain is >= tie_threshold(g) wins.
+
+def tie_threshold(best, rel_tol):
+    """Gains at or above this tie with ``best`` (scalars or NumPy arrays)."""
+    return best - rel_tol * abs(best)
+
+
+def admissible(best, min_gain):
+    """Whether a node whose best gain is ``best`` splits (scalars or NumPy arrays)."""
+    return (best > min_gain) & (best < np.inf)
+
+
+tie_threshold_jit = numba.njit(cache=True, inline="always")(tie_threshold)
+admissible_jit = numba.njit(cache=True, inline="always")(admissible)
+
+
+@numba.njit(cache=True, inline="always")
+def first_near_best(cand_gain, n_cand, best, rel_tol):
+    """``(feature, candidate)`` of the first candidate tying ``best``; ``(-1, -1)`` if none.
+
+    ``cand_gain[f, :n_cand[f]]`` are feature ``f``'s candidates in (bin,
+    missing-right, missing-left) order.
+    """
+    thr = tie_threshold_jit(best, rel_tol)
+    for f in range(n_cand.shape[0]):
+        for j in range(n_cand[f]):
+            if cand_gain[f, j] >= thr:
+                return f, j
+    return -1, -1
+
+
+@numba.njit(cache=True, inline="always")
+def hist_candidates(p, f, h, cnt, have_counts, n_node, nbf, missing_bin, min_rows, base, parent, cum, miss, lefts,
+                    rights, cand_bin, cand_dir, cand_left):
+    """Split candidates of feature ``f`` of one node from its histogram ``h (F, bins, C)``.
+
+    The candidate source of the level-wise search (:func:`_compiled_search_kernel`)
+    and of histogram-mode nodes of :mod:`forest.local_growth`. Candidates go to
+    ``lefts``/``rights`` (children's sums; ``rights = base - lefts``), ``cand_bin``,
+    ``cand_dir`` (1: missing left) and ``cand_left[f]``, in (bin, missing-right,
+    missing-left) order; returns their number. Bins whose candidates repeat an
+    earlier partition (an empty bin, "missing left" with no missing rows) are left
+    out: they would score the same and lose the tie to the earlier one.
+
+    With row counts (``have_counts``: ``cnt (F, bins)`` int, ``n_node`` rows) the
+    counts say which bins and missing rows exist, candidates with a side of fewer
+    than ``min_rows`` rows or failing the criterion's ``sides_ok`` are not scored,
+    and the scan stops once the right side is exhausted. Without them, channel sums
+    say which bins are empty and every value bin up to ``nbf`` is tried (the
+    histogram search's candidates; ``b = nbf - 1`` only with missing right).
+    """
+    c = h.shape[2]
+    for k in range(c):
+        miss[k] = h[f, missing_bin, k]
+        cum[k] = 0.0
+    n_miss = 0
+    n_present = 0
+    if have_counts:
+        n_miss = cnt[f, missing_bin]
+        n_present = n_node - n_miss
+        if n_present == 0:
+            return 0
+        has_missing = n_miss > 0
+        last = missing_bin
+    else:
+        has_missing = False
+        for k in range(c):
+            if miss[k] != 0.0:
+                has_missing = True
+        last = nbf
+    nc = 0
+    if have_counts and n_miss > 0 and cnt[f, 0] == 0 and n_miss >= min_rows and n_present >= min_rows \
+            and cc.sides_ok(p, n_miss, n_present, cum, miss, True, parent):
+        # threshold bin 0 with no row in bin 0: the missing rows alone go left
+        for k in range(c):
+            lefts[nc, k] = cum[k] + miss[k]
+            rights[nc, k] = base[k] - lefts[nc, k]
+            cand_left[f, nc, k] = lefts[nc, k]
+        cand_bin[f, nc] = 0
+        cand_dir[f, nc] = 1
+        nc += 1
+    n_l = 0
+    for b in range(last):
+        if have_counts:
+            cb = cnt[f, b]
+            if cb == 0:
+                continue
+            n_l += cb
+        elif b > 0:
+            empty = True
+            for k in range(c):
+                if h[f, b, k] != 0.0:
+                    empty = False
+            if empty:
+                continue
+        for k in range(c):
+            cum[k] += h[f, b, k]
+        if not have_counts or (n_l >= min_rows and n_node - n_l >= min_rows
+                               and cc.sides_ok(p, n_l, n_node - n_l, cum, miss, False, parent)):
+            for k in range(c):
+                lefts[nc, k] = cum[k]
+                rights[nc, k] = base[k] - cum[k]
+                cand_left[f, nc, k] = cum[k]
+            cand_bin[f, nc] = b
+            cand_dir[f, nc] = 0
+            nc += 1
+        if has_missing and ((have_counts and n_l < n_present and n_l + n_miss >= min_rows
+                             and n_node - n_l - n_miss >= min_rows
+                             and cc.sides_ok(p, n_l + n_miss, n_node - n_l - n_miss, cum, miss, True, parent))
+                            or (not have_counts and b < nbf - 1)):
+            for k in range(c):
+                lefts[nc, k] = cum[k] + miss[k]
+                rights[nc, k] = base[k] - lefts[nc, k]
+                cand_left[f, nc, k] = lefts[nc, k]
+            cand_bin[f, nc] = b
+            cand_dir[f, nc] = 1
+            nc += 1
+        if have_counts and (n_l == n_present or n_node - n_l < min_rows
+                            or cc.right_exhausted(p, n_node - n_l, cum, parent)):
+            break
+    return nc
+
+
+@numba.njit(cache=True)
+def _compiled_search_kernel(p, n_consts, weight_channel, hist, parent, nb, missing_bin, mask, use_mask, min_gain,
+                            rel_tol, out_f, out_b, out_ml, out_gain, out_left, out_right):
+    """:func:`find_best_splits` for a criterion with compiled pieces (record ``p``)."""
+    n_nodes, n_features, _, c = hist.shape
+    n_slots = 2 * missing_bin + 2
+    cand_gain = np.empty((n_features, n_slots))
+    cand_bin = np.empty((n_features, n_slots), dtype=np.int64)
+    cand_dir = np.empty((n_features, n_slots), dtype=np.int64)
+    cand_left = np.empty((n_features, n_slots, c))
+    n_cand = np.zeros(n_features, dtype=np.int64)
+    lefts = np.empty((n_slots, c))
+    rights = np.empty((n_slots, c))
+    consts = np.zeros(n_consts)
+    total = np.empty((n_features, c))
+    cum = np.empty(c)
+    miss = np.empty(c)
+    no_counts = np.zeros((1, 1), dtype=np.int64)
+    for n in range(n_nodes):
+        h = hist[n]
+        cc.prepare(p, parent[n], consts)
+        best = -np.inf
+        for f in range(n_features):
+            n_cand[f] = 0
+            if use_mask and not mask[n, f]:
+                continue
+            # The feature's own total (value bins in order, then missing), as the
+            # vectorised search's cumulative sum gives it: right = total - left.
+            for k in range(c):
+                acc = 0.0
+                for b in range(missing_bin):
+                    acc += h[f, b, k]
+                total[f, k] = acc + h[f, missing_bin, k]
+            nc = hist_candidates(p, f, h, no_counts, False, 0, nb[f], missing_bin, 1, total[f], parent[n], cum,
+                                 miss, lefts, rights, cand_bin, cand_dir, cand_left)
+            n_cand[f] = nc
+            if nc > 0:
+                cc.gains(p, lefts, rights, consts, cand_gain, f, nc)
+                for j in range(nc):
+                    if cand_gain[f, j] > best:
+                        best = cand_gain[f, j]
+        out_f[n] = -1
+        out_gain[n] = -np.inf
+        if not admissible_jit(best, min_gain):
+            continue
+        bf, bj = first_near_best(cand_gain, n_cand, best, rel_tol)
+        for k in range(c):
+            out_left[n, k] = cand_left[bf, bj, k]
+            out_right[n, k] = total[bf, k] - cand_left[bf, bj, k]
+        ml = cand_dir[bf, bj] == 1
+        if h[bf, missing_bin, weight_channel] == 0.0:
+            # no missing weight in this node for the chosen feature: NaN goes to the heavier child
+            ml = out_left[n, weight_channel] >= out_right[n, weight_channel]
+        out_f[n] = bf
+        out_b[n] = cand_bin[bf, bj]
+        out_ml[n] = ml
+        out_gain[n] = best
+
+
 def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, feature_mask=None,
                      parent_count=None, min_gain=0.0, rel_tol=1e-12, feature_offset=0):
     """Best split of every node, vectorised over nodes, features, bins and directions.
@@ -152,6 +341,15 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
                                float(min_gain), float(rel_tol), result)
         result.feature[result.feature >= 0] += feature_offset
         return result
+    compiled = criterion.compiled() if hasattr(criterion, "compiled") else None
+    if compiled is not None:
+        mask = np.ones((1, 1), dtype=np.bool_) if feature_mask is None else np.ascontiguousarray(feature_mask)
+        cc.call_kernel(_compiled_search_kernel, compiled.record, compiled.n_consts, compiled.weight_channel,
+                                np.ascontiguousarray(hist, dtype=np.float64), parent, nb, int(missing_bin), mask,
+                                feature_mask is not None, float(min_gain), float(rel_tol), result.feature,
+                                result.bin, result.missing_left, result.gain, result.left_stats, result.right_stats)
+        result.feature[result.feature >= 0] += feature_offset
+        return result
     valid = _candidate_valid(nb, missing_bin)
     per_node = n_features * missing_bin * 2 * n_channels * 6
     chunk = max(1, _CHUNK_ELEMENTS // max(per_node, 1))
@@ -185,10 +383,9 @@ def _search_chunk(hist, parent, criterion, valid, missing_bin, feature_mask, par
         gains = np.where(feature_mask[:, :, None, None], gains, -np.inf)
     flat = gains.reshape(n_nodes, -1)
     best = flat.max(axis=1)
-    ok = np.isfinite(best) & (best > min_gain)
-    tol = rel_tol * np.abs(best)
+    ok = admissible(best, min_gain)
     with np.errstate(invalid="ignore"):
-        near = flat >= (best - tol)[:, None]
+        near = flat >= tie_threshold(best, rel_tol)[:, None]
     idx = np.argmax(near, axis=1)
     f, rest = np.divmod(idx, nv * 2)
     b, d = np.divmod(rest, 2)
@@ -348,9 +545,9 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
                         best = g
         out_f[n] = -1
         out_gain[n] = -np.inf
-        if not (best > min_gain and best < np.inf):
+        if not admissible_jit(best, min_gain):
             continue
-        thr = best - rel_tol * abs(best)
+        thr = tie_threshold_jit(best, rel_tol)
         found = False
         for f in range(n_features):
             if not fbest[f] >= thr:

@@ -6,6 +6,8 @@ from forest.causal_criterion import CausalCriterion
 from forest.criteria import VarianceCriterion
 from forest.local_growth import grow_subtrees, grow_subtrees_reference
 
+from causal_helpers import causal_rows
+
 
 def _causal_channels(rng, n, crit, p_treat=0.4):
     w = (rng.random(n) < p_treat).astype(float)
@@ -19,7 +21,7 @@ def test_variance_scalar_gain_equals_vectorised():
     rng = np.random.default_rng(3)
     for n_targets in (1, 3):
         crit = VarianceCriterion(n_targets, min_samples_leaf=3, min_weight_leaf=0.5, count_channel=True)
-        ng = crit.numba_gain()
+        ng = crit.compiled()
         for _ in range(300):
             nl, nr = rng.integers(0, 8, 2)
             left = np.concatenate([[rng.uniform(0, 5) * (nl > 0)], rng.normal(size=n_targets), [nl]])
@@ -33,7 +35,7 @@ def test_variance_scalar_gain_equals_vectorised():
                 assert got == pytest.approx(ref, rel=1e-12, abs=1e-12)
     # without a count channel the weight is the count
     crit = VarianceCriterion(1, min_samples_leaf=2)
-    ng = crit.numba_gain()
+    ng = crit.compiled()
     for wl in (0.0, 1.0, 2.0, 3.0):
         left, right = np.array([wl, 0.3 * wl]), np.array([2.0, -1.0])
         assert ng(left, right, left + right) == float(crit.gain(left, right, left + right))
@@ -43,7 +45,7 @@ def test_variance_scalar_gain_equals_vectorised():
 def test_causal_scalar_gain_equals_vectorised(penalty):
     rng = np.random.default_rng(4)
     crit = CausalCriterion(1, 1, min_samples_leaf=3, alpha=0.05, imbalance_penalty=penalty)
-    ng = crit.numba_gain()
+    ng = crit.compiled()
     n_inf = 0
     for _ in range(300):
         n = int(rng.integers(2, 40))
@@ -67,10 +69,6 @@ def test_causal_scalar_gain_equals_vectorised(penalty):
     assert ng(ch[:10].sum(0), ch[10:].sum(0), ch.sum(0)) == -np.inf
 
 
-def test_causal_numba_gain_only_single_column():
-    assert CausalCriterion(2, 1).numba_gain() is None
-    assert CausalCriterion(1, 2).numba_gain() is None
-    assert CausalCriterion(1, 1, precondition=True).numba_gain() is None
 
 
 def _tasks(rng, n_trees, n_rows, sizes):
@@ -115,8 +113,8 @@ def test_grow_subtrees_variance_matches_reference(mtry, max_depth, missing, hist
     ch = crit.make_channels(y, rng.uniform(0.5, 2, n_rows))
     rows, starts, tree, node, depth, nxt = _tasks(rng, 3, n_rows, [60, 7, 1, 25])
     kw = dict(min_samples_split=6.0, max_depth=max_depth, mtry=mtry, seed=11)
-    got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([4, 9, 2]), crit.numba_gain(),
-                        nb, missing_bin, hist_rows=hist_rows, **kw)
+    got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([4, 9, 2]), crit.compiled(),
+                        missing_bin, hist_rows=hist_rows, **kw)
     ref = grow_subtrees_reference(binned, ch, rows, starts, tree, node, depth, nxt, np.array([4, 9, 2]), crit, nb,
                                   missing_bin, **kw)
     assert len(got.ints) > 30
@@ -134,7 +132,7 @@ def test_grow_subtrees_causal_matches_reference(hist_rows):
     ch = _causal_channels(rng, n_rows, crit)
     rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [150, 40])
     nb = np.full(n_features, 8)
-    got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit.numba_gain(), nb,
+    got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit.compiled(),
                         missing_bin, min_samples_split=8.0, hist_rows=hist_rows)
     ref = grow_subtrees_reference(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit, nb,
                                   missing_bin, min_samples_split=8.0)
@@ -159,9 +157,9 @@ def test_histogram_slots_exhausted_fall_back_to_the_scan(max_hist_slots):
             ch = _causal_channels(rng, n_rows, crit)
         rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [200, 90])
         args = (binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]))
-        few = grow_subtrees(*args, crit.numba_gain(), nb, missing_bin, min_samples_split=4.0, hist_rows=0,
+        few = grow_subtrees(*args, crit.compiled(), missing_bin, min_samples_split=4.0, hist_rows=0,
                             max_hist_slots=max_hist_slots)
-        plenty = grow_subtrees(*args, crit.numba_gain(), nb, missing_bin, min_samples_split=4.0, hist_rows=0)
+        plenty = grow_subtrees(*args, crit.compiled(), missing_bin, min_samples_split=4.0, hist_rows=0)
         ref = grow_subtrees_reference(*args, crit, nb, missing_bin, min_samples_split=4.0)
         assert len(few.ints) > 20
         _compare(few, ref, ch.shape[1])
@@ -181,7 +179,7 @@ def test_grow_subtrees_causal_rare_arm_matches_reference(p_treat, hist_rows):
     ch = _causal_channels(rng, n_rows, crit, p_treat)
     rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [300, 60])
     nb = np.full(n_features, 70)
-    got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([3, 5]), crit.numba_gain(), nb,
+    got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([3, 5]), crit.compiled(),
                         missing_bin, min_samples_split=6.0, hist_rows=hist_rows)
     ref = grow_subtrees_reference(binned, ch, rows, starts, tree, node, depth, nxt, np.array([3, 5]), crit, nb,
                                   missing_bin, min_samples_split=6.0)
@@ -197,7 +195,7 @@ def test_grow_subtrees_ids_and_row_order_invariance():
     ch = crit.make_channels(rng.normal(size=n_rows))
     rows = np.arange(n_rows)
     args = (np.array([0, n_rows]), np.array([0]), np.array([5]), np.array([2]), np.array([6]), np.array([0]),
-            crit.numba_gain(), np.full(3, 16), missing_bin)
+            crit.compiled(), missing_bin)
     a = grow_subtrees(binned, ch, rows, *args)
     ids = a.ints[:, 1]
     assert np.array_equal(ids, 6 + 2 * np.arange(len(ids)))
@@ -207,3 +205,28 @@ def test_grow_subtrees_ids_and_row_order_invariance():
     inv = np.argsort(perm)
     b = grow_subtrees(np.ascontiguousarray(binned[:, perm]), ch[perm], inv, *args)
     assert np.array_equal(a.ints, b.ints) and np.array_equal(a.floats, b.floats)
+
+
+#: (K, M, constraint): multi-arm, a 2-column continuous treatment, two outcomes.
+VECTOR_CASES = [(2, 1, "arms"), (3, 1, "arms"), (5, 1, "arms"), (2, 1, "sign"), (1, 2, "arms"), (2, 2, "arms")]
+
+
+@pytest.mark.parametrize("hist_rows", [None, 0, 40])
+@pytest.mark.parametrize("K,M,kind", VECTOR_CASES)
+def test_grow_subtrees_vector_causal_matches_reference(K, M, kind, hist_rows):
+    rng = np.random.default_rng(K * 10 + M + len(kind))
+    n_rows, n_features, missing_bin = 500, 3, 12
+    binned = _binned(rng, n_rows, n_features, 10, missing_bin, 0.08)
+    crit = CausalCriterion(K, M, min_samples_leaf=2, constraint=kind)
+    wc, y, g, ind = causal_rows(rng, n_rows, K, M, kind)
+    y[:, 0] += 2.0 * wc[:, 0] * (binned[1] > 5)   # an effect that splits on feature 1
+    ch = crit.make_channels(wc, y, g, ind)
+    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [300, 90])
+    nb = np.full(n_features, 10)
+    kw = dict(min_samples_split=4.0, mtry=2, seed=3)
+    got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([1, 4]), crit.compiled(),
+                        missing_bin, hist_rows=hist_rows, **kw)
+    ref = grow_subtrees_reference(binned, ch, rows, starts, tree, node, depth, nxt, np.array([1, 4]), crit, nb,
+                                  missing_bin, **kw)
+    assert len(got.ints) > 8
+    _compare(got, ref, ch.shape[1])
