@@ -7,7 +7,13 @@ NaN become NaN, meaning "missing") plus the column names when the input had them
 Estimators go through scikit-learn's ``validate_data`` (which also records
 ``feature_names_in_``); code outside estimators (CLI, causal forest helpers) calls
 :func:`as_float_matrix` directly.
+
+It also owns :func:`check_param_types`, the type half of every estimator's parameter
+check (``_check_params``; the ranges stay with each estimator), which ``fit``,
+``forest-train`` and model-file loading all run.
 """
+import numbers
+
 import numpy as np
 
 
@@ -173,3 +179,32 @@ def check_binned(binned, X=None):
         raise ValueError(f"X has shape {X.shape} but the binned codes hold {codes.shape[1]} rows "
                          f"of {codes.shape[0]} features")
     return mapper, np.ascontiguousarray(codes)
+
+
+def check_param_types(est, *, ints=(), optional_ints=(), reals=(), bools=()):
+    """Raise ``TypeError`` naming the first parameter of ``est`` whose value has the wrong type.
+
+    Booleans are not numbers here (``n_estimators=True`` is refused), and numbers are
+    not booleans (``honest=1`` is refused), so a value parsed from text or read from
+    a model file is taken only when it is what the parameter means. Ranges are left
+    to the estimator's own checks.
+
+    Parameters
+    ----------
+    est : estimator
+    ints, optional_ints, reals, bools : tuple of str
+        Parameter names: integers, integers or None, real numbers, booleans.
+    """
+    def is_int(v):
+        return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+    def is_real(v):
+        return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+    rules = [(ints, is_int, "an int"), (optional_ints, lambda v: v is None or is_int(v), "an int or None"),
+             (reals, is_real, "a real number"), (bools, lambda v: isinstance(v, (bool, np.bool_)), "true or false")]
+    for names, ok, what in rules:
+        for name in names:
+            value = getattr(est, name)
+            if not ok(value):
+                raise TypeError(f"{name} must be {what}, got {value!r}")

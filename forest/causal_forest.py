@@ -33,7 +33,7 @@ from .inference import (aipw_scores, average_effect, average_effect_sums, blb_va
                         oob_effects, solve_theta)
 from .predictor import predict_values, predict_values_binned
 from .profiling import phase
-from ._validation import as_columns
+from ._validation import as_columns, check_param_types
 from .regression_forest import (RegressionForest, features_or_codes, check_forest_params, check_weight, check_X,
                                 resolve_mtry)
 
@@ -125,6 +125,21 @@ class CausalForest(BaseEstimator):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fit
+    def _check_params(self):
+        """Validate the parameters before any data is touched; returns the seed.
+
+        ``fit`` runs it first; ``forest-train`` and model-file loading run it too.
+        """
+        seed = check_forest_params(self)
+        check_param_types(self, optional_ints=("nuisance_estimators",), reals=("alpha", "imbalance_penalty"))
+        if self.nuisance_estimators is not None and self.nuisance_estimators < 1:
+            raise ValueError(f"nuisance_estimators must be >= 1 or None, got {self.nuisance_estimators}")
+        if self.treatment_type not in TREATMENT_TYPES:
+            raise ValueError(f"treatment_type must be one of {TREATMENT_TYPES}, got {self.treatment_type!r}")
+        CausalCriterion(min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
+                        imbalance_penalty=self.imbalance_penalty)  # the criterion's own checks of alpha, penalty
+        return seed
+
     def _treatment_matrix(self, t, comm):
         """Resolve the treatment type; returns ``W (n, K)`` float and the constraint kind."""
         t = np.asarray(t)
@@ -194,9 +209,7 @@ class CausalForest(BaseEstimator):
         self
         """
         comm = world() if comm is None else comm
-        seed = check_forest_params(self)
-        if self.nuisance_estimators is not None and self.nuisance_estimators < 1:
-            raise ValueError(f"nuisance_estimators must be >= 1 or None, got {self.nuisance_estimators}")
+        seed = self._check_params()
         X, codes_given = features_or_codes(X, binned)
         n, n_features = codes_given[1].shape[::-1] if codes_given is not None else X.shape
         y = np.asarray(y, dtype=np.float64)

@@ -17,7 +17,7 @@ from sklearn.utils.validation import check_is_fitted
 from native import collectives as col
 from native.comm import world
 
-from ._validation import as_columns, check_binned
+from ._validation import as_columns, check_binned, check_param_types
 from .criteria import VarianceCriterion
 from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
                             oob_average)
@@ -81,7 +81,19 @@ def _normalise_weights(g, n_global, comm):
 
 
 def check_forest_params(est):
-    """Validate the sampling/growth parameters shared by both forests (raises ValueError)."""
+    """Validate the sampling/growth parameters shared by both forests.
+
+    Raises
+    ------
+    TypeError
+        A parameter of the wrong type (:func:`forest._validation.check_param_types`).
+    ValueError
+        A parameter out of range.
+    """
+    check_param_types(est, ints=("n_estimators", "min_samples_leaf", "max_bins", "ci_group_size"),
+                      optional_ints=("max_depth", "batch_size", "random_state"),
+                      reals=("max_samples", "honesty_fraction"), bools=("honest",))
+    resolve_mtry(est.max_features, 1)  # every accepted form of max_features, whatever the data
     if not isinstance(est.n_estimators, (int, np.integer)) or est.n_estimators < 1:
         raise ValueError(f"n_estimators must be a positive int, got {est.n_estimators!r}")
     if not 0.0 < est.max_samples <= 1.0:
@@ -198,6 +210,13 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.batch_size = batch_size
         self.random_state = random_state
 
+    def _check_params(self):
+        """Validate the parameters before any data is touched; returns the seed.
+
+        ``fit`` runs it first; ``forest-train`` and model-file loading run it too.
+        """
+        return check_forest_params(self)
+
     def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None):
         """Fit on this rank's rows.
 
@@ -223,7 +242,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self
         """
         comm = world() if comm is None else comm
-        seed = check_forest_params(self)
+        seed = self._check_params()
         X, codes_given = features_or_codes(X, binned)
         n, n_features = codes_given[1].shape[::-1] if codes_given is not None else X.shape
         y = np.asarray(y, dtype=np.float64)
