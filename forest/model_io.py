@@ -76,6 +76,7 @@ import importlib
 import inspect
 import io
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -485,7 +486,7 @@ def _open_container(path):
         raise ModelFormatError(f"{path!r} is not a histforest model file (it is not a model container)")
     try:
         zf = zipfile.ZipFile(path, "r")
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except Exception as exc:  # noqa: BLE001 - BadZipFile, EOFError, NotImplementedError, ...: all a damaged file
         raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({exc})") from None
     try:
         _check_entries(zf, os.path.getsize(path), path)
@@ -581,6 +582,14 @@ def _check_header_fields(header, path):
             raise ModelFormatError(f"model file {path!r} has a corrupted header ({what})")
 
 
+def _npy_header(dtype, shape):
+    """The ``.npy`` header ``np.lib.format.write_array`` writes for a C-ordered array."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)})
+    return buf.getvalue()
+
+
 def _read_array(zf, key, info, path):
     """Entry ``arrays/<key>.npy``, checked against its ``arrays`` table entry before allocation."""
     name = f"{_ARRAY_DIR}{key}.npy"
@@ -590,6 +599,12 @@ def _read_array(zf, key, info, path):
         raise ModelFormatError(f"model file {path!r} is truncated or corrupted (missing {name})") from None
     except Exception as exc:  # noqa: BLE001 - CRC, zlib and I/O errors all mean a damaged file
         raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({name}: {exc})") from None
+    expected = _plain_dtype(info["dtype"], _ARRAY_KINDS)
+    count = math.prod(info["shape"])
+    canonical = _npy_header(expected, info["shape"])
+    if data.startswith(canonical) and len(data) == len(canonical) + count * expected.itemsize:
+        # What the writer produces: no header parse needed (that costs more than small arrays' data).
+        return np.frombuffer(data, dtype=expected, count=count, offset=len(canonical)).reshape(info["shape"]).copy()
     f = io.BytesIO(data)
     try:
         version = np.lib.format.read_magic(f)
@@ -599,10 +614,8 @@ def _read_array(zf, key, info, path):
         shape, fortran, dtype = read_header(f)
     except Exception as exc:  # noqa: BLE001 - any parse failure of the .npy header means corruption
         raise ModelFormatError(f"model file {path!r} is corrupted ({name}: {exc})") from None
-    expected = _plain_dtype(info["dtype"], _ARRAY_KINDS)
     if dtype != expected or dtype.str != info["dtype"] or list(shape) != info["shape"]:
         raise ModelFormatError(f"model file {path!r} is corrupted: {name} does not match the header")
-    count = int(np.prod(shape, dtype=object))
     if count * dtype.itemsize != len(data) - f.tell():
         raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({name} holds "
                                f"{len(data) - f.tell()} data bytes, its shape needs {count * dtype.itemsize})")
@@ -657,7 +670,8 @@ def load(path, expect=None):
         raise ModelFormatError(str(exc).replace("corrupted model file", f"model file {path!r} is corrupted", 1)) \
             from None
     except _STATE_ERRORS as exc:
-        raise ModelFormatError(f"model file {path!r} is corrupted ({type(exc).__name__}: {exc})") from None
+        detail = f": {exc}" if type(exc) is ValueError else f" ({type(exc).__name__}: {exc})"
+        raise ModelFormatError(f"model file {path!r} is corrupted{detail}") from None
     return decoded
 
 

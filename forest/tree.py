@@ -571,7 +571,7 @@ def _check_structure(packed, offsets, n_features, bin_thresholds, what):
         upper = table[f, b]
         bad = split & (threshold != upper)
         if bad.any():
-            fail(bad, lambda i: f"threshold {threshold[i]!r} is not the upper edge {upper[i]!r} of its "
+            fail(bad, lambda i: f"threshold {float(threshold[i])!r} is not the upper edge {float(upper[i])!r} of its "
                                 f"bin {bins[i]} (feature {feature[i]})")
     bad = ~np.isfinite(packed["value"]).all(axis=1)
     if bad.any():
