@@ -107,7 +107,7 @@ def summarised_quantity(estimator):
     -------
     what : str
         ``"effect tau(x)"`` (causal forest), ``"probability"`` (classifier) or
-        ``"prediction"`` (regressor).
+        ``"value"`` (regressor), as in "the predicted ...".
     predict : callable
         ``predict(X)`` -> (labels, ndarray of shape (n, len(labels))): effects (one
         column per effect component), class probabilities (of the second class only
@@ -130,7 +130,7 @@ def summarised_quantity(estimator):
     def predictions(X):
         pred = np.asarray(estimator.predict(X), dtype=np.float64).reshape(len(X), -1)
         return (["prediction"] if pred.shape[1] == 1 else [f"prediction_{j}" for j in range(pred.shape[1])]), pred
-    return "prediction", predictions
+    return "value", predictions
 
 
 def distribution(values):
