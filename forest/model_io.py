@@ -78,6 +78,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 import zipfile
 
@@ -123,6 +124,7 @@ class ContentMismatch(ValueError):
 #: dtype kinds arrays and scalars in a model file may have (never object, void or structured).
 _ARRAY_KINDS = "biufcUSMm"
 _SCALAR_KINDS = "biuf"
+_DTYPE_STR = re.compile(r"[<>|=][biufcmMUS][0-9]{1,9}(\[[0-9]*[A-Za-z]+\])?")
 
 
 def _class_name(cls):
@@ -339,13 +341,15 @@ def _hashable(key):
 
 def _plain_dtype(name, kinds):
     """``np.dtype(name)`` if it is a plain dtype of one of ``kinds`` (no fields, no subarray)."""
-    if not isinstance(name, str):
-        raise ModelFormatError(f"corrupted model file: dtype {name!r} is not a dtype name")
+    # Only the form ``dtype.str`` takes ("<f8", "|b1", "<U3", "<M8[ns]"): numpy parses other
+    # strings with its own mini-language (commas, tuples, literal_eval) and all its errors.
+    if not isinstance(name, str) or not _DTYPE_STR.fullmatch(name):
+        raise ModelFormatError(f"corrupted model file: dtype {name!r} is not allowed here")
     try:
         dtype = np.dtype(name)
-    except TypeError:
+    except (TypeError, ValueError):
         raise ModelFormatError(f"corrupted model file: unknown dtype {name!r}") from None
-    if dtype.kind not in kinds or dtype.fields is not None or dtype.subdtype is not None:
+    if dtype.kind not in kinds or dtype.fields is not None or dtype.subdtype is not None or dtype.itemsize == 0:
         raise ModelFormatError(f"corrupted model file: dtype {name!r} is not allowed here")
     return dtype
 
@@ -534,13 +538,18 @@ def read_header(path):
         return _read_header(zf, path)
 
 
-def _read_header(zf, path):
+def _read_entry(zf, name, path, missing):
+    """Bytes of entry ``name``; ``ModelFormatError(missing)`` when it is absent."""
     try:
-        raw = zf.read(HEADER_NAME)
+        return zf.read(name)
     except KeyError:
-        raise ModelFormatError(f"{path!r} is not a histforest model file (no {HEADER_NAME})") from None
+        raise ModelFormatError(missing) from None
     except Exception as exc:  # noqa: BLE001 - CRC, zlib and I/O errors all mean a damaged file
-        raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({exc})") from None
+        raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({name}: {exc})") from None
+
+
+def _read_header(zf, path):
+    raw = _read_entry(zf, HEADER_NAME, path, f"{path!r} is not a histforest model file (no {HEADER_NAME})")
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -593,12 +602,7 @@ def _npy_header(dtype, shape):
 def _read_array(zf, key, info, path):
     """Entry ``arrays/<key>.npy``, checked against its ``arrays`` table entry before allocation."""
     name = f"{_ARRAY_DIR}{key}.npy"
-    try:
-        data = zf.read(name)
-    except KeyError:
-        raise ModelFormatError(f"model file {path!r} is truncated or corrupted (missing {name})") from None
-    except Exception as exc:  # noqa: BLE001 - CRC, zlib and I/O errors all mean a damaged file
-        raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({name}: {exc})") from None
+    data = _read_entry(zf, name, path, f"model file {path!r} is truncated or corrupted (missing {name})")
     expected = _plain_dtype(info["dtype"], _ARRAY_KINDS)
     count = math.prod(info["shape"])
     canonical = _npy_header(expected, info["shape"])
@@ -651,7 +655,13 @@ def load(path, expect=None):
                 raise ModelFormatError(
                     f"model file {path!r} holds a {header.get('estimator', '?').rsplit('.', 1)[-1]}, "
                     f"but a {' or '.join(n.rsplit('.', 1)[-1] for n in names)} is needed here")
-        arrays = {key: _read_array(zf, key, info, path) for key, info in header.get("arrays", {}).items()}
+        try:
+            arrays = {key: _read_array(zf, key, info, path) for key, info in header.get("arrays", {}).items()}
+        except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+            if isinstance(exc, ModelFormatError):
+                raise
+            # e.g. more dimensions than numpy has, a header too long to write for comparison
+            raise ModelFormatError(f"model file {path!r} is corrupted ({type(exc).__name__}: {exc})") from None
     name = header["estimator"]
     cls = _resolve_class(name)
     short = name.rsplit(".", 1)[-1]

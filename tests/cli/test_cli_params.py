@@ -161,3 +161,35 @@ def test_predict_and_report_refuse_a_file_that_is_not_an_estimator(tmp_path, cap
     assert "holds a Tree, but a CausalForest or RegressionForest or GBDTRegressor or GBDTClassifier" in line
     line = _one_error(report.main, [path], capsys, prog="forest-report")
     assert "holds a Tree" in line
+
+
+def test_predict_on_an_edited_model_fails_in_one_line(data_and_model, tmp_path):
+    """A child index pointing past the arrays used to crash forest-predict (out-of-bounds read)."""
+    import io
+    import json
+    import subprocess
+    import zipfile
+
+    import numpy as np
+
+    data, model = data_and_model
+    with zipfile.ZipFile(model) as zf:
+        entries = {n: zf.read(n) for n in zf.namelist()}
+    header = json.loads(entries["histforest-model.json"])
+    packed = dict(header["state"]["$dict"])["estimators_"]["$dict"]
+    key = dict(packed)["left"]["$array"]
+    left = np.lib.format.read_array(io.BytesIO(entries[f"arrays/{key}.npy"]))
+    left[np.flatnonzero(left >= 0)[0]] = 2 ** 30
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, left)
+    entries[f"arrays/{key}.npy"] = buf.getvalue()
+    bad = str(tmp_path / "edited.model")
+    with zipfile.ZipFile(bad, "w") as zf:
+        for name, blob in entries.items():
+            zf.writestr(name, blob)
+    proc = subprocess.run([tool("forest-predict"), bad, data, "--out", str(tmp_path / "p.parquet")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.match(r"forest-predict: error: model file .* is corrupted: estimators_: tree \d+, "
+                                        r"node \d+: left child 1073741824 is not a later node", lines[0]), lines

@@ -4,14 +4,15 @@ Usage: ``python model_fuzzer.py SEED CASES_PER_MODEL WORKDIR MODEL...``
 
 For each seed model file it writes ``CASES_PER_MODEL`` mutated copies (flipped and
 truncated bytes, edited, retyped and reshaped arrays, edited, deleted and swapped
-state members, swapped zip members, another class in the header, huge shapes, deep
-nesting, compressed and duplicated entries) and loads each one. A case passes when
-the load fails with ``ModelFormatError`` and a one-line message, or succeeds and the
-estimator then predicts on a few rows (and reports its importances) without any
-exception. Each case must take under a second of CPU time; a watchdog kills the
-process when a block of cases runs past ``WATCHDOG_S`` seconds (a hang), and a crash kills it
-outright. Before each case its description goes to stderr, so the parent names the
-case that crashed or hung. The last stdout line is a JSON summary.
+state members, swapped zip members, another class in the header, huge shapes, odd
+dtypes in the array table, deep nesting, compressed and duplicated entries, damaged
+header text) and loads each one. A case passes when the load fails with
+``ModelFormatError`` and a one-line message, or succeeds and the estimator then
+predicts on a few rows (and reports its importances) without any exception. Each
+case must take under a second of CPU time; a watchdog kills the process when a block
+of cases runs past ``WATCHDOG_S`` seconds (a hang), and a crash kills it outright.
+Before each case its description goes to stderr, so the parent names the case that
+crashed or hung. The last stdout line is a JSON summary.
 """
 import copy
 import faulthandler
@@ -21,6 +22,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 import zipfile
 
 import numpy as np
@@ -201,6 +203,15 @@ def mutate(rng, seed):
         entries[f"arrays/{key}.npy"] = npy.getvalue() + b"\0" * 64
         header["arrays"][key] = {"dtype": dt, "shape": shape}
         return f"huge_shape {refs[key]} {shape}", container_bytes(header, entries)
+    if kind == "table_dtype":
+        key = str(rng.choice(keys))
+        if rng.uniform() < 0.2:
+            header["arrays"][key]["shape"] = [1] * int(rng.choice([65, 20000]))
+            return f"table_shape {refs[key]} -> many dimensions", container_bytes(header, entries)
+        bad = ["|S0", "<U0", "|V8", "<f8,<i4", "(3,)<f8", "|O", "<M8[xx]", "garbage", 5, None, "<U99999999999",
+               "<f8,", "f8)"]
+        header["arrays"][key]["dtype"] = bad[int(rng.integers(len(bad)))]
+        return f"table_dtype {refs[key]} -> {header['arrays'][key]['dtype']!r}", container_bytes(header, entries)
     if kind == "state_scalar":
         slots = scalar_slots(header["state"], [])
         node, k = slots[int(rng.integers(len(slots)))]
@@ -236,6 +247,14 @@ def mutate(rng, seed):
         header["state"]["$dict"].append(["deep_", "@DEEP@"])
         return f"deep_nesting {depth}", container_bytes(header, entries,
                                                        replace=("@DEEP@", "[" * depth + "0" + "]" * depth))
+    if kind == "duplicate_entry":
+        name = f"arrays/{rng.choice(keys)}.npy"
+        data = container_bytes(header, entries)
+        buf = io.BytesIO(data)
+        with warnings.catch_warnings(), zipfile.ZipFile(buf, "a") as zf:
+            warnings.simplefilter("ignore")  # zipfile warns about the duplicate name it writes
+            zf.writestr(name, entries[str(rng.choice(list(entries)))])
+        return f"duplicate_entry {name}", buf.getvalue()
     if kind == "compressed_entry":
         return "compressed_entry", container_bytes(header, entries, compress=f"arrays/{rng.choice(keys)}.npy")
     if kind == "header_bytes":
@@ -253,8 +272,8 @@ def mutate(rng, seed):
 
 MUTATIONS = ["flip_bytes", "truncate", "array_values", "array_dtype", "array_shape", "huge_shape", "state_scalar",
              "state_delete", "state_swap", "member_swap", "class_swap", "deep_nesting", "compressed_entry",
-             "header_bytes"]
-WEIGHTS = np.array([6, 3, 30, 6, 6, 2, 18, 6, 6, 5, 4, 1, 1, 6], dtype=float)
+             "header_bytes", "table_dtype", "duplicate_entry"]
+WEIGHTS = np.array([6, 3, 30, 6, 6, 2, 18, 6, 6, 5, 4, 1, 1, 6, 2, 1], dtype=float)
 WEIGHTS /= WEIGHTS.sum()
 
 

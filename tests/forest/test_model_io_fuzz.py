@@ -185,9 +185,11 @@ def test_fuzzed_model_files_load_cleanly_or_fail_in_one_line(seed_models, tmp_pa
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["failures"] == [], "\n".join(summary["failures"][:20])
     assert summary["cases"] == cases_per_model * len(KINDS)
-    # Both outcomes occur for every kind: the mutations reach the content checks and
-    # some edits (e.g. a leaf value) leave a valid model.
+    # Both outcomes occur for every kind: the mutations reach the content checks, and
+    # some edits (a leaf value of a forest, a validation loss) leave a model that loads
+    # and must then predict.
     for kind, counts in summary["by_model"].items():
-        assert counts["refused"] > cases_per_model // 2 and counts["loaded"] > 10, (kind, counts)
+        assert counts["refused"] > cases_per_model // 2 and counts["loaded"] >= 1, (kind, counts)
+    assert summary["loaded"] >= 20, summary
     print(f"fuzzer: {summary['cases']} cases, {summary['refused']} refused, {summary['loaded']} loaded, "
           f"max CPU per case {summary['max_cpu_s']:.3f} s")
