@@ -157,8 +157,6 @@ def mutate(rng, seed):
     """One random mutation of a :class:`Seed`: returns ``(description, file bytes)``."""
     kind = str(rng.choice(MUTATIONS, p=WEIGHTS))
     raw, refs, keys = seed.raw, seed.refs, seed.keys
-    header = json.loads(seed.header_text)  # a fresh copy to edit
-    entries = dict(seed.entries)
     if kind == "flip_bytes":
         data = bytearray(raw)
         for _ in range(int(rng.integers(1, 9))):
@@ -166,6 +164,8 @@ def mutate(rng, seed):
         return kind, bytes(data)
     if kind == "truncate":
         return kind, raw[: int(rng.integers(len(raw)))]
+    header = json.loads(seed.header_text)  # a fresh copy to edit
+    entries = dict(seed.entries)
     if kind in ("array_values", "array_dtype", "array_shape"):
         structural = [k for k in keys if refs[k].rsplit(".", 1)[-1] in STRUCTURAL]
         key = str(rng.choice(structural if structural and rng.uniform() < 0.8 else keys))

@@ -173,7 +173,7 @@ def test_every_seed_model_round_trips_through_the_checks(seed_models):
 
 def test_fuzzed_model_files_load_cleanly_or_fail_in_one_line(seed_models, tmp_path):
     """Thousands of mutants over all estimator kinds: one-line refusal or a working model."""
-    cases_per_model = int(os.environ.get("HISTFOREST_FUZZ_CASES", "500"))  # more for a long local run
+    cases_per_model = int(os.environ.get("HISTFOREST_FUZZ_CASES", "400"))  # more for a long local run
     proc = subprocess.run([sys.executable, os.path.join(HERE, "model_fuzzer.py"), "20250611", str(cases_per_model),
                            str(tmp_path)] + [seed_models[k] for k in KINDS],
                           capture_output=True, text=True, timeout=600,
