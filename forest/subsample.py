@@ -1,8 +1,8 @@
 """Which rows each tree of a forest sees: subsample, honesty halves, BLB groups.
 
 This module owns the forests' row sampling. Every decision is a counter-based hash
-of ``(seed, stream, global row id)`` (the same SplitMix64 mix as
-:mod:`histogram.rowhash`, re-implemented in Numba so it runs in parallel without
+of ``(seed, stream, global row id)`` (:mod:`histogram.rowhash`, whose
+Numba scalar functions the kernel here inlines, so it runs in parallel without
 temporaries), so a row's role in a tree does not depend on how rows are spread over
 ranks, and it can be recomputed at prediction time for out-of-bag estimates without
 storing sample lists.
@@ -27,34 +27,12 @@ Codes returned by :func:`tree_row_codes`: ``0`` out of bag, ``1`` structure only
 import numpy as np
 from numba import njit, prange
 
-from histogram.rowhash import uniform
+from histogram.rowhash import key_of, unit_id, uniform
 
 OUT, STRUCTURE, ESTIMATION, BOTH = 0, 1, 2, 3
 
 # Purpose codes of the hash streams (stream = purpose + 16 * tree-or-group index).
 _HALF, _SUB, _HONEST = 1, 2, 3
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_TO_UNIT = 1.0 / 9007199254740992.0
-
-
-@njit(cache=True, inline="always")
-def _mix(z):
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
-
-
-@njit(cache=True, inline="always")
-def _key(seed, stream):
-    return _mix(np.uint64(seed) * _GOLDEN + np.uint64(stream))
-
-
-@njit(cache=True, inline="always")
-def _unit(key, gid):
-    return np.float64(_mix(np.uint64(gid) * _GOLDEN + key) >> np.uint64(11)) * _TO_UNIT
 
 
 @njit(cache=True, parallel=True)
@@ -63,17 +41,17 @@ def _codes_kernel(seed, trees, gids, group_size, keep_frac, honest, honesty_frac
     n = gids.shape[0]
     for j in prange(n_trees):
         b = trees[j]
-        k_half = _key(seed, _HALF + 16 * (b // group_size))
-        k_sub = _key(seed, _SUB + 16 * b)
-        k_hon = _key(seed, _HONEST + 16 * b)
+        k_half = key_of(seed, _HALF + 16 * (b // group_size))
+        k_sub = key_of(seed, _SUB + 16 * b)
+        k_hon = key_of(seed, _HONEST + 16 * b)
         for i in range(n):
             gid = gids[i]
             code = 0
-            if group_size == 1 or _unit(k_half, gid) < 0.5:
-                if _unit(k_sub, gid) < keep_frac:
+            if group_size == 1 or unit_id(k_half, gid) < 0.5:
+                if unit_id(k_sub, gid) < keep_frac:
                     if not honest:
                         code = 3
-                    elif _unit(k_hon, gid) < honesty_fraction:
+                    elif unit_id(k_hon, gid) < honesty_fraction:
                         code = 1
                     else:
                         code = 2

@@ -13,7 +13,8 @@ data).
 import json
 import sys
 
-from forest.cli.common import CLIError, Parser, check_not_input, load_model, run_tool
+from forest.cli.common import (CLIError, Parser, check_not_input, feature_input, load_model, model_feature_names,
+                               run_tool)
 
 PROG = "forest-report"
 
@@ -39,11 +40,9 @@ def build_parser():
     return p
 
 
-def _feature_names(header, n_features=None):
-    names = header.get("feature_names") or header.get("metadata", {}).get("feature_names")
-    if names is None:
-        names = [f"x{j}" for j in range(n_features or 0)]
-    return [str(n) for n in names]
+def _feature_names(est, header):
+    names = model_feature_names(est, header)
+    return names if names is not None else [f"x{j}" for j in range(getattr(est, "n_features_in_", 0))]
 
 
 def open_data(data, names, meta):
@@ -101,7 +100,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         check_not_input(html, [path], "--html")
     header, est = load_model(path)
     meta = header.get("metadata", {})
-    names = _feature_names(header, getattr(est, "n_features_in_", None))
+    names = _feature_names(est, header)
     source = shard = X = None
     if data is not None:
         source, shard, X = open_data(data, names, meta)
@@ -132,8 +131,14 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     if data is None:
         return report, figures, "\n".join(lines)
 
+    import pyarrow as pa
+
+    def model_input(Z):
+        """Rows ``Z`` (ndarray, columns ``names``) as the model takes them (its feature names)."""
+        return feature_input(est, pa.table({n: Z[:, j] for j, n in enumerate(names)}), names)
+
     what, predict = rep.summarised_quantity(est)
-    labels, values = predict(X)
+    labels, values = predict(model_input(X))
     report["predictions"] = {"what": what, "n_rows": int(len(values)),
                              "columns": {label: rep.distribution(values[:, j]) for j, label in enumerate(labels)}}
     lines += ["", f"Predicted {what} on {len(values)} rows of {data}:"]
@@ -143,7 +148,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     order = rep.importance_order(imp, sort_by)[:3]
     curves = []
     for j in order:
-        grid, mean = rep.partial_dependence(lambda Z: predict(Z)[1], X, int(j))
+        grid, mean = rep.partial_dependence(lambda Z: predict(model_input(Z))[1], X, int(j))
         curves.append((names[j], grid, mean))
     report["partial_dependence"] = {"what": what, "columns": labels,
                                     "features": {n: {"grid": g, "mean": m} for n, g, m in curves}}
