@@ -26,12 +26,14 @@ from sklearn.utils.validation import check_is_fitted
 from native import collectives as col
 from native.comm import world
 
+from .causal_analysis import CausalAnalysisMixin
 from .causal_criterion import CausalChannels, CausalCriterion
+from .clusters import resolve_clusters
 from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
                             oob_average, tree_values)
+from .average_effects import average_treatment_effect as _average_effect
 from .importance import depth_weighted_importance, gain_importance
-from .inference import (aipw_scores, average_effect, average_effect_sums, blb_variance, local_treatment_cov,
-                        oob_effects, solve_theta)
+from .inference import blb_variance, oob_effects, solve_theta
 from .predictor import predict_values, predict_values_binned
 from .profiling import phase
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_param_types, check_row_count,
@@ -54,7 +56,7 @@ def _check_centered_moments(comm, g, yc, wc):
     check_moment_sums(sums, y_name="y - y_hat", t_name="t - t_hat")
 
 
-class CausalForest(BaseEstimator):
+class CausalForest(CausalAnalysisMixin, BaseEstimator):
     """Generalized random forest for heterogeneous treatment effects, on histograms.
 
     Parameters
@@ -93,6 +95,10 @@ class CausalForest(BaseEstimator):
         Trees of each centering forest; ``None`` is ``max(50, n_estimators // 4)``.
     batch_size : int or None, default None
     random_state : int or None, default None (means 0)
+    equalize_cluster_weights : bool, default False
+        With ``clusters`` in ``fit`` (grf's rule): trees take ``min(cluster size)``
+        rows of each drawn cluster and average effects weigh every cluster the
+        same; otherwise every row weighs the same and trees take whole clusters.
 
     Attributes
     ----------
@@ -110,6 +116,14 @@ class CausalForest(BaseEstimator):
         ``K`` and ``M``.
     ate_, ate_stderr_ : ndarray
         AIPW average effect and standard error (shape of one row of ``predict``).
+    dr_scores_ : ndarray
+        Out-of-bag doubly robust scores of this rank's training rows (shape of
+        ``predict`` on them); not saved in model files.
+    outcome_forest_, treatment_forest_ : RegressionForest or None
+        The nuisance forests of ``E[Y|x]`` and ``E[W|x]`` (None when ``y_hat`` /
+        ``t_hat`` were given); held-out scores (``dr_scores``) use them.
+    treatment_variance_forest_ : RegressionForest
+        Continuous treatments: the forest of ``Var[W|x]`` in the partial-effect score.
     feature_importances_ : ndarray, shape (n_features,)
         GRF's depth-weighted split frequency.
     gain_importances_ : ndarray, shape (n_features,)
@@ -122,7 +136,8 @@ class CausalForest(BaseEstimator):
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
-                 treatment_type="auto", nuisance_estimators=None, batch_size=None, random_state=None):
+                 treatment_type="auto", nuisance_estimators=None, batch_size=None, random_state=None,
+                 equalize_cluster_weights=False):
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.honest = honest
@@ -138,6 +153,7 @@ class CausalForest(BaseEstimator):
         self.nuisance_estimators = nuisance_estimators
         self.batch_size = batch_size
         self.random_state = random_state
+        self.equalize_cluster_weights = equalize_cluster_weights
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -212,7 +228,7 @@ class CausalForest(BaseEstimator):
                                codes=codes, Y=Y, y_ndim=y.ndim, g=g, y_hat=y_hat, t_hat=t_hat)
 
     def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None, binned=None,
-            feature_names=None):
+            feature_names=None, clusters=None):
         """Fit on this rank's rows.
 
         Input checks are collective (:mod:`forest.collective_checks`): when any rank's
@@ -244,6 +260,12 @@ class CausalForest(BaseEstimator):
             row groups as it reads them).
         feature_names : sequence of str, optional
             Names of the binned features (``feature_names_in_``) when ``X`` is None.
+        clusters : array-like of int, shape (n_local,), optional
+            Cluster labels (grf's ``clusters``): trees and little bags sample whole
+            clusters, honesty splits by cluster, at most ``samples_per_cluster``
+            rows of a drawn cluster are used (see ``equalize_cluster_weights``), and
+            every standard error (intervals, average effects, linear projection,
+            RATE) is cluster-robust.
 
         Returns
         -------
@@ -255,6 +277,7 @@ class CausalForest(BaseEstimator):
         n, n_features, n_global = len(Y), self.n_features_in_, inputs.n_global
         K, M = W.shape[1], Y.shape[1]
         gids, _ = global_ids(comm, n)
+        clusters_layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight)
         # The criterion validates alpha and imbalance_penalty: build it before the two
         # nuisance forests so a bad value fails in milliseconds, not after their fits.
         constraint = "sign" if kind == "continuous" else "arms"
@@ -266,16 +289,22 @@ class CausalForest(BaseEstimator):
         nuisance = dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
                         max_features=self.max_features, batch_size=self.batch_size)
         y_hat, t_hat = inputs.y_hat, inputs.t_hat
+        self.outcome_forest_ = self.treatment_forest_ = None
         if y_hat is None:
             m = RegressionForest(n_nuis, random_state=seed + 7919, **nuisance).fit(
-                X, Y[:, 0] if M == 1 else Y, g, comm=comm, binned=(mapper, binned))
+                X, Y[:, 0] if M == 1 else Y, g, comm=comm, binned=(mapper, binned), clusters=clusters_layout)
             y_hat = m.oob_prediction_
+            del m.oob_prediction_           # kept for new rows; training rows are not part of the model
+            self.outcome_forest_ = m
         if t_hat is None:
             e = RegressionForest(n_nuis, random_state=seed + 104729, **nuisance).fit(
-                X, W[:, 0] if K == 1 else W, g, comm=comm, binned=(mapper, binned))
+                X, W[:, 0] if K == 1 else W, g, comm=comm, binned=(mapper, binned), clusters=clusters_layout)
             t_hat = e.oob_prediction_
-        wc = W - t_hat.reshape(n, K)
-        yc = Y - y_hat.reshape(n, M)
+            del e.oob_prediction_
+            self.treatment_forest_ = e
+        y_hat, t_hat = y_hat.reshape(n, M), t_hat.reshape(n, K)
+        wc = W - t_hat
+        yc = Y - y_hat
         _check_centered_moments(comm, g, yc, wc)
         indicator = (wc > 0).astype(np.float64) if constraint == "sign" else W
         with phase("other"):
@@ -287,7 +316,7 @@ class CausalForest(BaseEstimator):
             honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
             min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
             batch_size=self.batch_size, n_global=n_global, value_fn=crit.node_value, count_col=layout.n_moments,
-            comm=comm, oob=True, progress=progress)
+            comm=comm, oob=True, progress=progress, clusters=clusters_layout)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         self.treatment_type_ = kind
@@ -296,7 +325,7 @@ class CausalForest(BaseEstimator):
         self.y_ndim_ = inputs.y_ndim
         self.sampling_ = dict(seed=seed, sample_fraction=float(self.max_samples),
                               ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
-                              honesty_fraction=float(self.honesty_fraction))
+                              honesty_fraction=float(self.honesty_fraction), clusters=clusters_layout is not None)
 
         # Out-of-bag CATE on this rank's rows, then the AIPW average effect (global sums).
         with phase("prediction"):
@@ -305,13 +334,15 @@ class CausalForest(BaseEstimator):
             if (cnt == 0).any():
                 mbar[cnt == 0] = self._mean_moments_binned(binned, cnt == 0)
             tau_oob = oob_effects(mbar, layout, lambda rows: self._mean_moments_binned(binned, rows))
-            cov = local_treatment_cov(mbar, layout) if kind == "continuous" else None
-            t_arg = inputs.codes if kind == "categorical" else (W[:, 0] if kind == "binary" else W)
-            scores = aipw_scores(kind, tau_oob, t_arg, Y, y_hat, t_hat, cov)
-            sums = average_effect_sums(scores, g)
-        if comm.size > 1:
-            sums = col.allreduce(comm, np.ascontiguousarray(sums)).reshape(sums.shape)
-        est, se = average_effect(sums)
+        V = None
+        if kind == "continuous":
+            V = self._fit_variance_forest(X, (mapper, binned), W, t_hat, g, comm, clusters_layout, n_nuis, seed,
+                                          nuisance)
+        codes = inputs.codes
+        arm = None if kind == "continuous" else (codes if kind == "categorical" else W[:, 0].astype(np.int64))
+        rows = self._store_oob_rows(kind, tau_oob, W, arm, Y, y_hat, t_hat, V,
+                                    None if sample_weight is None else g, gids, clusters_layout)
+        est, se = _average_effect(comm, rows, "all")
         self.ate_ = self._shape_one(est)
         self.ate_stderr_ = self._shape_one(se)
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
@@ -403,7 +434,7 @@ class CausalForest(BaseEstimator):
         half = z * np.sqrt(var)
         return theta - half, theta + half
 
-    def oob_predict(self, X, comm=None):
+    def oob_predict(self, X, comm=None, clusters=None):
         """Out-of-bag CATE for the training rows of this rank (same rows and order as in ``fit``).
 
         Parameters
@@ -411,6 +442,8 @@ class CausalForest(BaseEstimator):
         X : array-like, shape (n_local, n_features)
         comm : native.comm.Communicator, optional
             The communicator used in ``fit``.
+        clusters : array-like, optional
+            The cluster labels passed to ``fit`` (needed when it had clusters).
 
         Returns
         -------
@@ -422,19 +455,10 @@ class CausalForest(BaseEstimator):
             check_is_fitted(self, "estimators_")
             X = validate_features(self, X, reset=False, min_samples=0)
         gids, _ = global_ids(comm, len(X))
-        mbar, cnt = oob_average(self.estimators_, X, gids, self.sampling_)
+        layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
+                                  fitted=self.sampling_.get("clusters", False))
+        mbar, cnt = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
         if (cnt == 0).any():
             mbar[cnt == 0] = self._mean_moments(X[cnt == 0])
         theta, _ = solve_theta(mbar, self._layout())
         return self._shape(theta)
-
-    def average_treatment_effect(self):
-        """AIPW average treatment effect over the training rows and its standard error.
-
-        Returns
-        -------
-        estimate, stderr : float or ndarray
-            Shape of one row of ``predict``.
-        """
-        check_is_fitted(self, "ate_")
-        return self.ate_, self.ate_stderr_

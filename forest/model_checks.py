@@ -181,6 +181,8 @@ def _check_gbdt_classifier(est):
 
 _SAMPLING_TYPES = {"seed": numbers.Integral, "sample_fraction": numbers.Real, "ci_group_size": numbers.Integral,
                    "honest": (bool, np.bool_), "honesty_fraction": numbers.Real}
+#: Keys of ``sampling_`` that files written before they existed may lack.
+_SAMPLING_OPTIONAL = {"clusters": (bool, np.bool_)}
 
 
 def _check_forest(est, width):
@@ -189,8 +191,10 @@ def _check_forest(est, width):
     bins = _bin_thresholds(est, n_features)
     _forest(est, "estimators_", n_features, bins, width)
     sampling = est.sampling_
-    if not (isinstance(sampling, dict) and set(sampling) == set(_SAMPLING_TYPES)
-            and all(isinstance(sampling[k], t) for k, t in _SAMPLING_TYPES.items())
+    types = dict(_SAMPLING_TYPES, **{k: t for k, t in _SAMPLING_OPTIONAL.items()
+                                     if isinstance(sampling, dict) and k in sampling})
+    if not (isinstance(sampling, dict) and set(sampling) == set(types)
+            and all(isinstance(sampling[k], t) for k, t in types.items())
             and all(not isinstance(sampling[k], (bool, np.bool_)) for k in _SAMPLING_TYPES if k != "honest")):
         raise ValueError(f"sampling_ must map {sorted(_SAMPLING_TYPES)} to values of their types")
     if not (sampling["seed"] >= 0 and 0 < sampling["sample_fraction"] <= 1 and sampling["ci_group_size"] >= 1
@@ -202,14 +206,34 @@ def _check_forest(est, width):
 
 def _check_regression_forest(est):
     if not _is_fitted(est, ("estimators_", "bin_mapper_", "n_features_in_", "n_outputs_", "sampling_",
-                            "oob_prediction_", "feature_importances_", "gain_importances_")):
+                            "feature_importances_", "gain_importances_")):
         return
     k = _int(est, "n_outputs_", 1)
     _check_forest(est, k + 1)  # node values: k means, then the estimation count
-    oob = est.oob_prediction_
-    if not (isinstance(oob, np.ndarray) and oob.dtype == np.float64
-            and (oob.ndim == 1 and k == 1 or oob.ndim == 2 and oob.shape[1] == k)):
+    oob = vars(est).get("oob_prediction_")  # a causal forest's nuisance forests drop theirs
+    if oob is not None and not (isinstance(oob, np.ndarray) and oob.dtype == np.float64
+                                and (oob.ndim == 1 and k == 1 or oob.ndim == 2 and oob.shape[1] == k)):
         raise ValueError(f"oob_prediction_ must be float64 of shape (n,) or (n, {k})")
+
+
+def _check_nuisance(est, name, n_outputs):
+    """A causal forest's nuisance forest ``name``: None, or a fitted RegressionForest on its features."""
+    from .regression_forest import RegressionForest
+
+    forest = vars(est).get(name)
+    if forest is None:
+        return
+    if type(forest) is not RegressionForest:
+        raise ValueError(f"{name} must be a RegressionForest or None, got {type(forest).__name__}")
+    try:
+        check_estimator(forest)
+    except (ValueError, TypeError) as exc:  # a mismatch inside is corruption of this file
+        raise ValueError(f"{name}: {exc}") from None
+    if "estimators_" not in vars(forest):
+        raise ValueError(f"{name} is not fitted")
+    if forest.n_features_in_ != est.n_features_in_ or forest.n_outputs_ != n_outputs:
+        raise ValueError(f"{name} has {forest.n_features_in_} features and {forest.n_outputs_} outputs, the model "
+                         f"needs {est.n_features_in_} and {n_outputs}")
 
 
 _TREATMENT_KINDS = ("binary", "categorical", "continuous")
@@ -247,3 +271,8 @@ def _check_causal_forest(est):
     one_row = (() if K == 1 else (K,)) if y_ndim == 1 else ((M,) if K == 1 else (K, M))
     for name in ("ate_", "ate_stderr_"):
         _float_array(est, name, one_row)
+    # Held-out doubly robust scores predict with the nuisance forests of E[Y|x], E[W|x]
+    # and, for continuous treatments, of Var[W|x] (its K (K + 1) / 2 products).
+    for name, n_outputs in (("outcome_forest_", M), ("treatment_forest_", K),
+                            ("treatment_variance_forest_", K * (K + 1) // 2)):
+        _check_nuisance(est, name, n_outputs)

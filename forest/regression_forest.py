@@ -18,6 +18,7 @@ from native.comm import world
 
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_param_types, check_row_count,
                           check_target, check_weight, feature_summary, fit_features, moment_sums, validate_features)
+from .clusters import resolve_clusters
 from .collective_checks import collective_checks, require_same, total
 from .criteria import VarianceCriterion
 from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
@@ -93,7 +94,7 @@ def check_forest_params(est):
     """
     check_param_types(est, ints=("n_estimators", "min_samples_leaf", "max_bins", "ci_group_size"),
                       optional_ints=("max_depth", "batch_size", "random_state"),
-                      reals=("max_samples", "honesty_fraction"), bools=("honest",))
+                      reals=("max_samples", "honesty_fraction"), bools=("honest", "equalize_cluster_weights"))
     resolve_mtry(est.max_features, 1)  # every accepted form of max_features, whatever the data
     if not isinstance(est.n_estimators, (int, np.integer)) or est.n_estimators < 1:
         raise ValueError(f"n_estimators must be a positive int, got {est.n_estimators!r}")
@@ -148,6 +149,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
     batch_size : int or None, default None
         Trees grown together level by level (``None``: chosen from a memory budget).
     random_state : int or None, default None (means 0)
+    equalize_cluster_weights : bool, default False
+        With ``clusters`` in ``fit``: trees take ``min(cluster size)`` rows of each
+        drawn cluster (grf), instead of all of them.
 
     Attributes
     ----------
@@ -182,7 +186,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, max_bins=255, ci_group_size=1, batch_size=None,
-                 random_state=None):
+                 random_state=None, equalize_cluster_weights=False):
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.honest = honest
@@ -194,12 +198,17 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.ci_group_size = ci_group_size
         self.batch_size = batch_size
         self.random_state = random_state
+        self.equalize_cluster_weights = equalize_cluster_weights
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True          # NaN is a missing value, with its own bin
         tags.target_tags.multi_output = True
         return tags
+
+    def _model_io_restore_(self):
+        """Default for the parameter that model files written before clusters lack."""
+        self.__dict__.setdefault("equalize_cluster_weights", False)
 
     def _check_params(self):
         """Validate the parameters before any data is touched; returns the seed.
@@ -208,7 +217,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         """
         return check_forest_params(self)
 
-    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None):
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None,
+            clusters=None):
         """Fit on this rank's rows.
 
         Input checks are collective (:mod:`forest.collective_checks`): when any rank's
@@ -235,6 +245,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             nuisance forests; ``forest-train`` bins parquet row groups as it reads).
         feature_names : sequence of str, optional
             Names of the binned features (``feature_names_in_``) when ``X`` is None.
+        clusters : array-like of int, shape (n_local,), or forest.clusters.ClusterLayout, optional
+            Cluster labels (grf's ``clusters``): trees sample whole clusters, and a row
+            is out of bag when its cluster is (:mod:`forest.subsample`).
 
         Returns
         -------
@@ -246,6 +259,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         y2 = as_columns(y)
         n_out = y2.shape[1]
         gids, _ = global_ids(comm, len(y))
+        layout = resolve_clusters(clusters, comm, len(y), self.equalize_cluster_weights, sample_weight)
         mapper, codes = fit_binning(X, self.max_bins, seed, comm) if binned is None else binned
         crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
         channels = crit.make_channels(y2, g)
@@ -258,14 +272,15 @@ class RegressionForest(RegressorMixin, BaseEstimator):
 
         self.n_outputs_ = n_out
         self.sampling_ = dict(seed=seed, sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size),
-                              honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction))
+                              honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction),
+                              clusters=layout is not None)
         packed, acc, cnt = grow_honest_forest(
             codes, mapper, gids, channels, crit, n_estimators=int(self.n_estimators), seed=seed,
             sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
             honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
             min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
             batch_size=self.batch_size, n_global=n_global, value_fn=value_fn, count_col=n_out, comm=comm, oob=True,
-            progress=progress)
+            progress=progress, clusters=layout)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         full = None
@@ -332,7 +347,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         out = self._predict_raw(X)
         return out[:, 0] if self.n_outputs_ == 1 else out
 
-    def oob_predict(self, X, comm=None):
+    def oob_predict(self, X, comm=None, clusters=None):
         """Out-of-bag predictions for the training rows of this rank (same order as in ``fit``).
 
         Parameters
@@ -341,6 +356,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             Exactly the rows this rank passed to ``fit``.
         comm : native.comm.Communicator, optional
             The communicator used in ``fit`` (global row ids are recomputed from it).
+        clusters : array-like, optional
+            The cluster labels passed to ``fit`` (needed when it had clusters).
 
         Returns
         -------
@@ -352,6 +369,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             check_is_fitted(self, "estimators_")
             X = validate_features(self, X, reset=False, min_samples=0)
         gids, _ = global_ids(comm, len(X))
-        avg, _ = oob_average(self.estimators_, X, gids, self.sampling_)
+        layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
+                                  fitted=self.sampling_.get("clusters", False))
+        avg, _ = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
         avg = avg[:, :self.n_outputs_]
         return avg[:, 0] if self.n_outputs_ == 1 else avg

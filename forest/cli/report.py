@@ -52,7 +52,8 @@ def open_data(data, names, meta):
     from forest import dataio
 
     source = dataio.open_source(data)
-    extra = [c for c in (meta.get("treatment"), meta.get("outcome")) if isinstance(c, str) and c in source.columns]
+    extra = [c for c in (meta.get("treatment"), meta.get("outcome"), meta.get("cluster"))
+             if isinstance(c, str) and c in source.columns]
     dataio.check_columns(source, numeric=names + extra)
     if source.n_rows == 0:
         raise CLIError(f"{data!r} holds no rows (empty file)")
@@ -164,7 +165,8 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         if curves:
             figures["pdp"] = rep.pdp_figure(curves, what, labels)
     t_col, y_col = meta.get("treatment"), meta.get("outcome")
-    if hasattr(est, "predict_interval") and len(labels) == 1 and t_col in shard.columns and y_col in shard.columns:
+    observed = all(isinstance(c, str) and c in shard.columns for c in (t_col, y_col))
+    if hasattr(est, "predict_interval") and observed and len(labels) == 1:
         t, y = shard.columns[t_col], shard.columns[y_col]
         if np.isin(t, (0.0, 1.0)).all() and 0 < t.sum() < t.size:
             qc = rep.qini_curve(values[:, 0], t, y)
@@ -175,7 +177,21 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
                 figures["qini"] = rep.qini_figure(qc)
         else:
             lines += ["", f"(no Qini curve: {t_col!r} is not a binary 0/1 treatment with both arms)"]
+    if hasattr(est, "predict_interval") and observed and hasattr(est, "dr_scores"):
+        _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures)
     return report, figures, "\n".join(lines)
+
+
+def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures):
+    """Average effects, calibration, BLP and RATE on the data (:mod:`forest.report_analysis`)."""
+    from forest.report_analysis import analysis_report
+
+    clusters = shard.columns.get(meta.get("cluster")) if meta.get("cluster") else None
+    part, text, figs = analysis_report(est, X, shard.columns[meta["treatment"]], shard.columns[meta["outcome"]],
+                                       names, imp["depth_weighted"], clusters=clusters, want_figures=want_figures)
+    report["analysis"] = part
+    lines += text
+    figures.update(figs)
 
 
 def _body(argv):
@@ -200,7 +216,7 @@ def _body(argv):
         for key, heading in (("distribution", f"Distribution of the predicted {what}"),
                              ("pdp", f"Partial dependence of the predicted {what} on the top features "
                                      f"(one y-axis scale)"),
-                             ("qini", "Qini curve")):
+                             ("qini", "Qini curve"), ("toc", "Targeting operator characteristic (TOC)")):
             if key in figures:
                 sections.append((heading, "", figures[key]))
         page = rep.html_page(f"histforest report: {report['model']} ({args.model})", sections)
