@@ -292,6 +292,14 @@ def exercise(est, X):
         except ValueError as exc:  # documented: fewer than two little bags of trees
             if "variance estimates need" not in str(exc):
                 raise
+        # Held-out doubly robust scores walk the nuisance forests too.
+        levels = est.classes_ if est.classes_ is not None else np.array([0.0, 1.0])
+        t = levels[np.arange(len(X)) % len(levels)]
+        try:
+            est.dr_scores(X, t, np.linspace(-1.0, 1.0, len(X)))
+        except ValueError as exc:  # documented: fitted with given y_hat / t_hat
+            if "need the nuisance forests" not in str(exc):
+                raise
     importances(model_trees(est), est.n_features_in_)
 
 

@@ -118,6 +118,17 @@ def test_edited_causal_structure_is_refused_in_one_line(seed_models, tmp_path, f
     assert "\n" not in str(info.value) and "is corrupted" in str(info.value)
 
 
+def test_edited_nuisance_forest_is_refused(seed_models, tmp_path):
+    # Held-out doubly robust scores predict with the causal forest's nuisance forests.
+    est = model_io.load(seed_models["causal"])
+    split = int(np.flatnonzero(est.outcome_forest_.estimators_["feature"] >= 0)[0])
+    bad = _edit(seed_models["causal"], str(tmp_path / "bad.model"),
+                {"outcome_forest_.estimators_.right": _set(split, split)})
+    with pytest.raises(ModelFormatError, match=r"is corrupted: outcome_forest_: estimators_: tree \d+, node \d+: "
+                                               r"right child \d+ is not a later node"):
+        model_io.load(bad)
+
+
 def test_cycle_and_out_of_range_child_in_gbdt_are_refused(seed_models, tmp_path):
     # GBDT keeps its trees and a packed copy: the packed copy is what prediction walks.
     est = model_io.load(seed_models["gbdt-regressor"])
