@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# The demo needs the package alone: the test extra brings the CUDA toolchain wheels
+# (numba-cuda[cu13], ~450 MB) that only `make test`'s PTX checks use.
+DEMO_STAMP := $(VENV)/.installed-package-stamp
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 # Oversubscribing a 2-core machine is how the MPI tests run; MPICH allows it by default.
@@ -23,6 +26,13 @@ $(STAMP): pyproject.toml native/__init__.py histogram/__init__.py forest/__init_
 
 setup: $(STAMP)
 
+# Package only (a reinstall keeps whatever the test extra already added to the venv).
+$(DEMO_STAMP): pyproject.toml native/__init__.py histogram/__init__.py forest/__init__.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
 # Serial first: it also fills the Numba cache that the K ranks then share
 # (~/.cache/histforest/numba-<source hash>, see histogram/_jit_cache.py).
 test: $(STAMP)
@@ -41,7 +51,7 @@ test-mpi: $(STAMP)
 	  NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout $(MPI_TIMEOUT) $(MPIRUN) -np $$K tests/mpi_pytest.sh -q -m mpi -p no:cacheprovider tests || exit 1; \
 	done
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/mpirun -np 2 $(VENV)/bin/forest-train --demo --verbose --out /tmp/histforest-demo.model
 	$(VENV)/bin/forest-report /tmp/histforest-demo.model
 

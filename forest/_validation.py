@@ -16,6 +16,9 @@ This module owns what ``fit`` and ``predict`` accept and the messages they give:
   there (``y * 1e300``, ``t ~ 1e200``) are rejected instead of giving NaN or constant
   predictions.
 - row counts over all ranks (:func:`check_row_count`).
+- parameter types (:func:`check_param_types`), the type half of every estimator's
+  ``_check_params`` (ranges stay with each estimator), which ``fit``, ``forest-train``
+  and model-file loading all run.
 
 Every check here is local to one rank; :mod:`forest.collective_checks` makes the
 outcome the same on every rank.
@@ -443,3 +446,32 @@ def check_codes(binned, n_features=None, name="binned"):
         raise ValueError(f"{name} must be uint8 of shape ({want}, n_rows) (features first, as BinMapper.transform "
                          f"returns), got {binned.dtype} {binned.shape}")
     return binned
+
+
+def check_param_types(est, *, ints=(), optional_ints=(), reals=(), bools=()):
+    """Raise ``TypeError`` naming the first parameter of ``est`` whose value has the wrong type.
+
+    Booleans are not numbers here (``n_estimators=True`` is refused), and numbers are
+    not booleans (``honest=1`` is refused), so a value parsed from text or read from
+    a model file is taken only when it is what the parameter means. Ranges are left
+    to the estimator's own checks.
+
+    Parameters
+    ----------
+    est : estimator
+    ints, optional_ints, reals, bools : tuple of str
+        Parameter names: integers, integers or None, real numbers, booleans.
+    """
+    def is_int(v):
+        return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+    def is_real(v):
+        return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+    rules = [(ints, is_int, "an int"), (optional_ints, lambda v: v is None or is_int(v), "an int or None"),
+             (reals, is_real, "a real number"), (bools, lambda v: isinstance(v, (bool, np.bool_)), "true or false")]
+    for names, ok, what in rules:
+        for name in names:
+            value = getattr(est, name)
+            if not ok(value):
+                raise TypeError(f"{name} must be {what}, got {value!r}")

@@ -38,8 +38,8 @@ from .importance import depth_weighted_importance, gain_importance
 from .inference import blb_variance, oob_effects, solve_theta
 from .predictor import predict_values, predict_values_binned
 from .profiling import phase
-from ._validation import (agreed_features, as_columns, check_moment_sums, check_row_count, check_target, check_weight,
-                          feature_summary, fit_features, moment_sums, validate_features)
+from ._validation import (agreed_features, as_columns, check_moment_sums, check_param_types, check_row_count,
+                          check_target, check_weight, feature_summary, fit_features, moment_sums, validate_features)
 from .collective_checks import collective_checks, input_error, require_same, total
 from .regression_forest import RegressionForest, check_forest_params, resolve_mtry
 from .treatment import check_treatment_type, encode_treatment, resolve_treatment, treatment_summary
@@ -176,6 +176,20 @@ class CausalForest(CausalAnalysisMixin, BaseEstimator):
         tags.input_tags.allow_nan = True          # NaN is a missing value, with its own bin
         return tags
 
+    def _check_params(self):
+        """Validate the parameters before any data is touched; returns the seed.
+
+        ``fit`` runs it first; ``forest-train`` and model-file loading run it too.
+        """
+        seed = check_forest_params(self)
+        check_param_types(self, optional_ints=("nuisance_estimators",), reals=("alpha", "imbalance_penalty"))
+        if self.nuisance_estimators is not None and self.nuisance_estimators < 1:
+            raise ValueError(f"nuisance_estimators must be >= 1 or None, got {self.nuisance_estimators}")
+        check_treatment_type(self.treatment_type)
+        CausalCriterion(min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
+                        imbalance_penalty=self.imbalance_penalty)  # the criterion's own checks of alpha, penalty
+        return seed
+
     # ------------------------------------------------------------------ fit
     def _fit_inputs(self, X, t, y, sample_weight, y_hat, t_hat, binned, feature_names, comm):
         """Validate ``fit``'s arguments and code the treatment, on every rank together.
@@ -187,10 +201,7 @@ class CausalForest(CausalAnalysisMixin, BaseEstimator):
             y_ndim, g, y_hat, t_hat`` (the last two None when not given).
         """
         with collective_checks(comm) as checks:
-            seed = check_forest_params(self)
-            if self.nuisance_estimators is not None and self.nuisance_estimators < 1:
-                raise ValueError(f"nuisance_estimators must be >= 1 or None, got {self.nuisance_estimators}")
-            check_treatment_type(self.treatment_type)
+            seed = self._check_params()
             X, binned, n = fit_features(self, X, binned, feature_names, min_samples=1 if comm.size == 1 else 0)
             resolve_mtry(self.max_features, self.n_features_in_)
             t = check_target(t, "t", n, estimator=self, dtype="numeric")

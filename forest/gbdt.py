@@ -37,17 +37,18 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from histogram.binning import BinMapper
+from histogram.kernels import BACKENDS
 from histogram.rowhash import uniform
 from native import collectives as col
 from native.comm import world
 
-from ._validation import (agreed_features, check_moment_sums, check_row_count, check_target, check_weight,
-                          feature_summary, fit_features, moment_sums, validate_features)
+from ._validation import (agreed_features, check_moment_sums, check_param_types, check_row_count, check_target,
+                          check_weight, feature_summary, fit_features, moment_sums, validate_features)
 from .checkpoint import stored_seed
 from .collective_checks import collective_checks, total
 from .continuation import fit_fingerprint, open_stage, warm_mapper
 from .criteria import NewtonCriterion
-from .grower import LeafwiseGrower
+from .grower import SPLIT_MODES, LeafwiseGrower
 from .importance import gain_importance, split_counts
 from .losses import LogLoss, SoftmaxLoss, SquaredError
 from .partition import add_leaf_values
@@ -118,9 +119,22 @@ class _BaseGBDT(BaseEstimator):
 
     # ------------------------------------------------------------------ checks
     def _check_params(self):
+        """Validate the parameters before any data is touched (``TypeError`` / ``ValueError``).
+
+        ``fit`` runs it first; ``forest-train`` and model-file loading run it too.
+        """
         def need(cond, msg):
             if not cond:
                 raise ValueError(msg)
+
+        check_param_types(self, ints=("n_estimators", "min_samples_leaf", "max_bins", "n_iter_no_change"),
+                          optional_ints=("max_leaf_nodes", "max_depth", "n_threads"),
+                          reals=("learning_rate", "l2_regularization", "min_child_weight", "min_gain_to_split",
+                                 "validation_fraction", "tol"))
+        need(self.backend in BACKENDS, f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        need(self.split_mode in SPLIT_MODES, f"split_mode must be one of {SPLIT_MODES}, got {self.split_mode!r}")
+        need(self.random_state is None or isinstance(self.random_state, (int, np.integer, np.random.RandomState)),
+             f"random_state must be None, an int or a numpy RandomState, got {self.random_state!r}")
 
         need(isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0,
              f"learning_rate must be > 0, got {self.learning_rate!r}")

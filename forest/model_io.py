@@ -54,6 +54,16 @@ for other classes ``__init__`` is not called (a class may define
 ``_model_io_exclude_`` (a tuple of attribute names) to leave transient attributes
 such as compiled kernels out of the file).
 
+Loading trusts nothing in the file. Every entry must be stored uncompressed (so
+nothing can expand beyond the file's own size), every array's ``.npy`` header must
+agree with the header's ``arrays`` table and its data length before anything is
+allocated, nesting depth and dtypes are bounded, a class with a state protocol checks
+its state (``validate_state``) before rebuilding from it, and the restored estimator
+as a whole is checked by :func:`forest.model_checks.check_estimator` (structure of
+every tree, bin mapper, shapes, agreement between the pieces). Anything wrong fails
+with :class:`ModelFormatError` and a one-line message; a file whose state is not one
+of the class its header names says so (:class:`ContentMismatch`).
+
 Writing is atomic: the container goes to a temporary file in the target's
 directory, is flushed to disk, and is renamed over the target, so a crash leaves
 either the old file or the new one, never a half-written model.
@@ -63,9 +73,12 @@ newer format fails with a message asking for a newer histforest.
 """
 import datetime
 import importlib
+import inspect
 import io
 import json
+import math
 import os
+import re
 import tempfile
 import zipfile
 
@@ -91,7 +104,27 @@ _REGISTRY = {}
 
 
 class ModelFormatError(ValueError):
-    """A model file that cannot be read: not a model, corrupted, truncated or too new."""
+    """A model file that cannot be read: not a model, corrupted, truncated, too new or inconsistent.
+
+    The message is always one line (the command-line tools print it as their error).
+    """
+
+    def __init__(self, message):
+        super().__init__(" ".join(str(message).split()))
+
+
+class ContentMismatch(ValueError):
+    """The state in a file is not one of the class its header names (it lacks what that class has).
+
+    Raised by the checks of a restored object; :func:`load` turns it into a
+    :class:`ModelFormatError` saying that the contents do not match the class.
+    """
+
+
+#: dtype kinds arrays and scalars in a model file may have (never object, void or structured).
+_ARRAY_KINDS = "biufcUSMm"
+_SCALAR_KINDS = "biuf"
+_DTYPE_STR = re.compile(r"[<>|=][biufcmMUS][0-9]{1,9}(\[[0-9]*[A-Za-z]+\])?")
 
 
 def _class_name(cls):
@@ -136,7 +169,7 @@ def _resolve_class(name):
     # our own package modules is safe; the name must still be registered afterwards.
     try:
         importlib.import_module(module_name)
-    except ImportError:
+    except (ImportError, ValueError, TypeError):
         pass
     if name in _REGISTRY:
         return _REGISTRY[name]
@@ -215,15 +248,23 @@ def _encode_float(x):
 _STATE_PROTOCOLS = (("to_arrays", "from_arrays"), ("get_state", "from_state"))
 
 
+def _state_protocol(cls):
+    """``(getter, loader)`` names of the state protocol ``cls`` defines, or None."""
+    for getter, loader in _STATE_PROTOCOLS:
+        if callable(getattr(cls, getter, None)) and callable(getattr(cls, loader, None)):
+            return getter, loader
+    return None
+
+
 def _state_of(obj):
     """``(state dict, name of the rebuilding classmethod or None)`` of a registered object."""
     cls = type(obj)
-    for getter, loader in _STATE_PROTOCOLS:
-        if callable(getattr(cls, getter, None)) and callable(getattr(cls, loader, None)):
-            try:
-                return getattr(obj, getter)(), loader
-            except ValueError:
-                break  # e.g. an unfitted BinMapper: fall back to its attributes
+    protocol = _state_protocol(cls)
+    if protocol is not None:
+        try:
+            return getattr(obj, protocol[0])(), protocol[1]
+        except ValueError:
+            pass  # e.g. an unfitted BinMapper: fall back to its attributes
     exclude = set(getattr(cls, "_model_io_exclude_", ()))
     return {k: v for k, v in vars(obj).items() if k not in exclude}, None
 
@@ -243,9 +284,13 @@ class _Decoder:
         if tag == "$float":
             return {"nan": np.nan, "inf": np.inf, "-inf": -np.inf}[data["$float"]]
         if tag == "$scalar":
-            return np.dtype(data["$scalar"]).type(self.decode(data["value"]))
+            dtype = _plain_dtype(data["$scalar"], _SCALAR_KINDS)
+            value = self.decode(data["value"])
+            if not isinstance(value, (bool, int, float)):
+                raise ModelFormatError(f"corrupted model file: scalar of dtype {dtype} holds {type(value).__name__}")
+            return dtype.type(value)
         if tag == "$dtype":
-            return np.dtype(data["$dtype"])
+            return _plain_dtype(data["$dtype"], _ARRAY_KINDS)
         if tag == "$array":
             try:
                 return self.arrays[data["$array"]]
@@ -265,11 +310,22 @@ class _Decoder:
             state = self.decode(data["state"])
             if not isinstance(state, dict):
                 raise ModelFormatError(f"corrupted model file: state of {data['$object']} is not a mapping")
+            if not all(isinstance(k, str) for k in state):
+                raise ModelFormatError(f"corrupted model file: state of {data['$object']} has non-text keys")
             via = data.get("via")
             if via is not None:
-                if via not in {loader for _, loader in _STATE_PROTOCOLS}:
-                    raise ModelFormatError(f"corrupted model file: unknown loader {via!r}")
+                if via != (_state_protocol(cls) or (None, None))[1]:
+                    raise ContentMismatch(f"{cls.__name__} has no loader {via!r}")
+                check = getattr(cls, "validate_state", None)
+                if check is not None:
+                    check(state)  # before the loader casts or trusts anything
                 return getattr(cls, via)(state)
+            if _state_protocol(cls) is not None:
+                # Stored without its protocol only when unfitted (the getter refused):
+                # then the state can hold nothing but constructor parameters.
+                extra = sorted(set(state) - set(inspect.signature(cls.__init__).parameters))
+                if extra:
+                    raise ContentMismatch(f"a {cls.__name__} stored without its state protocol has {extra[0]!r}")
             obj = cls.__new__(cls)
             obj.__dict__.update(state)
             restore = getattr(obj, "_model_io_restore_", None)
@@ -281,6 +337,21 @@ class _Decoder:
 
 def _hashable(key):
     return tuple(key) if isinstance(key, list) else key
+
+
+def _plain_dtype(name, kinds):
+    """``np.dtype(name)`` if it is a plain dtype of one of ``kinds`` (no fields, no subarray)."""
+    # Only the form ``dtype.str`` takes ("<f8", "|b1", "<U3", "<M8[ns]"): numpy parses other
+    # strings with its own mini-language (commas, tuples, literal_eval) and all its errors.
+    if not isinstance(name, str) or not _DTYPE_STR.fullmatch(name):
+        raise ModelFormatError(f"corrupted model file: dtype {name!r} is not allowed here")
+    try:
+        dtype = np.dtype(name)
+    except (TypeError, ValueError):
+        raise ModelFormatError(f"corrupted model file: unknown dtype {name!r}") from None
+    if dtype.kind not in kinds or dtype.fields is not None or dtype.subdtype is not None or dtype.itemsize == 0:
+        raise ModelFormatError(f"corrupted model file: dtype {name!r} is not allowed here")
+    return dtype
 
 
 # ---------------------------------------------------------------------------- writing
@@ -418,9 +489,32 @@ def _open_container(path):
     if magic != b"PK\x03\x04":
         raise ModelFormatError(f"{path!r} is not a histforest model file (it is not a model container)")
     try:
-        return zipfile.ZipFile(path, "r")
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        zf = zipfile.ZipFile(path, "r")
+    except Exception as exc:  # noqa: BLE001 - BadZipFile, EOFError, NotImplementedError, ...: all a damaged file
         raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({exc})") from None
+    try:
+        _check_entries(zf, os.path.getsize(path), path)
+    except BaseException:
+        zf.close()
+        raise
+    return zf
+
+
+def _check_entries(zf, file_size, path):
+    """Refuse compressed, duplicated or oversized entries before any is read.
+
+    The writer stores every entry uncompressed, so an entry can never be larger than
+    the file holding it; a compressed entry could expand without bound.
+    """
+    infos = zf.infolist()
+    names = [i.filename for i in infos]
+    if len(set(names)) != len(names):
+        raise ModelFormatError(f"model file {path!r} is corrupted (an entry appears twice)")
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size \
+                or info.file_size > file_size:
+            raise ModelFormatError(f"model file {path!r} is corrupted (entry {info.filename!r} is compressed "
+                                   f"or larger than the file)")
 
 
 def read_header(path):
@@ -444,17 +538,22 @@ def read_header(path):
         return _read_header(zf, path)
 
 
-def _read_header(zf, path):
+def _read_entry(zf, name, path, missing):
+    """Bytes of entry ``name``; ``ModelFormatError(missing)`` when it is absent."""
     try:
-        raw = zf.read(HEADER_NAME)
+        return zf.read(name)
     except KeyError:
-        raise ModelFormatError(f"{path!r} is not a histforest model file (no {HEADER_NAME})") from None
+        raise ModelFormatError(missing) from None
     except Exception as exc:  # noqa: BLE001 - CRC, zlib and I/O errors all mean a damaged file
-        raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({exc})") from None
+        raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({name}: {exc})") from None
+
+
+def _read_header(zf, path):
+    raw = _read_entry(zf, HEADER_NAME, path, f"{path!r} is not a histforest model file (no {HEADER_NAME})")
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFormatError(f"model file {path!r} has a corrupted header ({exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ModelFormatError(f"model file {path!r} has a corrupted header ({type(exc).__name__})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
         raise ModelFormatError(f"{path!r} is not a histforest model file (format {header.get('format')!r})"
                                if isinstance(header, dict) else f"{path!r} is not a histforest model file")
@@ -465,7 +564,67 @@ def _read_header(zf, path):
         raise ModelFormatError(
             f"model file {path!r} uses format version {version}, newer than this histforest "
             f"({library_version()}) reads (up to {FORMAT_VERSION}); upgrade histforest to load it")
+    _check_header_fields(header, path)
     return header
+
+
+def _check_header_fields(header, path):
+    """The header fields readers use directly must have their documented types."""
+    def names_ok(v):
+        return v is None or (isinstance(v, list) and all(isinstance(n, str) for n in v))
+
+    arrays = header.get("arrays", {})
+    problems = [
+        (isinstance(header.get("estimator"), str), "'estimator' is not a class name"),
+        ("state" in header, "there is no 'state'"),
+        (isinstance(arrays, dict) and all(
+            isinstance(a, dict) and isinstance(a.get("dtype"), str) and isinstance(a.get("shape"), list)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in a["shape"])
+            for a in arrays.values()), "the 'arrays' table is malformed"),
+        (isinstance(header.get("metadata", {}), dict), "'metadata' is not a mapping"),
+        (names_ok(header.get("feature_names")), "'feature_names' is not a list of names"),
+        (names_ok(header.get("metadata", {}).get("feature_names") if isinstance(header.get("metadata", {}), dict)
+                  else None), "metadata 'feature_names' is not a list of names"),
+    ]
+    for ok, what in problems:
+        if not ok:
+            raise ModelFormatError(f"model file {path!r} has a corrupted header ({what})")
+
+
+def _npy_header(dtype, shape):
+    """The ``.npy`` header ``np.lib.format.write_array`` writes for a C-ordered array."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)})
+    return buf.getvalue()
+
+
+def _read_array(zf, key, info, path):
+    """Entry ``arrays/<key>.npy``, checked against its ``arrays`` table entry before allocation."""
+    name = f"{_ARRAY_DIR}{key}.npy"
+    data = _read_entry(zf, name, path, f"model file {path!r} is truncated or corrupted (missing {name})")
+    expected = _plain_dtype(info["dtype"], _ARRAY_KINDS)
+    count = math.prod(info["shape"])
+    canonical = _npy_header(expected, info["shape"])
+    if data.startswith(canonical) and len(data) == len(canonical) + count * expected.itemsize:
+        # What the writer produces: no header parse needed (that costs more than small arrays' data).
+        return np.frombuffer(data, dtype=expected, count=count, offset=len(canonical)).reshape(info["shape"]).copy()
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f"unsupported .npy version {version}")
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+    except Exception as exc:  # noqa: BLE001 - any parse failure of the .npy header means corruption
+        raise ModelFormatError(f"model file {path!r} is corrupted ({name}: {exc})") from None
+    if dtype != expected or dtype.str != info["dtype"] or list(shape) != info["shape"]:
+        raise ModelFormatError(f"model file {path!r} is corrupted: {name} does not match the header")
+    if count * dtype.itemsize != len(data) - f.tell():
+        raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({name} holds "
+                               f"{len(data) - f.tell()} data bytes, its shape needs {count * dtype.itemsize})")
+    flat = np.frombuffer(data, dtype=dtype, count=count, offset=f.tell())
+    return flat.reshape(shape, order="F" if fortran else "C").copy()
 
 
 def load(path, expect=None):
@@ -496,29 +655,46 @@ def load(path, expect=None):
                 raise ModelFormatError(
                     f"model file {path!r} holds a {header.get('estimator', '?').rsplit('.', 1)[-1]}, "
                     f"but a {' or '.join(n.rsplit('.', 1)[-1] for n in names)} is needed here")
-        arrays = {}
-        for key, info in header.get("arrays", {}).items():
-            name = f"{_ARRAY_DIR}{key}.npy"
-            try:
-                data = zf.read(name)
-                arr = np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
-            except KeyError:
-                raise ModelFormatError(f"model file {path!r} is truncated or corrupted (missing {name})") from None
-            except Exception as exc:  # noqa: BLE001 - CRC, zlib and npy parse errors all mean corruption
-                raise ModelFormatError(f"model file {path!r} is truncated or corrupted ({name}: {exc})") from None
-            if arr.dtype.str != info.get("dtype") or list(arr.shape) != info.get("shape"):
-                raise ModelFormatError(f"model file {path!r} is corrupted: {name} does not match the header")
-            arrays[key] = arr
         try:
-            cls = _resolve_class(header["estimator"])
-            top = {"$object": header["estimator"], "state": header["state"]}
-            if "via" in header:
-                top["via"] = header["via"]
-            decoded = _Decoder(arrays).decode(top)
-        except ModelFormatError:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ModelFormatError(f"model file {path!r} has a corrupted state ({type(exc).__name__}: {exc})") from None
+            arrays = {key: _read_array(zf, key, info, path) for key, info in header.get("arrays", {}).items()}
+        except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+            if isinstance(exc, ModelFormatError):
+                raise
+            # e.g. more dimensions than numpy has, a header too long to write for comparison
+            raise ModelFormatError(f"model file {path!r} is corrupted ({type(exc).__name__}: {exc})") from None
+    name = header["estimator"]
+    cls = _resolve_class(name)
+    short = name.rsplit(".", 1)[-1]
+    try:
+        top = {"$object": name, "state": header["state"]}
+        if "via" in header:
+            top["via"] = header["via"]
+        decoded = _Decoder(arrays).decode(top)
         if not isinstance(decoded, cls):
-            raise ModelFormatError(f"model file {path!r} is corrupted: wrong estimator class")
-        return decoded
+            raise ContentMismatch(f"it restores a {type(decoded).__name__}")
+        _check_restored(decoded, header)
+    except ContentMismatch as exc:
+        raise ModelFormatError(f"model file {path!r} names class {short}, but its contents do not match "
+                               f"that class ({exc})") from None
+    except ModelFormatError as exc:
+        raise ModelFormatError(str(exc).replace("corrupted model file", f"model file {path!r} is corrupted", 1)) \
+            from None
+    except _STATE_ERRORS as exc:
+        detail = f": {exc}" if type(exc) is ValueError else f" ({type(exc).__name__}: {exc})"
+        raise ModelFormatError(f"model file {path!r} is corrupted{detail}") from None
+    return decoded
+
+
+#: What interpreting an untrusted state may raise (bad types, values, shapes, nesting).
+_STATE_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RecursionError)
+
+
+def _check_restored(obj, header):
+    """:func:`forest.model_checks.check_estimator`, and the header's feature names against the model."""
+    from forest.model_checks import check_estimator
+
+    check_estimator(obj)
+    names = header.get("feature_names")
+    n_features = vars(obj).get("n_features_in_")
+    if names is not None and isinstance(n_features, int) and len(names) != n_features:
+        raise ValueError(f"the header names {len(names)} features, the model has {n_features}")

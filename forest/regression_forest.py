@@ -16,8 +16,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from native.comm import world
 
-from ._validation import (agreed_features, as_columns, check_moment_sums, check_row_count, check_target, check_weight,
-                          feature_summary, fit_features, moment_sums, validate_features)
+from ._validation import (agreed_features, as_columns, check_moment_sums, check_param_types, check_row_count,
+                          check_target, check_weight, feature_summary, fit_features, moment_sums, validate_features)
 from .clusters import resolve_clusters
 from .collective_checks import collective_checks, require_same, total
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
@@ -83,7 +83,19 @@ def normalise_weights(g, n_global, weight_total):
 
 
 def check_forest_params(est):
-    """Validate the sampling/growth parameters shared by both forests (raises ValueError)."""
+    """Validate the sampling/growth parameters shared by both forests.
+
+    Raises
+    ------
+    TypeError
+        A parameter of the wrong type (:func:`forest._validation.check_param_types`).
+    ValueError
+        A parameter out of range.
+    """
+    check_param_types(est, ints=("n_estimators", "min_samples_leaf", "max_bins", "ci_group_size"),
+                      optional_ints=("max_depth", "batch_size", "random_state"),
+                      reals=("max_samples", "honesty_fraction"), bools=("honest", "equalize_cluster_weights"))
+    resolve_mtry(est.max_features, 1)  # every accepted form of max_features, whatever the data
     if not isinstance(est.n_estimators, (int, np.integer)) or est.n_estimators < 1:
         raise ValueError(f"n_estimators must be a positive int, got {est.n_estimators!r}")
     if not 0.0 < est.max_samples <= 1.0:
@@ -204,6 +216,13 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.__dict__.setdefault("equalize_cluster_weights", False)
         self.__dict__.setdefault("warm_start", False)
 
+    def _check_params(self):
+        """Validate the parameters before any data is touched; returns the seed.
+
+        ``fit`` runs it first; ``forest-train`` and model-file loading run it too.
+        """
+        return check_forest_params(self)
+
     def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None,
             clusters=None, checkpoint=None):
         """Fit on this rank's rows.
@@ -304,7 +323,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         n_global : int
         """
         with collective_checks(comm) as checks:
-            seed = check_forest_params(self)
+            seed = self._check_params()
             X, binned, n = fit_features(self, X, binned, feature_names, min_samples=1 if comm.size == 1 else 0)
             resolve_mtry(self.max_features, self.n_features_in_)
             y = check_target(y, "y", n, estimator=self, warn_column=True)

@@ -8,10 +8,16 @@ This module owns what ``forest-report`` shows about a fitted model:
   exponent 2 and maximum depth 4: at each depth ``k = 1..4`` (root ``k = 1``) the
   share of that depth's splits made on each feature, averaged with weights
   ``k**-2``), the share of total split gain, and raw split counts;
+* :func:`primary_importance` names the measure a model's own ``feature_importances_``
+  gives (GRF's for the forests, gain for boosting), which the report sorts by;
+* :func:`summarised_quantity` says what the report summarises about a model's
+  predictions: effects ``tau(x)`` for a causal forest, class probabilities for a
+  classifier, predictions for a regressor;
 * :func:`qini_curve` scores a ranking of rows by predicted effect against observed
   treatment and outcome (binary treatment);
-* :func:`partial_dependence` averages predicted effects over a sample with one
-  feature set to grid values;
+* :func:`partial_dependence` averages predictions over a sample with one feature set
+  to grid values; :func:`pdp_figure` draws all features on one y-axis scale, so a
+  flat curve (a feature without effect) looks flat next to a real one;
 * :func:`text_table`, :func:`to_json` and :func:`html_page` render a report; the
   HTML embeds its matplotlib figures as base64 PNG, so it is one self-contained
   file that needs no network.
@@ -48,7 +54,12 @@ def _trees_in(value):
 
 
 def model_trees(estimator):
-    """The estimator's own trees (not those of nuisance models it holds as attributes).
+    """The estimator's own trees, each once.
+
+    Only public fitted attributes count (``trees_``, ``estimators_``): private ones are
+    caches of them (gradient boosting keeps ``_packed``, a packed copy of ``trees_``,
+    which would count every tree twice), and models held as attributes (nuisance
+    models) are not the estimator's trees.
 
     Parameters
     ----------
@@ -61,9 +72,72 @@ def model_trees(estimator):
     """
     trees = []
     for name, value in vars(estimator).items():
-        if name.endswith("_") or name.startswith("_"):
+        if name.endswith("_") and not name.startswith("_"):
             trees.extend(_trees_in(value))
     return trees
+
+
+#: Column names of :func:`importances` and how the report titles them.
+IMPORTANCE_TITLES = {"depth_weighted": "GRF depth-weighted split frequency", "gain": "share of split gain",
+                     "splits": "split count"}
+
+
+def primary_importance(estimator):
+    """The importance a model itself reports as ``feature_importances_``, which the report sorts by.
+
+    Returns
+    -------
+    str
+        ``"gain"`` for gradient boosting (split gain is what boosting's trees
+        optimise), ``"depth_weighted"`` (GRF's measure) for the honest forests.
+    """
+    from .gbdt import _BaseGBDT
+
+    return "gain" if isinstance(estimator, _BaseGBDT) else "depth_weighted"
+
+
+def summarised_quantity(estimator):
+    """What a report summarises about a model's predictions.
+
+    Parameters
+    ----------
+    estimator : fitted histforest estimator
+
+    Returns
+    -------
+    what : str
+        ``"effect tau(x)"`` (causal forest), ``"probability"`` (classifier) or
+        ``"value"`` (regressor), as in "the predicted ...".
+    predict : callable
+        ``predict(X)`` -> (labels, ndarray of shape (n, len(labels))): effects (one
+        column per effect component), class probabilities (of the second class only
+        when there are two; one column per class otherwise) or predictions.
+    """
+    if hasattr(estimator, "predict_interval"):
+        def effects(X):
+            tau = np.asarray(estimator.predict(X), dtype=np.float64).reshape(len(X), -1)
+            return (["tau"] if tau.shape[1] == 1 else [f"tau_{j}" for j in range(tau.shape[1])]), tau
+        return "effect tau(x)", effects
+    if hasattr(estimator, "predict_proba") and hasattr(estimator, "classes_"):
+        def probabilities(X):
+            proba = np.asarray(estimator.predict_proba(X), dtype=np.float64)
+            classes = [str(c) for c in estimator.classes_]
+            if len(classes) == 2:
+                return [f"P({classes[1]})"], proba[:, 1:]
+            return [f"P({c})" for c in classes], proba
+        return "probability", probabilities
+
+    def predictions(X):
+        pred = np.asarray(estimator.predict(X), dtype=np.float64).reshape(len(X), -1)
+        return (["prediction"] if pred.shape[1] == 1 else [f"prediction_{j}" for j in range(pred.shape[1])]), pred
+    return "value", predictions
+
+
+def distribution(values):
+    """Mean, sd and quantiles of one column of predictions (JSON-able floats)."""
+    q = np.quantile(values, [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0])
+    return {"mean": float(np.mean(values)), "std": float(np.std(values)),
+            "quantiles": dict(zip(["min", "p10", "p25", "p50", "p75", "p90", "max"], q.tolist()))}
 
 
 def importances(trees, n_features, decay_exponent=GRF_DECAY_EXPONENT, max_depth=GRF_MAX_DEPTH):
@@ -139,7 +213,7 @@ def partial_dependence(predict, X, feature, grid_size=20, max_rows=500, seed=0):
     Parameters
     ----------
     predict : callable
-        ``predict(X) -> (n,)``.
+        ``predict(X) -> (n,)`` or ``(n, k)``.
     X : ndarray, shape (n, n_features)
     feature : int
     grid_size : int
@@ -151,7 +225,8 @@ def partial_dependence(predict, X, feature, grid_size=20, max_rows=500, seed=0):
     -------
     grid : ndarray, shape (m,)
         Distinct grid values, ``m <= grid_size``.
-    mean : ndarray, shape (m,)
+    mean : ndarray, shape (m,) or (m, k)
+        Like one row of ``predict``'s output per grid value.
     """
     X = np.asarray(X, dtype=np.float64)
     rng = np.random.default_rng(seed)
@@ -163,14 +238,20 @@ def partial_dependence(predict, X, feature, grid_size=20, max_rows=500, seed=0):
     grid = np.unique(np.quantile(values, np.linspace(0.0, 1.0, grid_size)))
     stacked = np.repeat(rows[None], grid.size, axis=0)  # (m, rows, features)
     stacked[:, :, feature] = grid[:, None]
-    pred = np.asarray(predict(stacked.reshape(-1, X.shape[1])), dtype=np.float64).reshape(grid.size, -1)
-    return grid, pred.mean(axis=1)
+    pred = np.asarray(predict(stacked.reshape(-1, X.shape[1])), dtype=np.float64)
+    return grid, pred.reshape((grid.size, rows.shape[0]) + pred.shape[1:]).mean(axis=1)
 
 
 # ------------------------------------------------------------------ rendering
 
-def text_table(names, imp, limit=None):
-    """Importance table as text, rows sorted by depth-weighted importance.
+def importance_order(imp, sort_by="depth_weighted"):
+    """Feature indices by decreasing ``imp[sort_by]``, ties by the other measure, then index."""
+    other = "gain" if sort_by == "depth_weighted" else "depth_weighted"
+    return np.lexsort((np.arange(len(imp[sort_by])), -imp[other], -imp[sort_by]))
+
+
+def text_table(names, imp, limit=None, sort_by="depth_weighted"):
+    """Importance table as text, rows sorted by one measure.
 
     Parameters
     ----------
@@ -179,12 +260,14 @@ def text_table(names, imp, limit=None):
         Output of :func:`importances`.
     limit : int, optional
         Show only the first ``limit`` rows.
+    sort_by : {"depth_weighted", "gain"}
+        See :func:`primary_importance`.
 
     Returns
     -------
     str
     """
-    order = np.lexsort((np.arange(len(names)), -imp["gain"], -imp["depth_weighted"]))
+    order = importance_order(imp, sort_by)
     if limit is not None:
         order = order[:limit]
     width = max([len("feature")] + [len(str(n)) for n in names])
@@ -228,14 +311,14 @@ def _pyplot():
     return plt
 
 
-def importance_figure(names, imp, limit=20):
+def importance_figure(names, imp, limit=20, sort_by="depth_weighted"):
     """Horizontal bar charts of the three importance measures; base64 PNG."""
     plt = _pyplot()
-    order = np.lexsort((np.arange(len(names)), -imp["gain"], -imp["depth_weighted"]))[:limit][::-1]
+    order = importance_order(imp, sort_by)[:limit][::-1]
     labels = [names[j] for j in order]
     fig, axes = plt.subplots(1, 3, figsize=(12, 0.35 * len(order) + 1.5), sharey=True)
-    for ax, key, title in zip(axes, ("depth_weighted", "gain", "splits"),
-                              ("depth-weighted split frequency (GRF)", "share of split gain", "split count")):
+    for ax, key in zip(axes, ("depth_weighted", "gain", "splits")):
+        title = IMPORTANCE_TITLES[key]
         ax.barh(range(len(order)), np.asarray(imp[key], dtype=float)[order], color="#3b6ea5")
         ax.set_title(title, fontsize=10)
         ax.set_yticks(range(len(order)))
@@ -243,27 +326,46 @@ def importance_figure(names, imp, limit=20):
     return _figure_png(fig)
 
 
-def effects_figure(tau):
-    """Histogram of predicted effects; base64 PNG."""
+def distribution_figure(values, labels, what):
+    """Histogram of each column of predictions ``values`` (n, k); base64 PNG."""
     plt = _pyplot()
+    values = np.asarray(values, dtype=np.float64).reshape(len(values), -1)
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.hist(tau, bins=min(50, max(10, int(np.sqrt(tau.size)))), color="#3b6ea5")
-    ax.axvline(float(np.mean(tau)), color="k", linestyle="--", label=f"mean {np.mean(tau):.3g}")
-    ax.set_xlabel("predicted effect tau(x)")
+    bins = min(50, max(10, int(np.sqrt(len(values)))))
+    for j, label in enumerate(labels):
+        col = values[:, j]
+        ax.hist(col, bins=bins, histtype="stepfilled" if len(labels) == 1 else "step",
+                color="#3b6ea5" if len(labels) == 1 else None, label=f"{label}: mean {np.mean(col):.3g}")
+    ax.set_xlabel(f"predicted {what}")
     ax.set_ylabel("rows")
     ax.legend()
     return _figure_png(fig)
 
 
-def pdp_figure(curves):
-    """Partial-dependence curves ``[(name, grid, mean), ...]`` side by side; base64 PNG."""
+def pdp_axes(curves, what, labels=None):
+    """The partial-dependence figure, as a matplotlib Figure (see :func:`pdp_figure`)."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.2), squeeze=False, sharey=True)
     for ax, (name, grid, mean) in zip(axes[0], curves):
-        ax.plot(grid, mean, marker="o", ms=3)
+        mean = np.asarray(mean, dtype=np.float64).reshape(len(grid), -1)
+        for j in range(mean.shape[1]):
+            ax.plot(grid, mean[:, j], marker="o", ms=3, label=labels[j] if labels and mean.shape[1] > 1 else None)
         ax.set_xlabel(name)
-        ax.set_ylabel("mean predicted tau")
-    return _figure_png(fig)
+        ax.set_title(f"range {np.ptp(mean) if mean.size else 0.0:.3g}", fontsize=9)
+        if mean.shape[1] > 1:
+            ax.legend(fontsize=8)
+    axes[0][0].set_ylabel(f"mean predicted {what}")
+    return fig
+
+
+def pdp_figure(curves, what="effect tau(x)", labels=None):
+    """Partial-dependence curves ``[(name, grid, mean), ...]`` side by side; base64 PNG.
+
+    The panels share one y-axis and each states its range, so a feature without
+    effect shows a flat line instead of its noise stretched to the panel's height.
+    ``mean`` is (m,) or (m, k) (one line per column, named by ``labels``).
+    """
+    return _figure_png(pdp_axes(curves, what, labels))
 
 
 def qini_figure(q):

@@ -25,6 +25,18 @@ file code can store it without pickle (``to_arrays`` / ``from_arrays``).
 A *packed forest* (:func:`pack_trees`) concatenates the node arrays of many trees,
 rewrites child ids to packed (global) ids and records ``tree_offsets``; the
 predictor and model files work on that layout.
+
+Structure invariants (:func:`validate_packed`, :meth:`Tree.validate_state`; model files
+are checked against them on load, because the prediction kernels trust them: a child
+id out of range reads outside the arrays, a child pointing back up loops forever)
+    every array has its ``NODE_FIELDS`` dtype and one entry per node; a leaf has
+    ``feature == left == right == -1``; an innerNode's children lie after it and inside
+    its own tree, every node but a root has exactly one parent (so each tree is a tree
+    rooted at its first node, and every walk ends at a leaf within ``depth`` steps);
+    ``depth`` counts edges from the root; ``missing_left`` is 0 or 1; an innerNode's
+    ``bin_threshold`` is a value bin of its feature and its raw ``threshold`` is that
+    bin's upper edge (``+inf`` for the last value bin, the split "missing vs not"), so
+    raw and binned routing agree; node values are finite.
 """
 import numpy as np
 
@@ -44,6 +56,10 @@ NODE_FIELDS = {
 }
 
 LEAF = -1
+
+#: Fields a packed forest holds besides ``NODE_FIELDS`` (``value`` float64 2-D,
+#: ``tree_offsets`` int64 1-D).
+PACKED_EXTRA = {"value": np.float64, "tree_offsets": np.int64}
 
 
 class Tree:
@@ -291,6 +307,41 @@ class Tree:
         tree.node_count = n
         return tree
 
+    @classmethod
+    def validate_state(cls, state, n_features=None, bin_thresholds=None):
+        """Check a :meth:`to_arrays` state (e.g. read from a model file) before use.
+
+        Parameters
+        ----------
+        state : dict
+            Any content: dtypes are checked exactly, not cast.
+        n_features, bin_thresholds : optional
+            As in :func:`validate_packed`.
+
+        Raises
+        ------
+        ValueError
+            Naming the first violated structure invariant (module docstring).
+        """
+        if not isinstance(state, dict):
+            raise ValueError(f"tree state must be a mapping, got {type(state).__name__}")
+        missing = [k for k in list(NODE_FIELDS) + ["value", "n_outputs"] if k not in state]
+        if missing:
+            raise ValueError(f"tree state lacks fields {missing}")
+        n_outputs, value = state["n_outputs"], state["value"]
+        if not _is_int(n_outputs) or n_outputs < 1:
+            raise ValueError(f"tree n_outputs must be an int >= 1, got {n_outputs!r}")
+        if isinstance(value, np.ndarray) and value.ndim == 2 and value.shape[1] != n_outputs:
+            raise ValueError(f"tree value has {value.shape[1]} columns but n_outputs is {n_outputs}")
+        n = len(state["feature"]) if isinstance(state["feature"], np.ndarray) and state["feature"].ndim == 1 else 0
+        packed = {name: state[name] for name in list(NODE_FIELDS) + ["value"]}
+        packed["tree_offsets"] = np.array([0, n], dtype=np.int64)
+        validate_packed(packed, n_features, bin_thresholds, what="tree")
+
+    def validate(self, n_features=None, bin_thresholds=None):
+        """:meth:`validate_state` of this tree's state (see there)."""
+        Tree.validate_state(self.to_arrays(), n_features, bin_thresholds)
+
     def __getstate__(self):
         return self.to_arrays()
 
@@ -378,3 +429,150 @@ def unpack_trees(packed):
         state["value"] = np.asarray(packed["value"][lo:hi])
         trees.append(Tree.from_arrays(state))
     return trees
+
+
+def _is_int(x):
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _describe(x):
+    if isinstance(x, np.ndarray):
+        return f"{x.dtype} array of shape {x.shape}"
+    return type(x).__name__
+
+
+def validate_packed(packed, n_features=None, bin_thresholds=None, n_outputs=None, what="forest"):
+    """Check that a packed forest satisfies the structure invariants (module docstring).
+
+    Vectorised over all nodes: a few passes over the node arrays, no walk, so a
+    corrupted forest is refused in time linear in its size.
+
+    Parameters
+    ----------
+    packed : dict
+        As :func:`pack_trees` returns it; any content (a model file is untrusted):
+        dtypes must match exactly, nothing is cast.
+    n_features : int, optional
+        Features the model was fitted on; split features must be below it.
+    bin_thresholds : list of ndarray, optional
+        The bin mapper's ``bin_thresholds_``: each split's ``bin_threshold`` must be a
+        value bin of its feature and its ``threshold`` that bin's upper edge (``+inf``
+        for the last value bin). Without it, split thresholds need only not be NaN.
+    n_outputs : int, optional
+        Required width of ``value``.
+    what : str
+        Name of the forest in messages.
+
+    Raises
+    ------
+    ValueError
+        Naming the first violated invariant and where (tree, node).
+    """
+    if not isinstance(packed, dict):
+        raise ValueError(f"{what} must be a packed forest (a dict), got {type(packed).__name__}")
+    fields = dict(NODE_FIELDS, **PACKED_EXTRA)
+    missing = [k for k in fields if k not in packed]
+    if missing:
+        raise ValueError(f"{what} lacks fields {missing}")
+    for name, dt in fields.items():
+        arr = packed[name]
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.dtype(dt):
+            raise ValueError(f"{what}: {name!r} must be a {np.dtype(dt)} array, got {_describe(arr)}")
+    feature = packed["feature"]
+    if feature.ndim != 1:
+        raise ValueError(f"{what}: 'feature' must be 1-D, got shape {feature.shape}")
+    n = feature.shape[0]
+    for name in NODE_FIELDS:
+        if packed[name].shape != (n,):
+            raise ValueError(f"{what}: {name!r} has shape {packed[name].shape}, expected ({n},) like 'feature'")
+    value = packed["value"]
+    if value.ndim != 2 or value.shape[0] != n or value.shape[1] < 1:
+        raise ValueError(f"{what}: 'value' has shape {value.shape}, expected ({n}, n_outputs >= 1)")
+    if n_outputs is not None and value.shape[1] != n_outputs:
+        raise ValueError(f"{what}: nodes hold {value.shape[1]} outputs, the model needs {n_outputs}")
+    offsets = packed["tree_offsets"]
+    if offsets.ndim != 1 or offsets.shape[0] < 2 or offsets[0] != 0 or offsets[-1] != n \
+            or (np.diff(offsets) <= 0).any():
+        raise ValueError(f"{what}: 'tree_offsets' must rise strictly from 0 to the node count {n} "
+                         f"(every tree has a root), got {offsets[:8].tolist()}{'...' if offsets.size > 8 else ''}")
+    _check_structure(packed, offsets, n_features, bin_thresholds, what)
+
+
+def _check_structure(packed, offsets, n_features, bin_thresholds, what):
+    """The invariants of the module docstring, given well-typed arrays (see validate_packed)."""
+    n = packed["feature"].shape[0]
+    nodes = np.arange(n, dtype=np.int64)
+    tree_of = np.searchsorted(offsets, nodes, side="right") - 1
+
+    def fail(mask, text):
+        node = int(np.flatnonzero(mask)[0])
+        t = int(tree_of[node])
+        raise ValueError(f"{what}: tree {t}, node {node - int(offsets[t])}: {text(node)}")
+
+    feature = packed["feature"].astype(np.int64)
+    left = packed["left"].astype(np.int64)
+    right = packed["right"].astype(np.int64)
+    split = feature >= 0
+    bad = ~split & ((feature != LEAF) | (left != LEAF) | (right != LEAF))
+    if bad.any():
+        fail(bad, lambda i: f"a leaf needs feature, left and right all -1, got {feature[i]}, {left[i]}, {right[i]}")
+    end = offsets[tree_of + 1]
+    for name, child in (("left", left), ("right", right)):
+        bad = split & ((child <= nodes) | (child >= end))
+        if bad.any():
+            fail(bad, lambda i: f"{name} child {child[i]} is not a later node of the same tree "
+                                f"(nodes {offsets[tree_of[i]]}..{end[i] - 1})")
+    bad = split & (left == right)
+    if bad.any():
+        fail(bad, lambda i: f"both children are node {left[i]}")
+    parents = np.bincount(np.concatenate([left[split], right[split]]), minlength=n)
+    expected = np.ones(n, dtype=np.int64)
+    expected[offsets[:-1]] = 0
+    bad = parents != expected
+    if bad.any():
+        fail(bad, lambda i: f"has {parents[i]} parents, expected {expected[i]}")
+    depth = packed["depth"].astype(np.int64)
+    want = np.zeros(n, dtype=np.int64)
+    want[left[split]] = depth[split] + 1
+    want[right[split]] = depth[split] + 1
+    bad = depth != want
+    if bad.any():
+        fail(bad, lambda i: f"depth {depth[i]}, but it is {want[i]} edges below its root")
+    bad = packed["missing_left"] > 1
+    if bad.any():
+        fail(bad, lambda i: f"missing_left must be 0 or 1, got {packed['missing_left'][i]}")
+    if n_features is not None:
+        bad = feature >= n_features
+        if bad.any():
+            fail(bad, lambda i: f"splits on feature {feature[i]}, but the model has {n_features} features")
+    bins = packed["bin_threshold"].astype(np.int64)
+    threshold = packed["threshold"]
+    bad = split & (bins < 0)
+    if bad.any():
+        fail(bad, lambda i: f"bin threshold {bins[i]} is negative")
+    if bin_thresholds is None:
+        bad = split & np.isnan(threshold)
+        if bad.any():
+            fail(bad, lambda i: "split threshold is NaN")
+    else:
+        edges = np.array([len(t) for t in bin_thresholds], dtype=np.int64)
+        bad = feature >= len(edges)
+        if bad.any():
+            fail(bad, lambda i: f"splits on feature {feature[i]}, but the bin mapper has {len(edges)} features")
+        f = np.where(split, feature, 0)
+        b = np.where(split, bins, 0)
+        bad = split & (b > edges[f])
+        if bad.any():
+            fail(bad, lambda i: f"bin threshold {bins[i]} is not a value bin of feature {feature[i]} "
+                                f"({edges[feature[i]] + 1} value bins)")
+        table = np.full((len(edges), int(edges.max(initial=0)) + 1), np.inf)
+        for j, t in enumerate(bin_thresholds):
+            table[j, :len(t)] = t
+        upper = table[f, b]
+        bad = split & (threshold != upper)
+        if bad.any():
+            fail(bad, lambda i: f"threshold {float(threshold[i])!r} is not the upper edge {float(upper[i])!r} of its "
+                                f"bin {bins[i]} (feature {feature[i]})")
+    bad = ~np.isfinite(packed["value"]).all(axis=1)
+    if bad.any():
+        fail(bad, lambda i: "node value is not finite")

@@ -407,6 +407,73 @@ class BinMapper:
         return state
 
     @classmethod
+    def validate_state(cls, state):
+        """Check a :meth:`get_state` state (e.g. read from a model file) before use.
+
+        The transform kernel and the trees' bin thresholds trust this state: per
+        feature between 1 and ``max_bins`` value bins, offsets that tile
+        ``thresholds_flat_``, thresholds strictly increasing, never NaN or ``+inf``
+        (the module docstring's conventions).
+
+        Parameters
+        ----------
+        state : dict
+            Any content: dtypes are checked exactly, not cast.
+
+        Raises
+        ------
+        ValueError
+            Naming the first violated invariant.
+        """
+        if not isinstance(state, dict):
+            raise ValueError(f"bin mapper state must be a mapping, got {type(state).__name__}")
+        missing = [k for k in cls._STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"bin mapper state lacks {missing}")
+
+        def integer(name, lo, hi=None, none_ok=False):
+            v = state[name]
+            if v is None and none_ok:
+                return v
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) \
+                    or v < lo or (hi is not None and v > hi):
+                raise ValueError(f"bin mapper {name} must be an int in [{lo}, {hi if hi is not None else 'inf'}], "
+                                 f"got {v!r}")
+            return int(v)
+
+        def array(name, dtype, shape):
+            v = state[name]
+            if not isinstance(v, np.ndarray) or v.dtype != np.dtype(dtype) or v.shape != shape:
+                got = f"{v.dtype} array of shape {v.shape}" if isinstance(v, np.ndarray) else type(v).__name__
+                raise ValueError(f"bin mapper {name} must be a {np.dtype(dtype)} array of shape {shape}, got {got}")
+            return v
+
+        max_bins = integer("max_bins", 2, MAX_VALUE_BINS)
+        integer("subsample", 1, none_ok=True)
+        integer("random_state", -2**63, 2**64 - 1)
+        n_features = integer("n_features_in_", 1)
+        integer("n_samples_fit_", 0)
+        if state["missing_bin_"] != max_bins or state["n_bins_"] != max_bins + 1:
+            raise ValueError(f"bin mapper missing_bin_ and n_bins_ must be max_bins = {max_bins} and {max_bins + 1}, "
+                             f"got {state['missing_bin_']!r} and {state['n_bins_']!r}")
+        n_bins = array("n_bins_non_missing_", np.int64, (n_features,))
+        if ((n_bins < 1) | (n_bins > max_bins)).any():
+            raise ValueError(f"bin mapper n_bins_non_missing_ must lie in [1, {max_bins}]")
+        array("is_exact_", bool, (n_features,))
+        offsets = array("threshold_offsets_", np.int64, (n_features + 1,))
+        if offsets[0] != 0 or not np.array_equal(np.diff(offsets), n_bins - 1):
+            raise ValueError("bin mapper threshold_offsets_ do not match n_bins_non_missing_")
+        thresholds = array("thresholds_flat_", X_DTYPE, (int(offsets[-1]),))
+        if np.isnan(thresholds).any() or (thresholds == np.inf).any():
+            raise ValueError("bin mapper thresholds_flat_ holds NaN or +inf")
+        rising = np.diff(thresholds) > 0
+        cut = offsets[1:-1]
+        rising[cut[(cut > 0) & (cut < thresholds.shape[0])] - 1] = True  # no order across features
+        if not rising.all():
+            f = int(np.searchsorted(offsets, np.flatnonzero(~rising)[0], side="right") - 1)
+            raise ValueError(f"bin mapper thresholds of feature {f} do not increase strictly")
+
+    @classmethod
     def from_state(cls, state):
         """Rebuild a fitted BinMapper from :meth:`get_state` output."""
         missing = [k for k in cls._STATE_KEYS if k not in state]

@@ -142,7 +142,58 @@ def feature_input(est, table, names):
     return dataio.feature_block(table, list(names))
 
 
-def plan_source(comm, spec, numeric, keep=(), require_rows=True):
+#: The estimators a model file read by forest-predict / forest-report may hold.
+ESTIMATORS = (("forest.causal_forest", "CausalForest"), ("forest.regression_forest", "RegressionForest"),
+              ("forest.gbdt", "GBDTRegressor"), ("forest.gbdt", "GBDTClassifier"))
+
+
+def load_model(path):
+    """The header and estimator of a model file; ``ModelFormatError`` (one line) otherwise.
+
+    Parameters
+    ----------
+    path : str
+
+    Returns
+    -------
+    header : dict
+    estimator : CausalForest, RegressionForest, GBDTRegressor or GBDTClassifier
+        Checked as a whole on load (:mod:`forest.model_checks`); a file holding
+        anything else (a bare tree or bin mapper) is refused.
+    """
+    import importlib
+
+    from forest import model_io
+
+    classes = tuple(getattr(importlib.import_module(m), c) for m, c in ESTIMATORS)
+    return model_io.read_header(path), model_io.load(path, expect=classes)
+
+
+def check_not_input(out, inputs, flag="--out"):
+    """Raise ``ValueError`` when the output path names one of the input files.
+
+    Paths are compared after resolving ``..`` and symbolic links, and by file identity
+    where both exist (hard links, bind mounts), so no spelling of an input slips by.
+
+    Parameters
+    ----------
+    out : str
+        The output path the tool would write (replace).
+    inputs : iterable of str
+        Files the tool reads (the model, every data file).
+    flag : str
+        The option that named ``out``, for the message.
+    """
+    target = os.path.realpath(out)
+    for path in inputs:
+        same = os.path.realpath(path) == target
+        if not same and os.path.exists(out) and os.path.exists(path):
+            same = os.path.samefile(out, path)
+        if same:
+            raise ValueError(f"{flag} {out!r} is an input of this run ({path!r}); refusing to overwrite it")
+
+
+def plan_source(comm, spec, numeric, keep=(), require_rows=True, out=None):
     """Open the data on rank 0, check the columns, broadcast the plan; errors are agreed on.
 
     Parameters
@@ -157,6 +208,8 @@ def plan_source(comm, spec, numeric, keep=(), require_rows=True):
         Columns carried through unchanged (any type).
     require_rows : bool
         Fail when the data holds no rows at all.
+    out : str, optional
+        The tool's ``--out`` path: fail when it is one of the data files.
 
     Returns
     -------
@@ -180,6 +233,8 @@ def plan_source(comm, spec, numeric, keep=(), require_rows=True):
             dataio.check_columns(source, numeric=names, any_type=keep)
             if require_rows and source.n_rows == 0:
                 raise dataio.DataError(f"{spec!r} holds no rows (empty file)")
+            if out is not None:
+                check_not_input(out, source.paths)
             return source, names
         plan, message = guarded(_plan)
     plan, message = col.bcast_object(comm, (plan, message), root=0)

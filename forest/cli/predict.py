@@ -11,8 +11,8 @@ leaves a partial output at the target path.
 """
 import sys
 
-from forest.cli.common import (CLIError, Parser, agree, feature_input, guarded, model_feature_names, plan_source,
-                               run_tool, world)
+from forest.cli.common import (CLIError, Parser, agree, check_not_input, feature_input, guarded, load_model,
+                               model_feature_names, plan_source, run_tool, world)
 
 PROG = "forest-predict"
 _TAG = 7421  # point-to-point tag of the output hand-over to rank 0
@@ -185,8 +185,9 @@ def _body(argv):
     comm = world()
 
     def _load():
-        header = model_io.read_header(args.model)
-        est = model_io.load(args.model)
+        if comm.rank == 0:
+            check_not_input(args.out, [args.model])
+        header, est = load_model(args.model)
         meta = header.get("metadata", {})
         names = model_feature_names(est, header)
         if not names:
@@ -212,7 +213,7 @@ def _body(argv):
         raise CLIError(f"--keep column {clash[0]!r} would clash with an output column "
                        f"(outputs: {', '.join(outputs)})")
 
-    source, _, run, _, _ = plan_source(comm, args.data, names, keep=args.keep)
+    source, _, run, _, _ = plan_source(comm, args.data, names, keep=args.keep, out=args.out)
 
     def _predict():
         # One row group at a time: only that group's float features exist at once.

@@ -1,15 +1,20 @@
 """``forest-report``: feature importances of a model file, as text, JSON or an HTML page.
 
-With ``--data`` and a causal model the report adds the distribution of predicted
-effects, the partial dependence of the effect on the top features, and, when the
-data holds the training treatment and outcome columns (binary treatment), the Qini
-curve with its coefficient and AUUC. The tool runs on one process: it reads the
-whole ``--data`` set (meant for a held-out sample, not the full training data).
+Importances are sorted by the measure the model itself reports (GRF's depth-weighted
+split frequency for the forests, share of split gain for boosting). With ``--data``
+the report adds the distribution of what the model predicts (effects for a causal
+forest, class probabilities for a classifier, predictions for a regressor) and its
+partial dependence on the top three features, drawn on one y-axis scale; for a
+causal model whose data holds the training treatment (binary) and outcome columns,
+also the Qini curve with its coefficient and AUUC. The tool runs on one process: it
+reads the whole ``--data`` set (meant for a held-out sample, not the full training
+data).
 """
 import json
 import sys
 
-from forest.cli.common import CLIError, Parser, feature_input, model_feature_names, run_tool
+from forest.cli.common import (CLIError, Parser, check_not_input, feature_input, load_model, model_feature_names,
+                               run_tool)
 
 PROG = "forest-report"
 
@@ -19,7 +24,8 @@ def build_parser():
     p = Parser(
         prog=PROG,
         description="Report a model's feature importances (GRF depth-weighted split frequency, "
-                    "share of split gain, split counts) and, with --data, its predicted effects.",
+                    "share of split gain, split counts) and, with --data, what it predicts there "
+                    "(effects, class probabilities or predictions).",
         epilog="examples:\n"
                "  forest-report cf.model\n"
                "  forest-report cf.model --data holdout.parquet --html report.html\n"
@@ -27,7 +33,7 @@ def build_parser():
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
     p.add_argument("model", help="model file written by forest-train")
-    p.add_argument("--data", help="data (parquet file/dir/glob or CSV) to predict effects on")
+    p.add_argument("--data", help="data (parquet file/dir/glob or CSV) to predict on")
     p.add_argument("--html", metavar="PATH", help="write a self-contained HTML report here")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
     p.add_argument("--top", type=int, default=20, help="rows of the importance table (default 20)")
@@ -39,24 +45,32 @@ def _feature_names(est, header):
     return names if names is not None else [f"x{j}" for j in range(getattr(est, "n_features_in_", 0))]
 
 
-def _is_causal(header, est):
-    return header.get("metadata", {}).get("model") == "causal" or hasattr(est, "predict_interval")
-
-
-def _predict_1d(est, X, names):
-    """Predictions for rows ``X`` (ndarray, shape (n, len(names))) whose columns are ``names``."""
+def open_data(data, names, meta):
+    """Open ``--data`` and read every row: ``(source, shard, X)``; errors are ``DataError``."""
     import numpy as np
-    import pyarrow as pa
 
-    X = feature_input(est, pa.table({n: X[:, j] for j, n in enumerate(names)}), names)
-    pred = np.asarray(est.predict(X), dtype=np.float64)
-    if pred.ndim == 2 and pred.shape[1] == 1:
-        pred = pred[:, 0]
-    return pred
+    from forest import dataio
+
+    source = dataio.open_source(data)
+    extra = [c for c in (meta.get("treatment"), meta.get("outcome"), meta.get("cluster"))
+             if isinstance(c, str) and c in source.columns]
+    dataio.check_columns(source, numeric=names + extra)
+    if source.n_rows == 0:
+        raise CLIError(f"{data!r} holds no rows (empty file)")
+    shard = dataio.read_shard(source, (0, len(source.groups)), numeric=names + extra)
+    X = np.column_stack([shard.columns[n] for n in names]) if names else np.zeros((shard.n_local, 0))
+    return source, shard, X
 
 
-def build_report(path, data=None, top=20, want_figures=False):
+def build_report(path, data=None, top=20, want_figures=False, html=None):
     """Compute the report of model file ``path``.
+
+    The sections fit the model: importances sorted by the measure the model itself
+    reports (:func:`forest.report.primary_importance`); with ``data``, the
+    distribution and partial dependence of what the model predicts
+    (:func:`forest.report.summarised_quantity`: effects, class probabilities or
+    predictions) and, for a causal model whose data holds the binary training
+    treatment and the outcome, the Qini curve.
 
     Parameters
     ----------
@@ -67,6 +81,8 @@ def build_report(path, data=None, top=20, want_figures=False):
         Features listed (and partial dependence of the first three).
     want_figures : bool
         Also render the figures (base64 PNG) for the HTML page.
+    html : str, optional
+        The page that will be written: refused when it names the model or a data file.
 
     Returns
     -------
@@ -79,17 +95,23 @@ def build_report(path, data=None, top=20, want_figures=False):
     """
     import numpy as np
 
-    from forest import dataio, model_io
     from forest import report as rep
 
-    header = model_io.read_header(path)
-    est = model_io.load(path)
+    if html is not None:
+        check_not_input(html, [path], "--html")
+    header, est = load_model(path)
+    meta = header.get("metadata", {})
     names = _feature_names(est, header)
+    source = shard = X = None
+    if data is not None:
+        source, shard, X = open_data(data, names, meta)
+        if html is not None:
+            check_not_input(html, source.paths, "--html")
     trees = rep.model_trees(est)
     if not trees:
         raise CLIError(f"model file {path!r} holds no trees (is the model fitted?)")
     imp = rep.importances(trees, len(names))
-    meta = header.get("metadata", {})
+    sort_by = rep.primary_importance(est)
     report = {
         "model": header["estimator"].rsplit(".", 1)[-1], "model_file": path,
         "library_version": header.get("library_version"), "format_version": header.get("format_version"),
@@ -97,62 +119,66 @@ def build_report(path, data=None, top=20, want_figures=False):
         "treatment": meta.get("treatment"), "outcome": meta.get("outcome"),
         "features": names,
         "importance": {k: v for k, v in imp.items()},
+        "importance_sorted_by": sort_by,
     }
     figures = {}
     lines = [f"{report['model']} from {path}: {len(trees)} trees, {len(names)} features"
              + (f", trained on {meta['n_rows']} rows" if meta.get("n_rows") else "")
              + f" (histforest {header.get('library_version')}, format {header.get('format_version')})",
-             "", "Feature importance (sorted by GRF depth-weighted split frequency):",
-             rep.text_table(names, imp, limit=top)]
+             "", f"Feature importance (sorted by {rep.IMPORTANCE_TITLES[sort_by]}):",
+             rep.text_table(names, imp, limit=top, sort_by=sort_by)]
     if want_figures:
-        figures["importance"] = rep.importance_figure(names, imp, limit=top)
+        figures["importance"] = rep.importance_figure(names, imp, limit=top, sort_by=sort_by)
+    if data is None:
+        return report, figures, "\n".join(lines)
 
-    if data is not None:
-        source = dataio.open_source(data)
-        extra = [c for c in (meta.get("treatment"), meta.get("outcome"), meta.get("cluster"))
-                 if c and c in source.columns]
-        dataio.check_columns(source, numeric=names + extra)
-        if source.n_rows == 0:
-            raise CLIError(f"{data!r} holds no rows (empty file)")
-        shard = dataio.read_shard(source, (0, len(source.groups)), numeric=names + extra)
-        X = np.column_stack([shard.columns[n] for n in names]) if names else np.zeros((shard.n_local, 0))
-        pred = _predict_1d(est, X, names)
-        q = np.quantile(pred, [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0])
-        what = "effect tau(x)" if _is_causal(header, est) else "value"
-        report["predictions"] = {"n_rows": int(pred.size), "what": what, "mean": float(pred.mean()),
-                                 "std": float(pred.std()), "quantiles": dict(zip(
-                                     ["min", "p10", "p25", "p50", "p75", "p90", "max"], q.tolist()))}
-        lines += ["", f"Predicted {what} on {pred.size} rows of {data}: mean {pred.mean():.4g}, "
-                      f"sd {pred.std():.4g}",
-                  "  " + "  ".join(f"{k} {v:.4g}" for k, v in report["predictions"]["quantiles"].items())]
-        if _is_causal(header, est):
-            order = np.lexsort((np.arange(len(names)), -imp["gain"], -imp["depth_weighted"]))[:3]
-            curves = []
-            for j in order:
-                grid, mean = rep.partial_dependence(lambda Z: _predict_1d(est, Z, names), X, int(j))
-                curves.append((names[j], grid, mean))
-            report["partial_dependence"] = {n: {"grid": g, "mean_tau": m} for n, g, m in curves}
-            lines += ["", "Partial dependence of tau (mean over rows; grid min -> max):"]
-            lines += [f"  {n}: {m[0]:.4g} -> {m[-1]:.4g}" for n, g, m in curves if m.size]
-            t_col, y_col = meta.get("treatment"), meta.get("outcome")
-            if t_col in shard.columns and y_col in shard.columns:
-                t, y = shard.columns[t_col], shard.columns[y_col]
-                if np.isin(t, (0.0, 1.0)).all() and 0 < t.sum() < t.size:
-                    qc = rep.qini_curve(pred, t, y)
-                    report["qini"] = {"qini_coefficient": qc["qini_coefficient"], "auuc": qc["auuc"],
-                                      "n_rows": int(t.size)}
-                    lines += ["", f"Qini coefficient {qc['qini_coefficient']:.4g}, AUUC {qc['auuc']:.4g} "
-                                  f"(targeting by predicted effect; observed {t_col!r}, {y_col!r})"]
-                    if want_figures:
-                        figures["qini"] = rep.qini_figure(qc)
-                else:
-                    lines += ["", f"(no Qini curve: {t_col!r} is not a binary 0/1 treatment with both arms)"]
-            if t_col in shard.columns and y_col in shard.columns and hasattr(est, "dr_scores"):
-                _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures)
+    import pyarrow as pa
+
+    def model_input(Z):
+        """Rows ``Z`` (ndarray, columns ``names``) as the model takes them (its feature names)."""
+        return feature_input(est, pa.table({n: Z[:, j] for j, n in enumerate(names)}), names)
+
+    what, predict = rep.summarised_quantity(est)
+    labels, values = predict(model_input(X))
+    report["predictions"] = {"what": what, "n_rows": int(len(values)),
+                             "columns": {label: rep.distribution(values[:, j]) for j, label in enumerate(labels)}}
+    lines += ["", f"Predicted {what} on {len(values)} rows of {data}:"]
+    for label, summary in report["predictions"]["columns"].items():
+        lines += [f"  {label}: mean {summary['mean']:.4g}, sd {summary['std']:.4g}; "
+                  + "  ".join(f"{k} {v:.4g}" for k, v in summary["quantiles"].items())]
+    order = rep.importance_order(imp, sort_by)[:3]
+    curves = []
+    for j in order:
+        grid, mean = rep.partial_dependence(lambda Z: predict(model_input(Z))[1], X, int(j))
+        curves.append((names[j], grid, mean))
+    report["partial_dependence"] = {"what": what, "columns": labels,
+                                    "features": {n: {"grid": g, "mean": m} for n, g, m in curves}}
+    lines += ["", f"Partial dependence of the predicted {what} (mean over rows; grid min -> max, range):"]
+    for n, g, m in curves:
+        if m.size:
+            m = m.reshape(len(g), -1)
+            lines += [f"  {n}" + (f" {label}" if len(labels) > 1 else "")
+                      + f": {m[0, j]:.4g} -> {m[-1, j]:.4g} (range {np.ptp(m[:, j]):.4g})"
+                      for j, label in enumerate(labels)]
+    if want_figures:
+        figures["distribution"] = rep.distribution_figure(values, labels, what)
+        if curves:
+            figures["pdp"] = rep.pdp_figure(curves, what, labels)
+    t_col, y_col = meta.get("treatment"), meta.get("outcome")
+    observed = all(isinstance(c, str) and c in shard.columns for c in (t_col, y_col))
+    if hasattr(est, "predict_interval") and observed and len(labels) == 1:
+        t, y = shard.columns[t_col], shard.columns[y_col]
+        if np.isin(t, (0.0, 1.0)).all() and 0 < t.sum() < t.size:
+            qc = rep.qini_curve(values[:, 0], t, y)
+            report["qini"] = {"qini_coefficient": qc["qini_coefficient"], "auuc": qc["auuc"], "n_rows": int(t.size)}
+            lines += ["", f"Qini coefficient {qc['qini_coefficient']:.4g}, AUUC {qc['auuc']:.4g} "
+                          f"(targeting by predicted effect; observed {t_col!r}, {y_col!r})"]
             if want_figures:
-                figures["effects"] = rep.effects_figure(pred)
-                if curves:
-                    figures["pdp"] = rep.pdp_figure(curves)
+                figures["qini"] = rep.qini_figure(qc)
+        else:
+            lines += ["", f"(no Qini curve: {t_col!r} is not a binary 0/1 treatment with both arms)"]
+    if hasattr(est, "predict_interval") and observed and hasattr(est, "dr_scores"):
+        _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures)
     return report, figures, "\n".join(lines)
 
 
@@ -174,18 +200,22 @@ def _body(argv):
         raise CLIError("--top must be at least 1")
     from forest import report as rep
     from forest.dataio import DataError
-    from forest.model_io import ModelFormatError
+    from forest.model_io import check_writable
 
     try:
+        if args.html is not None:
+            check_writable(args.html)
         report, figures, text = build_report(args.model, data=args.data, top=args.top,
-                                             want_figures=args.html is not None)
-    except (ModelFormatError, DataError) as exc:
-        raise CLIError(str(exc)) from None
+                                             want_figures=args.html is not None, html=args.html)
+    except (ValueError, DataError) as exc:  # ModelFormatError, DataError, check_not_input, check_writable
+        raise CLIError(str(exc).strip().splitlines()[0]) from None
     if args.html:
+        what = report.get("predictions", {}).get("what", "")
         sections = [("Feature importance", text.split("\n\n", 2)[-1] if args.data is None else text,
                      figures.get("importance"))]
-        for key, heading in (("effects", "Distribution of predicted effects"),
-                             ("pdp", "Partial dependence of the effect on the top features"),
+        for key, heading in (("distribution", f"Distribution of the predicted {what}"),
+                             ("pdp", f"Partial dependence of the predicted {what} on the top features "
+                                     f"(one y-axis scale)"),
                              ("qini", "Qini curve"), ("toc", "Targeting operator characteristic (TOC)")):
             if key in figures:
                 sections.append((heading, "", figures[key]))

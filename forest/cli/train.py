@@ -102,8 +102,16 @@ def parse_value(text):
 
 
 def collect_params(args):
-    """Estimator parameters the user set, as a dict (validated against the estimator later)."""
-    params = {}
+    """Estimator parameters the user set, and how each was given.
+
+    Returns
+    -------
+    params : dict
+        Parameter name -> parsed value (checked by the estimator in :func:`make_estimator`).
+    given : dict
+        Parameter name -> the option as typed, e.g. ``"--max-features foo"``.
+    """
+    params, given = {}, {}
     for flag, dest, kind, _ in PARAM_OPTIONS:
         raw = getattr(args, dest)
         if raw is None:
@@ -112,16 +120,36 @@ def collect_params(args):
             params[dest] = kind(raw) if kind is not None else parse_value(raw)
         except ValueError:
             raise CLIError(f"{flag} expects {kind.__name__}, got {raw!r}") from None
+        given[dest] = f"{flag} {raw}"
     for item in args.param:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise CLIError(f"--param expects NAME=VALUE, got {item!r}")
-        params[name.strip().replace("-", "_")] = parse_value(value)
-    return params
+        name = name.strip().replace("-", "_")
+        params[name] = parse_value(value)
+        given[name] = f"--param {item}"
+    return params, given
 
 
-def make_estimator(kind, params):
-    """Instantiate the estimator class of ``--model kind`` with the given parameters."""
+def make_estimator(kind, params, given=None):
+    """Instantiate the estimator of ``--model kind`` and run its own parameter checks.
+
+    Parameters
+    ----------
+    kind : str
+        A key of :data:`MODELS`.
+    params : dict
+        Parameter values parsed from the command line.
+    given : dict, optional
+        ``{parameter: how the user gave it}`` (e.g. ``"--param alpha=abc"``), named in
+        the error when the estimator refuses that parameter.
+
+    Raises
+    ------
+    CLIError
+        An unknown parameter, or a value the estimator's ``_check_params`` refuses
+        (the same check ``fit`` runs first), so nothing is read or trained.
+    """
     import importlib
 
     module, name = MODELS[kind]
@@ -129,12 +157,19 @@ def make_estimator(kind, params):
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise CLIError(f"model {kind!r} is not available in this installation ({exc})") from None
-    known = cls().get_params(deep=False)
+    known = cls._get_param_names()
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise CLIError(f"model {kind!r} ({name}) has no parameter {unknown[0]!r}; "
                        f"its parameters: {', '.join(sorted(known))}")
-    return cls(**params)
+    est = cls(**params)
+    try:
+        est._check_params()
+    except (TypeError, ValueError) as exc:
+        text = str(exc).strip().splitlines()[0]
+        culprit = next((how for param, how in (given or {}).items() if text.startswith(param)), None)
+        raise CLIError(f"{culprit}: {text}" if culprit else f"invalid model parameter: {text}") from None
+    return est
 
 
 def _resolve_columns(args):
@@ -304,7 +339,9 @@ def make_checkpoint(args):
 def _body(argv):
     args = build_parser().parse_args(argv)
     targets = _resolve_columns(args)
-    params = collect_params(args)
+    # Every option is checked before MPI starts or any data is read: each rank fails
+    # the same way on the same arguments, and rank 0 alone prints (run_tool).
+    est = make_estimator(args.model, *collect_params(args))
     checkpoint = make_checkpoint(args)
     t_start = time.perf_counter()
 
@@ -316,12 +353,8 @@ def _body(argv):
     from native.stats import STATS
 
     comm = world()
-    est, message = None, None
-    try:
-        est = make_estimator(args.model, params)
-    except CLIError as exc:
-        message = str(exc)
-    if comm.rank == 0 and message is None:
+    message = None
+    if comm.rank == 0:
         _, message = guarded(model_io.check_writable, args.out)
     agree(comm, message)
 
@@ -339,7 +372,7 @@ def _body(argv):
     # features again and bins each row group into the uint8 matrix the trees grow on.
     # No rank ever holds its features as one float64 block (8x the codes' bytes).
     t_read = time.perf_counter()
-    source, names, run, offset, n_local = plan_source(comm, args.data, choose)
+    source, names, run, offset, n_local = plan_source(comm, args.data, choose, out=args.out)
     features = names[:len(names) - len(targets)]
     mapper, message = guarded(bin_mapper_for, est, comm, checkpoint)
     agree(comm, message)
