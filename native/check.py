@@ -32,7 +32,7 @@ DEFAULT_TIMEOUT_S = 300.0
 OPS = ("allreduce", "reduce_scatter", "allgather", "allgatherv", "bcast",
        "bcast_object", "allgather_object", "allreduce_best", "global_row_offset", "alltoallv")
 ALGORITHMS = ("-", "ring", "rabenseifner", "doubling", "mpi", "halving", "bruck",
-              "binomial", "scatter_allgather", "pairwise")
+              "binomial", "scatter_allgather", "pairwise", "direct", "hierarchical")
 FIELDS = ("op", "algorithm", "dtype", "root", "n", "shape0", "trailing")
 
 _sequence = [0]

@@ -58,6 +58,16 @@ class Communicator:
         """Print ``message`` to stderr and bring every rank down."""
         raise NotImplementedError
 
+    def node_keys(self):
+        """A label per rank; ranks with equal labels share memory (one node).
+
+        Returns
+        -------
+        list of int, length ``size``
+            The base class puts every rank on one node.
+        """
+        return [0] * self.size
+
     def library_allreduce(self, sendbuf, recvbuf):
         """Sum ``sendbuf`` over ranks into ``recvbuf`` with the MPI library's own Allreduce.
 
@@ -129,6 +139,23 @@ class MPICommunicator(Communicator):
         self.mpi_comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self.rank = self.mpi_comm.Get_rank()
         self.size = self.mpi_comm.Get_size()
+        self._node_keys = self._shared_memory_nodes()
+
+    def _shared_memory_nodes(self):
+        # Collective, once per communicator: the ranks that share memory with this one
+        # (MPI_Comm_split_type SHARED), labelled by their lowest rank, then every
+        # rank's label. MPI's own calls are fine here: setup, not the data path.
+        if self.size == 1:
+            return [0]
+        node = self.mpi_comm.Split_type(self._MPI.COMM_TYPE_SHARED, key=self.rank)
+        try:
+            label = node.allreduce(self.rank, op=self._MPI.MIN)
+        finally:
+            node.Free()
+        return [int(v) for v in self.mpi_comm.allgather(label)]
+
+    def node_keys(self):
+        return list(self._node_keys)
 
     def send(self, buf, dest, tag=0):
         self.mpi_comm.Send(np.ascontiguousarray(buf), dest=dest, tag=tag)
