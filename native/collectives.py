@@ -59,7 +59,7 @@ from .transport import TAG_ALLTOALLV, exchange
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "allgatherv", "alltoallv", "bcast",
            "bcast_object", "allgather_object", "allreduce_best", "global_row_offset",
-           "choose_allreduce", "choose_reduce_scatter", "predicted_seconds", "STATS", "SUM_DTYPES"]
+           "choose_allreduce", "choose_reduce_scatter", "auto_plan", "predicted_seconds", "STATS", "SUM_DTYPES"]
 
 SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32),
               np.dtype(np.int64))
@@ -111,6 +111,28 @@ def _cheapest_plan(operation, nbytes, nodes, flat_ok, network):
     return best[:3]
 
 
+def auto_plan(operation, nbytes, layout, network=None):
+    """What ``algorithm="auto"`` does for one sum on a node layout, under a network.
+
+    Parameters
+    ----------
+    operation : {"allreduce", "reduce_scatter"}
+    nbytes : int
+    layout : Topology or node labels (one per rank)
+    network : native.costs.Network, optional
+        Default :func:`native.costs.current`.
+
+    Returns
+    -------
+    algorithm : str
+    leader, node_bcast : str or None
+        The leaders' algorithm and node broadcast when ``algorithm`` is hierarchical.
+    """
+    topo = _as_topology(None, layout)
+    network = costs.current() if network is None else network
+    return _cheapest_plan(operation, int(nbytes), topo.nodes, topo.flat_is_canonical, network)
+
+
 def _hierarchical_plan(operation, nbytes, topo):
     leader, nb, _ = costs.plan_hierarchical(operation, int(nbytes), topo.nodes, costs.current())
     return leader, nb
@@ -155,6 +177,12 @@ def _begin(comm, op, check, **signature):
     """Count the call, attribute its bytes to ``op`` and run the check handshake."""
     STATS.calls[op] += 1
     STATS._current = op
+    traced = signature.pop("trace_bytes", None)
+    if STATS.trace is not None:
+        dtype = signature.get("dtype")
+        nbytes = traced if traced is not None else \
+            signature.get("n", 0) * (np.dtype(dtype).itemsize if dtype is not None else 1)
+        STATS._record_call(op, signature.get("algorithm", "-"), nbytes, comm.size)
     act = comm.activity
     if act is not None:  # the watchdog compares call numbers between ranks
         act.seq += 1
@@ -499,7 +527,8 @@ def alltoallv(comm, blocks, check=None):
         if a.dtype != dtype:
             raise ValueError(f"alltoallv: blocks mix dtypes {dtype} and {a.dtype}")
     n0, row, trailing = _rows(arrs[r])
-    _begin(comm, "alltoallv", check, algorithm="pairwise", dtype=dtype)
+    _begin(comm, "alltoallv", check, algorithm="pairwise", dtype=dtype,
+           trace_bytes=sum(a.nbytes for q, a in enumerate(arrs) if q != r))
     if p == 1:
         return np.array(arrs[0], order="C", copy=True)
     row_bytes = row * dtype.itemsize

@@ -72,6 +72,11 @@ def build_parser():
     p.add_argument("--verbose", "-v", action="store_true",
                    help="print a per-phase timing table and bytes communicated at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--plan", action="store_true",
+                   help="print the estimated fit time, peak memory per rank and bytes sent (from the file "
+                        "footers and the cost model) and stop")
+    p.add_argument("--force", action="store_true",
+                   help="start even when the estimated peak memory exceeds what a rank may use")
     return p
 
 
@@ -283,6 +288,10 @@ def _body(argv):
     t_read = time.perf_counter()
     source, names, run, offset, n_local = plan_source(comm, args.data, choose)
     features = names[:len(names) - len(targets)]
+    from forest.cli.plan import plan_or_check  # --plan, and the memory check before reading
+
+    if plan_or_check(args, params, source, features, comm):
+        return 0
     mapper, message = guarded(bin_mapper_for, est, comm)
     agree(comm, message)
     fitter = StreamingBinFit(mapper, len(features), offset, n_local, source.n_rows)
