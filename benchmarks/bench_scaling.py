@@ -31,10 +31,14 @@ Modes
     ranks next to Meituan's reference point (100 trees on ~1e8 rows in under 30
     minutes on Spark).
 ``--plan-check``
-    ``forest-train --plan`` against measured ``forest-train`` runs (time and peak RSS
-    per rank, parquet input) at p = 1, 2: the plan must be within a factor 1.5.
+    The estimate ``forest-train --plan`` prints (same code: ``forest.cli.plan``)
+    against measured ``forest-train`` runs on parquet files (fit wall time from
+    ``--verbose``, peak RSS of the largest rank) at p = 1, 2: within a factor 1.5.
+``--refit``
+    Recompute ``forest/calibration.json``'s constants from the measurements it keeps
+    (after a change of the model's formulas; no fit is rerun).
 
-    python benchmarks/bench_scaling.py --calibrate
+    python benchmarks/bench_scaling.py --calibrate          # quiet machine, a few minutes
     python benchmarks/bench_scaling.py --validate
     python benchmarks/bench_scaling.py --plan-check
     python benchmarks/bench_scaling.py --cores-per-node 32 --gbits 25 --latency-us 5
@@ -234,11 +238,13 @@ def calibrate(args):
                            "numpy.add of 8 MiB; copy: numpy copy of 8 MiB; call_overhead: "
                            "allreduce(8 B, doubling) minus one step; minima over 7 blocks of repetitions")
     costs.CALIBRATION_PATH.write_text(json.dumps(native_doc, indent=1) + "\n")
+    print(f"wrote {costs.CALIBRATION_PATH}")
     costs.measured.cache_clear()
     over_alpha = min(x["alpha"] for x in four)
     print(f"collectives: {native_consts}; 4 ranks on {os.cpu_count()} cores: alpha {over_alpha:.2e} s", flush=True)
-    # --- compute phases and memory
-    samples, mem_points, shapes = [], {}, {}
+    # --- compute phases and memory: the measurements are kept in the file, so the
+    # constants can be refitted (--refit) after a change of the model's formulas
+    measurements = []
     for case in CAL_CASES:
         runs = [_run(f"{case['model']} n={case['n']} #{i + 1}", "contender_fit", {"case": case})
                 for i in range(args.repeats)]
@@ -246,47 +252,70 @@ def calibrate(args):
         for r in runs:
             for k, v in r["ranks"][0]["phases"].items():
                 phases[k] = min(phases.get(k, np.inf), v)
-        samples.append((_case_workload(case), phases))
-        fam = "gbdt" if case["model"].startswith("gbdt") else "forest"
-        peak = min(r["peak_rss_mb"] for r in runs) * 2 ** 20
-        base = min(r["ranks"][0]["base_mb"] for r in runs) * 2 ** 20
-        mem_points.setdefault(fam, []).append((case, peak, base))
-        if "nodes_per_row" in runs[0]["ranks"][0]:
-            shapes.setdefault(case["model"], []).append(runs[0]["ranks"][0])
-    trace = {}
-    for model, fam in (("regression", "regression"), ("causal", "causal")):
-        if shapes.get(model):
-            trace[f"{fam}_nodes_per_row"] = statistics.mean(s["nodes_per_row"] for s in shapes[model])
-    all_shapes = [s for v in shapes.values() for s in v]
-    if all_shapes:
-        trace["node_bytes"] = statistics.mean(s["node_bytes"] for s in all_shapes)
+        shape = {k: runs[0]["ranks"][0][k] for k in ("nodes_per_row", "node_bytes", "inner_nodes")
+                 if k in runs[0]["ranks"][0]}
+        measurements.append({"case": case, "phases": phases, "fit_s": min(r["fit_s"] for r in runs),
+                             "peak_bytes": min(r["peak_rss_mb"] for r in runs) * 2 ** 20,
+                             "base_bytes": min(r["ranks"][0]["base_mb"] for r in runs) * 2 ** 20, **shape})
     # bytes per split record, from a 2-rank causal fit
     rec_case = dict(CAL_CASES[4])
     two_fit = _run("causal n=20000 -np 2 (records)", "contender_fit", {"case": rec_case}, nprocs=2)
-    inner = two_fit["ranks"][0].get("inner_nodes")
-    if inner:
-        trace["record_bytes_per_split"] = sum(x["allgatherv_bytes"] for x in two_fit["ranks"]) / inner
-    consts = {"trace": trace, "oversubscribed_alpha": over_alpha}
-    prices = cost_model.fit_prices(samples)
+    records = {"allgatherv_bytes": sum(x["allgatherv_bytes"] for x in two_fit["ranks"]),
+               "inner_nodes": two_fit["ranks"][0].get("inner_nodes")}
+    doc = dict(prov, measurements=measurements, records=records, oversubscribed_alpha=over_alpha,
+               repeats=args.repeats)
+    return _write_constants(doc)
+
+
+def refit(args):
+    """Recompute forest/calibration.json's constants from the measurements it stores."""
+    from forest import cost_model
+
+    doc = cost_model.calibration()
+    if "measurements" not in doc:
+        raise SystemExit("forest/calibration.json holds no measurements; run --calibrate")
+    doc["refitted"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return _write_constants(doc)
+
+
+def _write_constants(doc):
+    from forest import cost_model
+
+    ms = doc["measurements"]
+    trace = {}
+    for fam in ("regression", "causal"):
+        vals = [m["nodes_per_row"] for m in ms if m["case"]["model"] == fam and "nodes_per_row" in m]
+        if vals:
+            trace[f"{fam}_nodes_per_row"] = statistics.mean(vals)
+    vals = [m["node_bytes"] for m in ms if "node_bytes" in m]
+    if vals:
+        trace["node_bytes"] = statistics.mean(vals)
+    rec = doc.get("records", {})
+    if rec.get("inner_nodes"):
+        trace["record_bytes_per_split"] = rec["allgatherv_bytes"] / rec["inner_nodes"]
+    consts = {"trace": trace, "oversubscribed_alpha": doc.get("oversubscribed_alpha")}
+    prices = cost_model.fit_prices([(_case_workload(m["case"]), m["phases"]) for m in ms])
     consts["phases"] = prices
     memory = {}
-    for fam, pts in mem_points.items():
-        base = min(b for _, _, b in pts)
+    for fam in ("gbdt", "forest"):
+        pts = [m for m in ms if ("gbdt" if m["case"]["model"].startswith("gbdt") else "forest") == fam]
+        if not pts:
+            continue
+        base = min(m["base_bytes"] for m in pts)
         xs, ys = [], []
-        for case, peak, _ in pts:
-            w = _case_workload(case)
-            parts = cost_model.peak_memory(w, 1, dict(consts, memory={fam: {"base": 0.0, "per_row": 0.0}}))
-            xs.append(case["n"])
-            ys.append(peak - base - parts["features"] - parts["model"] - parts["gathered"])
-        per_row = max(0.0, float(np.dot(xs, ys) / np.dot(xs, xs)))
-        memory[fam] = {"base": base, "per_row": per_row}
+        for m in pts:
+            parts = cost_model.peak_memory(_case_workload(m["case"]), 1,
+                                           dict(consts, memory={fam: {"base": 0.0, "per_row": 0.0}}))
+            xs.append(m["case"]["n"])
+            ys.append(m["peak_bytes"] - base - parts["features"] - parts["model"] - parts["gathered"])
+        memory[fam] = {"base": base, "per_row": max(0.0, float(np.dot(xs, ys) / np.dot(xs, xs)))}
     consts["memory"] = memory
-    doc = dict(prov, **consts,
-               cases=CAL_CASES, repeats=args.repeats,
-               note="phases: [seconds per work unit, seconds per call] on one core (forest.cost_model.fit_prices); "
-                    "memory: base RSS after imports and warm-up, bytes per local row beyond the modeled arrays")
+    doc.update(consts)
+    doc["note"] = ("phases: [seconds per work unit, seconds per call] on one core (forest.cost_model.fit_prices "
+                   "over the measurements); memory: base RSS after imports and warm-up, bytes per local row "
+                   "beyond the modeled arrays; measurements: minima over repetitions of traced fits")
     cost_model.CALIBRATION_PATH.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {costs.CALIBRATION_PATH} and {cost_model.CALIBRATION_PATH}")
+    print(f"wrote {cost_model.CALIBRATION_PATH}")
     for fam, ph in prices.items():
         for name, (a, b) in ph.items():
             print(f"  {fam:10s} {name:12s} a={a:.3e} s/unit  b={b:.3e} s/call")
@@ -399,18 +428,22 @@ def extrapolate(args):
 
 # ============================================================================ plan check
 def plan_check(args):
-    """forest-train --plan vs measured forest-train runs (parquet), factor 1.5."""
+    """forest-train's plan (the same code as ``--plan``) vs measured forest-train runs, factor 1.5."""
     import subprocess
     import tempfile
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from forest import cost_model
+    from forest.cli import plan as cli_plan
+    from forest.cli.train import build_parser, collect_params
+    from forest.dataio import open_source
+
     tmp = tempfile.mkdtemp(prefix="hfplan-")
     cases = [("gbdt-classifier", 1_000_000, 28, ["--n-estimators", "100", "--param", "early_stopping=false"]),
              ("causal", 100_000, 10, ["--n-estimators", "100"])]
     rows, worst = [], 1.0
-    train = os.path.join(os.path.dirname(sys.executable), "forest-train")
     mpirun = _harness.default_mpirun()
     for model, n, F, extra in cases:
         path = os.path.join(tmp, f"{model}.parquet")
@@ -426,41 +459,49 @@ def plan_check(args):
             cols["t"], cols["y"] = d["t"].astype(np.int64), d["y"]
             target = ["--treatment", "t", "--outcome", "y"]
         pq.write_table(pa.table(cols), path, row_group_size=max(n // 16, 1))
+        argv = [path, "--model", model, *target, *extra, "--out", os.path.join(tmp, "m.model"), "--no-progress"]
+        cli_args = build_parser().parse_args(argv)
+        source = open_source(path)
+        features = [c for c in source.columns if c not in ("t", "y")]
+        work = cli_plan.workload(cli_args, collect_params(cli_args), source, features)
         for p in args.plan_procs:
-            base = [train, path, "--model", model, *target, *extra, "--out", os.path.join(tmp, "m.model"),
-                    "--no-progress"]
-            launch = [mpirun, "-np", str(p)] if p > 1 else []
-            env = _harness.thread_env(1)
-            plan = subprocess.run(launch + base + ["--plan", "--plan-json"], capture_output=True, text=True,
-                                  env=env)
-            if plan.returncode != 0:
-                raise SystemExit(plan.stderr)
-            est = json.loads(plan.stdout.strip().splitlines()[-1])
+            est = cost_model.predict(work, p, cost_model.Cluster.this_machine())
             measured = []
             for _ in range(args.repeats):
-                t0 = time.perf_counter()
-                run = subprocess.run(launch + base + ["--verbose", "--force"], capture_output=True, text=True,
-                                     env=dict(env, HISTFOREST_REPORT_PEAK="1"))
+                launch = [mpirun, "-np", str(p)] if p > 1 else []
+                run = subprocess.run(launch + [sys.executable, THIS, "--train-wrapper", "--"] + argv +
+                                     ["--verbose", "--force"], capture_output=True, text=True,
+                                     env=_harness.thread_env(1))
                 if run.returncode != 0:
-                    raise SystemExit(run.stderr)
+                    raise SystemExit(run.stderr[-3000:])
                 fit = float(_grep(run.stderr, "fit (wall)"))
-                peak = max(float(v) for v in _grep_all(run.stderr, "peak RSS MB"))
-                measured.append((fit, peak, time.perf_counter() - t0))
+                peak = max(float(v) for v in _grep_all(run.stderr, "PEAK_RSS_MB"))
+                measured.append((fit, peak))
             fit = min(m[0] for m in measured)
             peak = min(m[1] for m in measured)
-            rt, rm = est["fit_seconds"] / fit, est["peak_bytes_per_rank"] / 2 ** 20 / peak
+            rt, rm = est.seconds / fit, est.peak_bytes / 2 ** 20 / peak
             worst = max(worst, rt, 1 / rt, rm, 1 / rm)
-            rows.append([model, f"{n:,}", p, fit, est["fit_seconds"], f"{rt:.2f}x", peak,
-                         est["peak_bytes_per_rank"] / 2 ** 20, f"{rm:.2f}x"])
+            rows.append([model, f"{n:,}", p, fit, est.seconds, f"{rt:.2f}x", peak, est.peak_bytes / 2 ** 20,
+                         f"{rm:.2f}x"])
             print(rows[-1], flush=True)
     print()
     print(_harness.markdown_table(["model", "rows", "p", "fit s measured", "fit s planned", "planned/measured",
-                                   "peak RSS MB measured", "peak RSS MB planned", "planned/measured"], rows))
+                                   "peak RSS MB measured (max rank)", "peak RSS MB planned", "planned/measured"],
+                                  rows))
     if worst > 1.5:
         print(f"FAIL: a plan is off by {worst:.2f}x > 1.5x")
         return 1
     print(f"OK: every plan within {worst:.2f}x <= 1.5x")
     return 0
+
+
+def train_wrapper(argv):
+    """``forest-train ARGV`` in this process, then this rank's peak RSS on stderr."""
+    from forest.cli import train
+
+    code = train.main(argv)
+    sys.stderr.write(f"PEAK_RSS_MB {_harness.proc_status_mb('VmHWM'):.1f}\n")
+    return code
 
 
 def _grep_all(text, label):
@@ -480,9 +521,13 @@ def _grep(text, label):
 
 # ============================================================================ main
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["--train-wrapper", "--"]:
+        return train_wrapper(argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calibrate", action="store_true")
+    ap.add_argument("--refit", action="store_true", help="recompute the constants from the stored measurements")
     ap.add_argument("--validate", action="store_true")
     ap.add_argument("--plan-check", action="store_true")
     ap.add_argument("--strong", action="store_true")
@@ -500,6 +545,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.calibrate:
         return calibrate(args)
+    if args.refit:
+        return refit(args)
     if args.validate:
         return validate(args)
     if args.plan_check:

@@ -198,12 +198,18 @@ def _estimator_class(model):
 # ----------------------------------------------------------------------------- steps
 @dataclasses.dataclass
 class Compute:
-    """Compute on the busiest rank: ``units`` of work in ``calls`` entries of ``phase``."""
+    """Compute on the busiest rank: ``units`` of work in ``calls`` entries of ``phase``.
+
+    ``priced_as`` names the family whose calibrated prices apply when it differs
+    (forests' top levels grown from histograms use the GBDT histogram kernels' prices,
+    per channel pair).
+    """
 
     family: str
     phase: str
     units: float
     calls: float = 1.0
+    priced_as: str = None
 
 
 @dataclasses.dataclass
@@ -381,10 +387,12 @@ def _forest_fit_steps(w, p, constants):
             if p > 1:
                 steps.append(Collective("tree totals", "allreduce", b * c * 8))
             for level in range(g["hist_levels"]):
+                # nodes too big for one local-growth task: level-wise histograms, as GBDT
+                # builds them (its prices, per pair of channels)
                 nodes = b * 2 ** level
-                steps += [Compute(fam, "histogram", b * g["rows"] / p * F),
-                          Compute(fam, "split", nodes * F * g["bins"]),
-                          Compute(fam, "partition", b * g["rows"] / p)]
+                steps += [Compute(fam, "histogram", b * g["rows"] / p * F * c / 2, priced_as="gbdt"),
+                          Compute(fam, "split", nodes * F * g["bins"] * c / 2, priced_as="gbdt"),
+                          Compute(fam, "partition", b * g["rows"] / p, priced_as="gbdt")]
                 if p > 1:
                     steps.append(Collective("level histograms", "allreduce",
                                             max(nodes // 2, b) * F * g["bins"] * c * 8))
@@ -482,7 +490,7 @@ def predict(workload, p, cluster=None, constants=None):
     phases, comms = {}, {}
     for step in fit_steps(workload, p, constants):
         if isinstance(step, Compute):
-            a, b = prices.get(step.family, {}).get(step.phase, (0.0, 0.0))
+            a, b = prices.get(step.priced_as or step.family, {}).get(step.phase, (0.0, 0.0))
             key = f"{step.family}/{step.phase}"
             phases[key] = phases.get(key, 0.0) + factor * (a * step.units + b * step.calls)
             continue
@@ -545,18 +553,23 @@ def peak_memory(workload, p, constants=None):
            "model": 0.0, "gathered": 0.0}
     if fam == "forest":
         node_bytes = constants.get("trace", {}).get("node_bytes", 120.0)
-        largest, gathered = 0.0, 0.0
+        sizes, gathered = [], 0.0
+        chunk = _engine_constant("LOCAL_GATHER_BYTES", 256 * 2 ** 20)
         for spec in forest_specs(workload):
             g = forest_geometry(workload, spec, constants)
-            size = spec.n_trees * g["nodes"] * node_bytes
-            largest = max(largest, size)
-            owned = _ceil_div(max(g["batches"]), p)
+            sizes.append(spec.n_trees * g["nodes"] * node_bytes)
             row_bytes = 16 + F + 8 * spec.channels
-            chunk = _engine_constant("LOCAL_GATHER_BYTES", 256 * 2 ** 20)
-            held = min(owned * g["rows"] * row_bytes, max(chunk / p, g["rows"] * row_bytes)) if p > 1 else 0.0
             task = min(g["rows"], g["task_rows"]) * (6 * F + 8 * spec.channels + 48)
+            held = 0.0
+            if p > 1:
+                # one chunk of the batch's rows on the wire (all ranks together), held
+                # four times per rank: packed to send, received, reordered, unpacked
+                wire = max(g["batches"]) * g["rows"] * row_bytes
+                held = 4.0 * max(min(wire, chunk), g["rows"] * row_bytes) / p
             gathered = max(gathered, held + task)
-        out["model"] = 2.0 * largest  # the trees and their packed copy
+        # every forest of the fit stays referenced until it ends (the causal forest's
+        # nuisance forests too), and the last one is packed once more
+        out["model"] = sum(sizes) + max(sizes)
         out["gathered"] = gathered
     return out
 
@@ -571,10 +584,10 @@ def calibration():
 
 
 def phase_units(steps):
-    """``{(family, phase): [units, calls]}`` summed over a step list."""
+    """``{(family, phase): [units, calls]}`` summed over a step list (own prices only)."""
     out = {}
     for st in steps:
-        if isinstance(st, Compute):
+        if isinstance(st, Compute) and st.priced_as is None:
             u = out.setdefault((st.family, st.phase), [0.0, 0.0])
             u[0] += st.units
             u[1] += st.calls

@@ -35,13 +35,13 @@ sit on several nodes (real ones, or pseudo-nodes: :mod:`native.topology`).
 import dataclasses
 import functools
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from .algorithms.direct import rounds_for
 from .order import pair_tree, schedule as tree_schedule
+from .settings import positive_number
 
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
 ENV_LATENCY_US = "HISTFOREST_NET_LATENCY_US"
@@ -122,22 +122,15 @@ def measured():
                    values["beta_intra"], values["gamma"], values["call_overhead"], values["copy"])
 
 
-def _env_float(name, default):
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {raw!r}")
-    return value
-
-
 def current():
     """The network ``"auto"`` uses: calibrated constants and the environment's network."""
-    return Network.cluster(_env_float(ENV_LATENCY_US, 5.0), _env_float(ENV_GBITS, 25.0))
+    return Network.cluster(*network_setting())
+
+
+def network_setting():
+    """``(latency_us, gbits)`` of the inter-node network from the environment."""
+    return (positive_number(ENV_LATENCY_US, 5.0, unit="a latency in microseconds"),
+            positive_number(ENV_GBITS, 25.0, unit="a bandwidth in Gb/s"))
 
 
 # ----------------------------------------------------------------------------- schedules

@@ -19,11 +19,11 @@ rank. :func:`topology` caches the layout on the communicator; :func:`use` replac
 (tests, experiments).
 """
 import contextlib
-import os
 
 import numpy as np
 
 from . import order
+from .settings import positive_number
 
 ENV_RANKS_PER_NODE = "HISTFOREST_RANKS_PER_NODE"
 
@@ -120,16 +120,7 @@ class Topology:
 
 def ranks_per_node_setting():
     """``HISTFOREST_RANKS_PER_NODE`` as an int, or None when unset."""
-    raw = os.environ.get(ENV_RANKS_PER_NODE, "").strip()
-    if not raw:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_RANKS_PER_NODE} must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"{ENV_RANKS_PER_NODE} must be a positive integer, got {raw!r}")
-    return value
+    return positive_number(ENV_RANKS_PER_NODE, None, kind=int)
 
 
 def split_pseudo_nodes(node_keys, ranks_per_node):

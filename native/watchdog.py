@@ -15,14 +15,16 @@ useless. So a rank that has waited :data:`ENV_PROBE` seconds (default 10) for a 
 *asks the peer* (a tiny message to the peer's watchdog thread, which answers even
 while its main thread computes) and decides from the answer:
 
-- the peer is blocked in a *different* collective (another call number or
-  operation) and still there when asked again: the ranks disagree on the order of
-  collectives and can never meet: error after about two probe intervals;
+- the peer is blocked in a collective of the same call number but another operation
+  (say a broadcast where this rank is in an allreduce) and still there when asked
+  again: the ranks disagree on the order of collectives and can never meet: error
+  after about two probe intervals (check mode, ``HISTFOREST_CHECK_COLLECTIVES``, also
+  catches disagreements on sizes);
 - the peer is outside MPI and its process used almost no CPU time (under 1% of the
   interval) for :data:`ENV_STALL` seconds (default 120): it is stuck (sleeping,
   blocked on a dead file system, deadlocked on a lock): error. A peer that computes,
   however long, burns CPU time and is waited for without limit;
-- the peer is blocked in the same collective: it waits for someone else, whose own
+- the peer is blocked in any other collective: it waits for someone else, whose own
   neighbours will judge it; keep waiting;
 - the peer does not answer for :data:`ENV_SILENT` seconds (default 600): its process
   is frozen (``SIGSTOP``, a hung node) or dead, or it has held the Python interpreter
@@ -45,11 +47,12 @@ that wakes four times a second to probe for questions
 (``benchmarks/bench_watchdog.py`` measures it in the GBDT fit).
 """
 import atexit
-import os
 import threading
 import time
 
 import numpy as np
+
+from .settings import flag, positive_number
 
 ENV = "HISTFOREST_WATCHDOG"
 ENV_PROBE = "HISTFOREST_WATCHDOG_PROBE"
@@ -71,21 +74,12 @@ _FIELDS = ("nonce", "seq", "op", "blocked", "token", "cpu", "wall")
 
 def enabled():
     """False when ``HISTFOREST_WATCHDOG`` is 0/false/no/off."""
-    return os.environ.get(ENV, "").strip().lower() not in ("0", "false", "no", "off")
+    return flag(ENV, True)
 
 
 def setting(name):
     """One of the bounds, in seconds (environment, else :data:`DEFAULTS`)."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return DEFAULTS[name]
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {raw!r}")
-    return value
+    return positive_number(name, DEFAULTS[name], unit="a number of seconds")
 
 
 def _op_code(op):
@@ -232,10 +226,12 @@ class Watchdog:
         last = dict(zip(_FIELDS, peer.last[1]))
         seq, op = int(last["seq"]), _op_name(last["op"])
         if last["blocked"]:
-            # Behind us (an earlier collective), or in ours: it waits for someone else,
-            # whose own neighbours judge it. Ahead of us, or in another operation under
-            # the same number: the ranks disagree on the collectives and never meet.
-            disagree = seq > act.seq or (seq == act.seq and op != act.op)
+            # Another operation under the same call number: the ranks disagree on the
+            # collectives and never meet. Another number proves nothing: a peer ahead
+            # of us has received what we owed it and now waits in its next collective
+            # (we wait for someone else), a peer behind us waits for a third rank
+            # whose own neighbours judge it.
+            disagree = seq == act.seq and op != act.op
             if not disagree:
                 peer.first = None
             elif first["token"] == last["token"] and now - t0 >= self.probe:

@@ -63,9 +63,9 @@ def cluster(comm):
     from native.topology import topology
 
     topo = topology(comm)
+    latency_us, gbits = costs.network_setting()
     return Cluster(cores_per_node=os.cpu_count() or 1, ranks_per_node=topo.ranks_per_node,
-                   latency_us=costs._env_float(costs.ENV_LATENCY_US, 5.0),
-                   gbits=costs._env_float(costs.ENV_GBITS, 25.0), single_node=topo.n_nodes == 1)
+                   latency_us=latency_us, gbits=gbits, single_node=topo.n_nodes == 1)
 
 
 # ----------------------------------------------------------------------------- memory available
@@ -78,26 +78,24 @@ def _read_int(path):
     return int(raw) if raw.isdigit() else None
 
 
-def _mem_available():
+def _proc_kib(path, field):
+    """A ``field: N kB`` line of a ``/proc`` file, in bytes (None if absent)."""
     try:
-        with open("/proc/meminfo") as fh:
+        with open(path) as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
 
 
+def _mem_available():
+    return _proc_kib("/proc/meminfo", "MemAvailable")
+
+
 def _rss():
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return _proc_kib("/proc/self/status", "VmRSS") or 0
 
 
 def available_memory(comm):
