@@ -93,7 +93,13 @@ def predicted_seconds(operation, algorithm, nbytes, p, layout=None):
 
 def _choose(operation, nbytes, topo):
     """(algorithm, leader, node_bcast) for ``"auto"``: the cheapest canonical candidate."""
-    return _cheapest_plan(operation, int(nbytes), topo.nodes, topo.flat_is_canonical, costs.current())
+    network = costs.current()
+    key = (operation, int(nbytes), network)
+    plan = topo.plans.get(key)  # per layout, so the key need not hash the layout
+    if plan is None:
+        plan = topo.plans[key] = _cheapest_plan(operation, int(nbytes), topo.nodes, topo.flat_is_canonical,
+                                                network)
+    return plan
 
 
 @functools.lru_cache(maxsize=1024)
@@ -134,8 +140,13 @@ def auto_plan(operation, nbytes, layout, network=None):
 
 
 def _hierarchical_plan(operation, nbytes, topo):
-    leader, nb, _ = costs.plan_hierarchical(operation, int(nbytes), topo.nodes, costs.current())
-    return leader, nb
+    """(leader, node_bcast) of a hierarchical collective: the cheapest under the model."""
+    network = costs.current()
+    key = ("hierarchical", operation, int(nbytes), network)
+    plan = topo.plans.get(key)
+    if plan is None:
+        plan = topo.plans[key] = costs.plan_hierarchical(operation, int(nbytes), topo.nodes, network)[:2]
+    return plan
 
 
 def choose_allreduce(nbytes, p, layout=None):

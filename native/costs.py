@@ -35,6 +35,7 @@ sit on several nodes (real ones, or pseudo-nodes: :mod:`native.topology`).
 import dataclasses
 import functools
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -124,7 +125,13 @@ def measured():
 
 def current():
     """The network ``"auto"`` uses: calibrated constants and the environment's network."""
-    return Network.cluster(*network_setting())
+    # cached on the raw settings: "auto" asks once per collective call
+    return _current(os.environ.get(ENV_LATENCY_US, ""), os.environ.get(ENV_GBITS, ""), measured())
+
+
+@functools.lru_cache(maxsize=16)
+def _current(latency_raw, gbits_raw, base):
+    return Network.cluster(*network_setting(), base=base)
 
 
 def network_setting():

@@ -77,6 +77,7 @@ class Topology:
         self.tree = order.canonical_tree(self.nodes)
         self.flat_is_canonical = order.same_sum(self.tree, order.flat_tree(self.size))
         self._views = {}
+        self.plans = {}  # "auto"'s choices on this layout (native.collectives)
 
     @property
     def n_nodes(self):
