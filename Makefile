@@ -59,6 +59,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/bench_collectives.py
 	$(BENCH_VENV)/bin/python benchmarks/bench_gbdt.py
 	$(BENCH_VENV)/bin/python benchmarks/bench_causal.py
+	$(BENCH_VENV)/bin/python benchmarks/bench_analysis.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info

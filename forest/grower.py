@@ -57,11 +57,14 @@ from native import collectives as col
 from native.blocks import block_range
 from native.comm import world
 
+from ._validation import check_codes
 from .partition import partition_rows, partition_segment, sum_channels_by_node
 from .predictor import predict_leaves_binned
 from .criteria import NewtonCriterion
 from .profiling import phase
-from .splitting import SplitResult, find_best_splits, mtry_feature_mask
+from .routing import walk_binned
+from .mtry import mtry_feature_mask
+from .splitting import SplitResult, find_best_splits
 from .tree import Tree
 
 SPLIT_MODES = ("allreduce", "reduce_scatter")
@@ -250,14 +253,10 @@ class HistogramReducer:
 
 
 def _check_binned(binned, channels, bin_info):
-    binned = np.asarray(binned)
-    if binned.ndim != 2 or binned.dtype != np.uint8:
-        raise ValueError(f"binned must be uint8 of shape (n_features, n_rows), got {binned.dtype} {binned.shape}")
+    binned = check_codes(binned, bin_info.n_features)
     channels = np.ascontiguousarray(channels, dtype=np.float64)
     if channels.ndim != 2 or channels.shape[0] != binned.shape[1]:
         raise ValueError(f"channels must have shape (n_rows={binned.shape[1]}, C), got {channels.shape}")
-    if binned.shape[0] != bin_info.n_features:
-        raise ValueError(f"binned has {binned.shape[0]} features, the bin mapper {bin_info.n_features}")
     return binned, channels
 
 
@@ -749,10 +748,7 @@ class LeafwiseGrower:
     def __init__(self, binned, bin_mapper, criterion, *, max_leaf_nodes=31, max_depth=None, min_gain=0.0,
                  comm=None, backend="auto", split_mode="allreduce", algorithm="auto"):
         self.bin_info = BinInfo.from_mapper(bin_mapper)
-        self.binned = np.asarray(binned)
-        if self.binned.ndim != 2 or self.binned.dtype != np.uint8 or self.binned.shape[0] != self.bin_info.n_features:
-            raise ValueError(f"binned must be uint8 of shape ({self.bin_info.n_features}, n_rows), "
-                             f"got {self.binned.dtype} {self.binned.shape}")
+        self.binned = check_codes(binned, self.bin_info.n_features)
         if max_leaf_nodes is not None and max_leaf_nodes < 2:
             raise ValueError(f"max_leaf_nodes must be >= 2 or None, got {max_leaf_nodes}")
         if max_leaf_nodes is None and max_depth is None:
@@ -983,21 +979,14 @@ class LeafwiseGrower:
 @numba.njit(cache=True)
 def _route_sum_tree(t, binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
                     missing_bin, out):
-    # Sums tree t's rows into the leaf each reaches (rows in the given order).
-    base = offsets[t]
+    # Sums tree t's rows into the leaf each reaches (rows in the given order);
+    # ``left`` / ``right`` are packed ids (tree offset added), as walk_binned expects.
     c = channels.shape[1]
     for i in range(row_starts[t], row_starts[t + 1]):
         r = rows[i]
-        node = 0
-        while feature[base + node] >= 0:
-            code = np.int64(binned[feature[base + node], r])
-            if code == missing_bin:
-                go_left = missing_left[base + node] != 0
-            else:
-                go_left = code <= bin_thr[base + node]
-            node = left[base + node] if go_left else right[base + node]
+        node = walk_binned(binned, r, offsets[t], feature, bin_thr, missing_left, left, right, missing_bin)
         for k in range(c):
-            out[base + node, k] += channels[r, k]
+            out[node, k] += channels[r, k]
 
 
 @numba.njit(cache=True)
@@ -1077,8 +1066,11 @@ def reestimate_leaves(trees, binned, channels, tree_rows, value_fn, missing_bin,
         if trees and len(all_rows):
             kernel = _route_sum_serial if (len(all_rows) < _SERIAL_BUILD_ROWS or numba.get_num_threads() == 1) \
                 else _route_sum_parallel
+            base = np.repeat(offsets[:-1], sizes)
+            packed_left = np.where(cat["left"] >= 0, cat["left"] + base, -1)
+            packed_right = np.where(cat["right"] >= 0, cat["right"] + base, -1)
             kernel(np.asarray(binned), channels, all_rows, row_starts, cat["feature"], cat["bin_threshold"],
-                   cat["missing_left"], cat["left"], cat["right"], offsets, int(missing_bin), local)
+                   cat["missing_left"], packed_left, packed_right, offsets, int(missing_bin), local)
     with phase("communication"):
         total = col.allreduce(comm, local, algorithm=algorithm) if comm.size > 1 else local
     out = []

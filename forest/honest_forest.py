@@ -151,7 +151,7 @@ def oob_accumulate(packed, leaves, codes, acc, cnt):
 def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimators, seed, sample_fraction,
                        ci_group_size, honest, honesty_fraction, max_depth, min_samples_split, mtry,
                        batch_size, n_global, value_fn, count_col, comm, oob=False, progress=None,
-                       local_threshold=None):
+                       local_threshold=None, clusters=None):
     """Grow and honestly re-estimate a forest in batches.
 
     Parameters
@@ -183,6 +183,8 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
         ``progress(n_trees_done, n_trees_total)`` after each batch.
     local_threshold : float or None
         Passed to :func:`forest.grower.grow_levelwise` (``None``: its default).
+    clusters : forest.clusters.ClusterLayout, optional
+        Sample by cluster (:func:`forest.subsample.tree_row_codes`).
 
     Returns
     -------
@@ -215,7 +217,7 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
         idx = np.arange(start, min(n_estimators, start + batch_size), dtype=np.int64)
         with phase("other"):
             codes = tree_row_codes(seed, idx, gids, sample_fraction=sample_fraction, ci_group_size=ci_group_size,
-                                   honest=honest, honesty_fraction=honesty_fraction)
+                                   honest=honest, honesty_fraction=honesty_fraction, clusters=clusters)
             grow_rows = [np.flatnonzero((c == STRUCTURE) | (c == BOTH)).astype(np.int32) for c in codes]
             est_rows = [np.flatnonzero((c == ESTIMATION) | (c == BOTH)).astype(np.int32) for c in codes]
         batch = grow_levelwise(binned, channels, grow_rows, criterion, mapper, tree_indices=idx,
@@ -236,7 +238,7 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
     return pack_trees(trees), oob_acc, oob_cnt
 
 
-def oob_average(packed, X, gids, sampling, chunk_trees=256):
+def oob_average(packed, X, gids, sampling, chunk_trees=256, clusters=None):
     """Out-of-bag average of leaf values for training rows given by raw ``X``.
 
     Parameters
@@ -247,6 +249,8 @@ def oob_average(packed, X, gids, sampling, chunk_trees=256):
         The rows' global ids during fitting.
     sampling : dict
         ``seed, sample_fraction, ci_group_size, honest, honesty_fraction`` as fitted.
+    clusters : forest.clusters.ClusterLayout, optional
+        The rows' cluster layout when the forest was fitted with clusters.
 
     Returns
     -------
@@ -264,7 +268,8 @@ def oob_average(packed, X, gids, sampling, chunk_trees=256):
         hi = min(n_trees, lo + chunk_trees)
         codes = tree_row_codes(sampling["seed"], np.arange(lo, hi), gids,
                                sample_fraction=sampling["sample_fraction"], ci_group_size=sampling["ci_group_size"],
-                               honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"])
+                               honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"],
+                               clusters=clusters)
         sub = {"value": values, "tree_offsets": offsets[lo:hi + 1]}
         oob_accumulate(sub, leaves[:, lo:hi], codes, acc, cnt)
     with np.errstate(invalid="ignore", divide="ignore"):

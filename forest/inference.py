@@ -35,8 +35,9 @@ This module owns the statistics downstream of the trees:
   over 20 training sets (0.0049 vs 0.0042) while the debiased one was 2.8 times it.
   Intervals that miss tau(x) on the Wager-Athey design do so from the forest's
   smoothing bias, not from this variance (benchmarks/RESULTS.md, coverage).
-* :func:`aipw_scores` / :func:`average_effect` give the doubly robust average effect
-  and its standard error from out-of-bag effects and the nuisance estimates.
+* :func:`aipw_scores` gives the doubly robust scores from (out-of-bag or held-out)
+  effects and the nuisance estimates; the averages and tests built on them live in
+  :mod:`forest.average_effects`, :mod:`forest.linear_projection` and :mod:`forest.rate`.
 """
 import math
 
@@ -115,13 +116,6 @@ def oob_effects(mbar, layout, all_tree_moments):
         mbar[bad] = all_tree_moments(bad)
         tau[bad] = solve_theta(mbar[bad], layout)[0]
     return np.nan_to_num(tau, nan=0.0, posinf=0.0, neginf=0.0)
-
-
-def local_treatment_cov(mbar, layout):
-    """Local weighted covariance of ``W~`` at each point, shape (n, K, K)."""
-    g, w, _, _, ww = layout.moments(np.asarray(mbar, dtype=np.float64))
-    g2 = np.where(g > 0, g * g, np.nan)[:, None, None]
-    return (g[:, None, None] * ww - w[:, :, None] * w[:, None, :]) / g2
 
 
 def _psi(tree_m, mbar, theta, layout):
@@ -274,41 +268,3 @@ def aipw_scores(kind, tau, t, y, y_hat, t_hat, local_cov=None):
         weight, ok = _solve(V, wc[:, :, None])
         weight = np.where(ok[:, None, None], weight, 0.0)[:, :, 0]
     return tau + weight[:, :, None] * resid[:, None, :]
-
-
-def average_effect_sums(scores, sample_weight=None):
-    """Sums that :func:`average_effect` needs, additive across ranks.
-
-    Parameters
-    ----------
-    scores : ndarray, shape (n, ...)
-    sample_weight : ndarray, shape (n,), optional
-
-    Returns
-    -------
-    ndarray, shape (5, ...)
-        ``sum g, sum g G, sum g^2, sum g^2 G, sum g^2 G^2`` (broadcast over the score shape).
-    """
-    s = np.asarray(scores, dtype=np.float64)
-    g = np.ones(len(s)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    gb = g.reshape((-1,) + (1,) * (s.ndim - 1))
-    ones = np.ones(s.shape[1:])
-    return np.stack([g.sum() * ones, (gb * s).sum(0), (g * g).sum() * ones,
-                     (gb * gb * s).sum(0), (gb * gb * s * s).sum(0)])
-
-
-def average_effect(sums):
-    """Weighted mean of the scores and its standard error from :func:`average_effect_sums`.
-
-    Returns
-    -------
-    estimate, stderr : ndarray, shape (...)
-        ``sum g G / sum g`` and ``sqrt(sum g^2 (G - est)^2) / sum g``, the latter
-        with the ``n/(n-1)`` small-sample factor for unit weights.
-    """
-    sg, sgG, sg2, sg2G, sg2G2 = np.asarray(sums, dtype=np.float64)
-    est = sgG / sg
-    ss = sg2G2 - 2.0 * est * sg2G + est * est * sg2
-    n_eff = sg * sg / sg2
-    factor = n_eff / np.maximum(n_eff - 1.0, 1.0)
-    return est, np.sqrt(np.maximum(ss, 0.0) * factor) / sg

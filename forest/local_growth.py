@@ -32,7 +32,7 @@ Same split rule as the histogram path (:mod:`forest.splitting`)
     needs ``g > min_gain``; a node whose chosen feature has no missing weight sends
     missing values to the heavier child. ``min_samples_split`` and ``max_depth``
     stop growth as in the histogram path, and per-node feature subsampling uses the
-    same hash as :func:`forest.splitting.mtry_feature_mask` (:func:`mtry_mask`).
+    draw as the histogram path (:mod:`forest.mtry`).
 Determinism
     A subtree is a pure function of its rows *in their given order* (the caller passes
     them in global-row-id order), so every rank and every rank count that finishes a
@@ -51,13 +51,11 @@ is a slow pure-Python version used by tests.
 import numba
 import numpy as np
 
-from histogram.rowhash import _GOLDEN, _mix64
-
 from .causal_criterion import KIND_CAUSAL, _gain_scalar_core, causal_prepare
+from ._validation import check_codes
 from .criteria import variance_gains_rows, variance_prepare
-
-#: Stream of :func:`forest.splitting.mtry_feature_mask` (``"mtry"``).
-_MTRY_STREAM = 0x6D747279
+from .mtry import mtry_feature_mask, mtry_keys, node_mask
+from .routing import goes_left_code, goes_left_codes
 
 #: Columns of the integer record array.
 REC_NODE, REC_LEFT, REC_DEPTH, REC_FEATURE, REC_BIN, REC_MISSING_LEFT = range(6)
@@ -76,52 +74,6 @@ MAX_HIST_SLOTS = 32
 #: Below this many rows in a call, the kernel runs on one thread (waking the pool
 #: costs more than the work).
 _SERIAL_ROWS = 4096
-
-
-def mtry_stream_keys(seed):
-    """The two per-seed keys of the mtry hash, as uint64 (see :func:`mtry_mask`)."""
-    out = []
-    for stream in (_MTRY_STREAM, _MTRY_STREAM + 1):
-        with np.errstate(over="ignore"):
-            key = _mix64(np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF) * _GOLDEN + np.uint64(stream))
-        out.append(np.uint64(key))
-    return out[0], out[1]
-
-
-@numba.njit(cache=True, inline="always")
-def _mix(z):
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@numba.njit(cache=True)
-def mtry_mask(key1, key2, tree_index, node_id, n_features, mtry, out):
-    """Numba port of :func:`forest.splitting.mtry_feature_mask` for one node.
-
-    Parameters
-    ----------
-    key1, key2 : uint64
-        From :func:`mtry_stream_keys`.
-    tree_index, node_id : int
-    n_features, mtry : int
-        ``mtry <= 0`` or ``>= n_features`` allows every feature.
-    out : ndarray of bool, shape (n_features,)
-        Filled in place.
-    """
-    if mtry <= 0 or mtry >= n_features:
-        out[:] = True
-        return
-    golden = np.uint64(0x9E3779B97F4A7C15)
-    node = np.uint64((np.int64(tree_index) << np.int64(31)) ^ np.int64(node_id))
-    node_key = _mix(node * golden + key1)
-    keys = np.empty(n_features, dtype=np.uint64)
-    for f in range(n_features):
-        keys[f] = _mix((node_key + np.uint64(f)) * golden + key2)
-    order = np.argsort(keys, kind="mergesort")
-    out[:] = False
-    for j in range(mtry):
-        out[order[j]] = True
 
 
 @numba.njit(cache=True, inline="always")
@@ -274,7 +226,7 @@ def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, ne
             parent[k] = st_stats[sp, k]
         _prepare(kind, parent, params, consts)
         parent_arm = parent[arm] if arm >= 0 else 0.0
-        mtry_mask(key1, key2, tree_index, node, n_features, mtry, allowed)
+        node_mask(key1, key2, tree_index, node, n_features, mtry, allowed)
         best = -np.inf
         for f in range(n_features):
             n_cand[f] = 0
@@ -382,7 +334,7 @@ def _grow_task(binned, channels, rows, s, e, root_id, root_depth, tree_index, ne
         for i in range(lo, hi):
             p = order[bf, i]
             code = np.int64(tc[bf, p])
-            goes_left[p] = ml if code == missing_bin else code <= b
+            goes_left[p] = goes_left_code(code, b, ml, missing_bin)
         n_left = 0
         for f in range(n_features):
             # Branchless stable partition: every row is written to both the left
@@ -559,7 +511,7 @@ def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_in
             parent[k] = st_stats[sp, k]
         _prepare(kind, parent, params, consts)
         parent_arm = parent[arm] if arm >= 0 else 0.0
-        mtry_mask(key1, key2, tree_index, node, n_features, mtry, allowed)
+        node_mask(key1, key2, tree_index, node, n_features, mtry, allowed)
         best = -np.inf
         for f in range(n_features):
             n_cand[f] = 0
@@ -648,7 +600,7 @@ def _grow_task_hybrid(binned, channels, rows, s, e, root_id, root_depth, tree_in
         for i in range(lo, hi):
             p = pos[i]
             code = np.int64(tcb[p, bf])
-            if (ml if code == missing_bin else code <= b):
+            if goes_left_code(code, b, ml, missing_bin):
                 pos[lo + nl] = p
                 nl += 1
             else:
@@ -824,10 +776,8 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     -------
     SubtreeRecords
     """
-    binned = np.asarray(binned)
+    binned = check_codes(binned)
     channels = np.ascontiguousarray(channels, dtype=np.float64)
-    if binned.ndim != 2 or binned.dtype != np.uint8:
-        raise ValueError(f"binned must be uint8 of shape (n_features, n_rows), got {binned.dtype} {binned.shape}")
     if channels.ndim != 2 or channels.shape[0] != binned.shape[1]:
         raise ValueError(f"channels must have shape ({binned.shape[1]}, C), got {channels.shape}")
     c = channels.shape[1]
@@ -852,7 +802,7 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     rec_i = np.empty((total, N_INT_FIELDS), dtype=np.int64)
     rec_f = np.empty((total, 1 + 2 * c))
     rec_count = np.zeros(n_trees, dtype=np.int64)
-    key1, key2 = mtry_stream_keys(seed)
+    key1, key2 = mtry_keys(seed)
     mt = 0 if mtry is None else int(mtry)
     md = np.iinfo(np.int64).max if max_depth is None else int(max_depth)
     nb = np.ascontiguousarray(n_bins_non_missing, dtype=np.int64)
@@ -887,8 +837,6 @@ def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task
     Same parameters (``criterion`` instead of its ``NumbaGain``) and result, except
     that sums come from per-bin tables, so channel sums may differ in the last bits.
     """
-    from .splitting import mtry_feature_mask
-
     c = channels.shape[1]
     n_features = binned.shape[0]
     nb = np.asarray(n_bins_non_missing, dtype=np.int64)
@@ -920,9 +868,7 @@ def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task
                         for d in (0, 1):
                             if d == 1 and b == nb[f] - 1:
                                 continue
-                            left_rows = (codes <= b) & (codes != missing_bin)
-                            if d == 1:
-                                left_rows |= codes == missing_bin
+                            left_rows = goes_left_codes(codes, b, d == 1, missing_bin)
                             if left_rows.all() or not left_rows.any():
                                 continue
                             left = channels[seg[left_rows]].sum(axis=0)
@@ -941,7 +887,7 @@ def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task
                 if miss[wch] == 0:
                     ml = bool(left[wch] >= right[wch])
                     codes = binned[f, seg].astype(np.int64)
-                    left_rows = np.where(codes == missing_bin, ml, codes <= b)
+                    left_rows = goes_left_codes(codes, b, ml, missing_bin)
                 lid = next_id
                 next_id += 2
                 ints[t].append([node, lid, depth + 1, f, b, int(ml)])

@@ -9,6 +9,8 @@ next to it; tests compare them.
 import numba
 import numpy as np
 
+from .routing import goes_left_code, goes_left_codes
+
 #: Work (rows over all segments) from which several segments are partitioned in parallel.
 _PARALLEL_MIN_ROWS = 1 << 18
 #: One segment is split across threads (two passes) only from this many rows. The serial
@@ -24,13 +26,6 @@ _PARALLEL_ONE_SEGMENT_MIN_ROWS = 1 << 21
 _PARALLEL_BLOCKS_MIN_ROWS = 1 << 17
 
 
-@numba.njit(cache=True, inline="always")
-def _goes_left(code, thr, missing_left, missing_bin):
-    if code == missing_bin:
-        return missing_left != 0
-    return code <= thr
-
-
 @numba.njit(cache=True)
 def _partition_one(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin):
     # Branch-free: whether a row goes left is close to a coin flip, so an if/else
@@ -44,7 +39,7 @@ def _partition_one(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin):
     for i in range(lo, hi):
         r = rows[i]
         code = np.int32(codes[r])
-        go = ((code <= thr) & (code != missing_bin)) | ((code == missing_bin) & (ml != 0))
+        go = goes_left_code(code, thr, ml, missing_bin)
         rows[lo + nl] = r
         scratch[lo + nr] = r
         nl += np.int64(go)
@@ -76,7 +71,7 @@ def _count_left(rows, a, b, binned, f, thr, ml, missing_bin):
     codes = binned[f]
     for i in range(a, b):
         code = np.int32(codes[rows[i]])
-        k += np.int64(((code <= thr) & (code != missing_bin)) | ((code == missing_bin) & (ml != 0)))
+        k += np.int64(goes_left_code(code, thr, ml, missing_bin))
     return k
 
 
@@ -87,7 +82,7 @@ def _scatter(rows, scratch, a, b, pl, pr, binned, f, thr, ml, missing_bin):
     for i in range(a, b):
         r = rows[i]
         code = np.int32(codes[r])
-        go = ((code <= thr) & (code != missing_bin)) | ((code == missing_bin) & (ml != 0))
+        go = goes_left_code(code, thr, ml, missing_bin)
         scratch[pl if go else pr] = r
         pl += np.int64(go)
         pr += 1 - np.int64(go)
@@ -139,7 +134,7 @@ def _split_block(rows, scratch, a, b, binned, f, thr, ml, missing_bin):
     for i in range(a, b):
         r = rows[i]
         code = np.int32(codes[r])
-        go = ((code <= thr) & (code != missing_bin)) | ((code == missing_bin) & (ml != 0))
+        go = goes_left_code(code, thr, ml, missing_bin)
         scratch[a + nl] = r
         scratch[b - 1 - nr] = r
         nl += np.int64(go)
@@ -268,7 +263,7 @@ def partition_rows_reference(rows, starts, stops, binned, features, bin_threshol
     for s in range(len(starts)):
         seg = rows[starts[s]:stops[s]]
         codes = binned[features[s], seg].astype(np.int64)
-        left = np.where(codes == missing_bin, bool(missing_left[s]), codes <= bin_thresholds[s])
+        left = goes_left_codes(codes, bin_thresholds[s], missing_left[s], missing_bin)
         rows[starts[s]:stops[s]] = np.concatenate([seg[left], seg[~left]])
         n_left[s] = left.sum()
     return rows, n_left

@@ -2,12 +2,11 @@
 
 This module owns routing rows through trees, for every model in ``forest``:
 
-* on raw float features ``X`` of shape ``(n, n_features)``: an innerNode sends a row
-  left when ``x <= threshold``, and a NaN by ``missing_left``;
+* on raw float features ``X`` of shape ``(n, n_features)``;
 * on binned features ``binned`` of shape ``(n_features, n)`` (uint8, feature-major,
-  as :class:`histogram.binning.BinMapper` produces): left when
-  ``code <= bin_threshold``, the missing bin by ``missing_left``. The two agree
-  because ``x <= bin_thresholds_[f][b]`` exactly when ``bin(x) <= b``.
+  as :class:`histogram.binning.BinMapper` produces);
+
+both by the rule of :mod:`forest.routing`.
 
 Results are either the leaf reached in every tree (``(n, n_trees)`` tree-local node
 ids, for leaf statistics such as the causal forest's moment averages) or the sum of
@@ -19,34 +18,12 @@ traversal used by tests.
 import numba
 import numpy as np
 
+from ._validation import check_codes
 from .profiling import phase
+from .routing import walk_binned, walk_raw
 from .tree import Tree, pack_trees
 
 _PACKED_KEYS = ("feature", "threshold", "bin_threshold", "missing_left", "left", "right", "value", "tree_offsets")
-
-
-@numba.njit(cache=True, inline="always")
-def _walk_raw(X, i, node, feature, threshold, missing_left, left, right):
-    while feature[node] >= 0:
-        x = X[i, feature[node]]
-        if np.isnan(x):
-            go_left = missing_left[node] != 0
-        else:
-            go_left = x <= threshold[node]
-        node = left[node] if go_left else right[node]
-    return node
-
-
-@numba.njit(cache=True, inline="always")
-def _walk_binned(binned, i, node, feature, bin_threshold, missing_left, left, right, missing_bin):
-    while feature[node] >= 0:
-        code = np.int32(binned[feature[node], i])
-        if code == missing_bin:
-            go_left = missing_left[node] != 0
-        else:
-            go_left = code <= bin_threshold[node]
-        node = left[node] if go_left else right[node]
-    return node
 
 
 # Each kernel is a serial loop over rows [a, b) plus a parallel driver over row chunks;
@@ -61,7 +38,7 @@ def _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, 
     for i in range(a, b):
         for t in range(n_trees):
             root = offsets[t]
-            out[i, t] = _walk_raw(X, i, root, feature, threshold, missing_left, left, right) - root
+            out[i, t] = walk_raw(X, i, root, feature, threshold, missing_left, left, right) - root
 
 
 @numba.njit(cache=True)
@@ -70,7 +47,7 @@ def _values_raw(X, feature, threshold, missing_left, left, right, value, offsets
     k = value.shape[1]
     for i in range(a, b):
         for t in range(n_trees):
-            leaf = _walk_raw(X, i, offsets[t], feature, threshold, missing_left, left, right)
+            leaf = walk_raw(X, i, offsets[t], feature, threshold, missing_left, left, right)
             for j in range(k):
                 out[i, j] += value[leaf, j]
 
@@ -82,7 +59,7 @@ def _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, rig
         i = rows[r]
         for t in range(n_trees):
             root = offsets[t]
-            out[r, t] = _walk_binned(binned, i, root, feature, bin_threshold, missing_left, left, right,
+            out[r, t] = walk_binned(binned, i, root, feature, bin_threshold, missing_left, left, right,
                                      missing_bin) - root
 
 
@@ -94,7 +71,7 @@ def _values_binned(binned, rows, feature, bin_threshold, missing_left, left, rig
     for r in range(a, b):
         i = rows[r]
         for t in range(n_trees):
-            leaf = _walk_binned(binned, i, offsets[t], feature, bin_threshold, missing_left, left, right,
+            leaf = walk_binned(binned, i, offsets[t], feature, bin_threshold, missing_left, left, right,
                                 missing_bin)
             for j in range(k):
                 out[r, j] += value[leaf, j]
@@ -155,7 +132,7 @@ def _oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right
             for i in range(a0, b0):
                 if codes[t, i] != 0:  # not out of bag: no walk at all
                     continue
-                leaf = _walk_binned(binned, i, root, feature, bin_threshold, missing_left, left, right, missing_bin)
+                leaf = walk_binned(binned, i, root, feature, bin_threshold, missing_left, left, right, missing_bin)
                 for j in range(k):
                     acc[i, j] += value[leaf, j]
                 cnt[i] += 1.0
@@ -219,8 +196,7 @@ def _check_binned(binned, rows, packed):
     binned = np.asarray(binned)
     if not binned.flags.writeable:
         binned = binned.copy()  # one Numba signature, as in _check_X
-    if binned.ndim != 2 or binned.dtype != np.uint8:
-        raise ValueError(f"binned must be uint8 of shape (n_features, n_rows), got {binned.dtype} {binned.shape}")
+    check_codes(binned)
     feature = np.asarray(packed["feature"])
     if feature.size and binned.shape[0] <= int(feature.max()):
         raise ValueError(f"binned has {binned.shape[0]} features but the forest splits on feature {int(feature.max())}")

@@ -63,6 +63,9 @@ def build_parser():
     p.add_argument("--features", nargs="+", metavar="COL",
                    help="feature columns (default: every other numeric column)")
     p.add_argument("--weight", metavar="COL", help="sample-weight column")
+    p.add_argument("--cluster", metavar="COL",
+                   help="cluster column (integer labels; causal and regression forests): trees sample whole "
+                        "clusters and standard errors are cluster-robust, as grf's clusters")
     p.add_argument("--out", required=True, metavar="MODEL", help="model file to write")
     g = p.add_argument_group("model parameters (default: the estimator's own)")
     for flag, dest, _, text in PARAM_OPTIONS:
@@ -153,9 +156,11 @@ def _resolve_columns(args):
         raise CLIError("--treatment COL is required for the causal model")
     if args.model != "causal" and args.treatment is not None:
         raise CLIError(f"--treatment is only used by the causal model, not {args.model!r}")
-    targets = [c for c in (args.treatment, args.outcome, args.weight) if c is not None]
+    if args.cluster is not None and args.model not in ("causal", "regression"):
+        raise CLIError(f"--cluster is only used by the causal and regression forests, not {args.model!r}")
+    targets = [c for c in (args.treatment, args.outcome, args.weight, args.cluster) if c is not None]
     if len(set(targets)) != len(targets):
-        raise CLIError("treatment, outcome and weight must be different columns")
+        raise CLIError("treatment, outcome, weight and cluster must be different columns")
     if args.features is not None:
         clash = sorted(set(args.features) & set(targets))
         if clash:
@@ -179,11 +184,26 @@ def _validate_shard(args, shard, offset):
             return message, None
     if args.weight is not None and (shard.columns[args.weight] < 0).any():
         return f"weight column {args.weight!r} has negative values", None
+    message = _cluster_message(args, shard, offset)
+    if message is not None:
+        return message, None
     arms = None
     if args.treatment is not None:
         # At most three distinct values are needed to know whether there are >= 2 arms.
         arms = np.unique(shard.columns[args.treatment])[:3].tolist()
     return None, arms
+
+
+def _cluster_message(args, shard, offset):
+    """The cluster column's problem on this rank (non-integer labels), or None."""
+    if args.cluster is None:
+        return None
+    labels = shard.columns[args.cluster]
+    bad = np.flatnonzero(~np.isfinite(labels) | (labels != np.floor(labels)))
+    if len(bad):
+        return (f"cluster column {args.cluster!r} must hold integer labels; row {offset + int(bad[0])} "
+                f"holds {labels[bad[0]]!r}")
+    return None
 
 
 class TreeProgress:
@@ -233,8 +253,8 @@ def bin_mapper_for(est, comm):
     return BinMapper(max_bins=int(est.max_bins), random_state=int(seed))
 
 
-def _fit(est, kind, binned, shard, args, comm, progress, treatment_type=None, outcome_type=None):
-    """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` and the shard's targets."""
+def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_type=None, outcome_type=None):
+    """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` named ``features`` and the shard's targets."""
     t = shard.columns[args.treatment] if args.treatment else None
     if t is not None and treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):
         # Integer treatments keep an integer dtype: the causal forest reads integer
@@ -244,9 +264,12 @@ def _fit(est, kind, binned, shard, args, comm, progress, treatment_type=None, ou
     if kind == "gbdt-classifier" and outcome_type is not None and outcome_type.startswith(("int", "uint", "bool")):
         y = y.astype(np.int64)  # class labels keep the column's integer values
     w = shard.columns[args.weight] if args.weight else None
+    extra = dict(feature_names=features)  # the model records its feature names (feature_names_in_)
+    if args.cluster is not None:
+        extra["clusters"] = shard.columns[args.cluster]
     if kind == "causal":
-        return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned)
-    return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned)
+        return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned, **extra)
+    return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned, **extra)
 
 
 def _body(argv):
@@ -332,7 +355,7 @@ def _body(argv):
     progress = TreeProgress(comm.rank == 0 and not args.no_progress, f"{PROG} [{comm.size} rank(s)]")
     t_fit = time.perf_counter()
     try:
-        _fit(est, args.model, (mapper, codes), shard, args, comm, progress,
+        _fit(est, args.model, (mapper, codes), features, shard, args, comm, progress,
              source.types.get(args.treatment) if args.treatment else None, source.types.get(args.outcome))
     finally:
         progress.close()
@@ -340,7 +363,7 @@ def _body(argv):
 
     metadata = {
         "model": args.model, "feature_names": features, "treatment": args.treatment,
-        "outcome": args.outcome, "weight": args.weight, "n_rows": source.n_rows,
+        "outcome": args.outcome, "weight": args.weight, "cluster": args.cluster, "n_rows": source.n_rows,
         "n_ranks": comm.size, "data": [str(p) for p in source.paths],
     }
     message = None

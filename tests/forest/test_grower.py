@@ -149,7 +149,7 @@ def test_mtry_restricts_features(rng):
     for x, z in zip(a[:3], b):  # a tree depends on its global index, not the batch
         assert x == z
     assert len({tuple(t.feature) for t in a}) > 1  # mtry makes trees differ
-    from forest.splitting import mtry_feature_mask
+    from forest.mtry import mtry_feature_mask
     for i, t in enumerate(a):
         inner = np.flatnonzero(t.feature >= 0)
         mask = mtry_feature_mask(3, np.full(len(inner), 10 + i), inner, 6, 2)

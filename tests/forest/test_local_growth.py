@@ -4,8 +4,7 @@ import pytest
 
 from forest.causal_criterion import CausalCriterion
 from forest.criteria import VarianceCriterion
-from forest.local_growth import grow_subtrees, grow_subtrees_reference, mtry_mask, mtry_stream_keys
-from forest.splitting import mtry_feature_mask
+from forest.local_growth import grow_subtrees, grow_subtrees_reference
 
 
 def _causal_channels(rng, n, crit, p_treat=0.4):
@@ -14,20 +13,6 @@ def _causal_channels(rng, n, crit, p_treat=0.4):
     wc = w - p_treat
     yc = y - y.mean()
     return crit.make_channels(wc, yc, rng.uniform(0.5, 2.0, n), w)
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_mtry_mask_matches_numpy(seed):
-    k1, k2 = mtry_stream_keys(seed)
-    rng = np.random.default_rng(seed)
-    trees = rng.integers(0, 1000, 40)
-    nodes = rng.integers(0, 100000, 40)
-    for n_features, mtry in ((7, 3), (20, 5), (20, 1), (5, None), (5, 9)):
-        ref = mtry_feature_mask(seed, trees, nodes, n_features, mtry)
-        out = np.empty(n_features, dtype=bool)
-        for i in range(len(trees)):
-            mtry_mask(k1, k2, trees[i], nodes[i], n_features, 0 if mtry is None else mtry, out)
-            assert np.array_equal(out, ref[i])
 
 
 def test_variance_scalar_gain_equals_vectorised():

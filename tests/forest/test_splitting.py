@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from forest.criteria import NewtonCriterion, VarianceCriterion
-from forest.splitting import find_best_splits, find_best_splits_reference, mtry_feature_mask
+from forest.splitting import find_best_splits, find_best_splits_reference
 
 
 def _random_hist(rng, n_nodes, n_features, n_value_bins, crit):
@@ -170,21 +170,6 @@ def test_newton_count_estimate_from_parent_count():
     # hessian mass 2 per side; 100 rows in the node -> ~50 per side >= 30
     assert find_best_splits(h, parent, crit, [2], 2, parent_count=np.array([100.0])).valid[0]
     assert not find_best_splits(h, parent, crit, [2], 2, parent_count=np.array([50.0])).valid[0]
-
-
-def test_mtry_mask_is_a_pure_function():
-    trees = np.array([0, 0, 1, 5, 5])
-    nodes = np.array([0, 1, 0, 3, 3])
-    m1 = mtry_feature_mask(7, trees, nodes, 10, 3)
-    m2 = mtry_feature_mask(7, trees[::-1], nodes[::-1], 10, 3)[::-1]
-    np.testing.assert_array_equal(m1, m2)
-    assert (m1.sum(axis=1) == 3).all()
-    np.testing.assert_array_equal(m1[3], m1[4])
-    assert not np.array_equal(m1, mtry_feature_mask(8, trees, nodes, 10, 3))
-    assert mtry_feature_mask(7, trees, nodes, 10, None).all()
-    # Roughly uniform over features across many nodes.
-    freq = mtry_feature_mask(1, np.zeros(5000, int), np.arange(5000), 10, 3).mean(axis=0)
-    np.testing.assert_allclose(freq, 0.3, atol=0.03)
 
 
 def test_bad_inputs():

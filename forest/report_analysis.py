@@ -1,0 +1,159 @@
+"""The causal-analysis part of ``forest-report``: average effects, calibration, BLP, RATE and TOC.
+
+This module owns what ``forest-report MODEL --data DATA`` adds for a causal forest
+when ``DATA`` holds the training treatment and outcome columns: the data are
+treated as held-out rows, scored with the model's forest and nuisance forests
+(:meth:`forest.CausalForest.dr_scores`), and the report shows
+
+* the doubly robust average effects (all, treated, control, overlap-weighted; per
+  arm against the control for multi-arm models) with 95% confidence intervals;
+* grf's calibration test;
+* the best linear projection of the effect on the most important features;
+* RATE (AUTOC and QINI) of prioritising rows by the predicted effect, with 95%
+  intervals, and the TOC curve (per arm for multi-arm models);
+
+cluster-robust when the model was trained with ``--cluster`` and ``DATA`` holds that
+column. The JSON form carries the same numbers (:func:`analysis_report`).
+A part that cannot be computed on these data (e.g. the treated-only effect of a
+continuous treatment) is reported as unavailable with its reason, the rest goes on.
+"""
+import numpy as np
+
+from native.comm import SelfCommunicator
+
+#: Features of the best linear projection table (by depth-weighted importance).
+BLP_FEATURES = 4
+AVERAGE_TARGETS = ("all", "treated", "control", "overlap")
+RATE_BOOTSTRAP = 200
+
+
+def _interval(est, se, z=1.959963984540054):
+    est, se = np.atleast_1d(est).astype(float), np.atleast_1d(se).astype(float)
+    return {"estimate": est.tolist(), "stderr": se.tolist(), "conf_low": (est - z * se).tolist(),
+            "conf_high": (est + z * se).tolist()}
+
+
+def _attempt(fn):
+    """``(result, None)`` or ``(None, reason)`` for one part of the analysis."""
+    try:
+        return fn(), None
+    except ValueError as exc:
+        return None, str(exc).splitlines()[0]
+
+
+def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures=False, seed=0):
+    """Average effects, calibration, BLP and RATE of a causal forest on held-out rows.
+
+    Parameters
+    ----------
+    est : forest.CausalForest
+    X : ndarray, shape (n, n_features)
+    t, y : ndarray, shape (n,)
+        Treatment and outcome columns of the data.
+    names : list of str
+        Feature names.
+    importance : ndarray, shape (n_features,)
+        Depth-weighted importances (choose the BLP features).
+    clusters : ndarray, shape (n,), optional
+        Cluster labels of the rows (cluster-robust errors).
+    want_figures : bool
+        Also render the TOC figure (base64 PNG).
+    seed : int
+        Bootstrap seed of RATE.
+
+    Returns
+    -------
+    report : dict
+        JSON-able: ``average_effects``, ``calibration``, ``best_linear_projection``,
+        ``rate`` (``AUTOC``, ``QINI``), and ``unavailable`` reasons.
+    lines : list of str
+        The text form.
+    figures : dict of str -> str
+        ``{"toc": base64 PNG}`` when asked for and available.
+    """
+    comm = SelfCommunicator()
+    held = dict(X=X, t=t, y=y, clusters=clusters, comm=comm)
+    report, lines, figures, unavailable = {}, [], {}, {}
+    contrasts = est.contrast_names() if _n_effects(est) > 1 else None
+
+    effects = {}
+    for target in AVERAGE_TARGETS:
+        res, why = _attempt(lambda: est.average_treatment_effect(target, **held))
+        if why:
+            unavailable[f"average_effect_{target}"] = why
+            continue
+        effects[target] = _interval(*res)
+    report["average_effects"] = effects
+    if effects:
+        lines += ["", f"Doubly robust average effects on {len(X)} rows (95% CI"
+                      + (", cluster-robust)" if clusters is not None else ")") + ":"]
+        for target, v in effects.items():
+            for j, (e, lo, hi, s) in enumerate(zip(v["estimate"], v["conf_low"], v["conf_high"], v["stderr"])):
+                label = f"{target}" + (f" [{contrasts[j]}]" if contrasts else "")
+                lines.append(f"  {label:<24} {e:>10.4g}  [{lo:.4g}, {hi:.4g}]  (se {s:.3g})")
+
+    cal, why = _attempt(lambda: est.test_calibration(**held))
+    if why:
+        unavailable["calibration"] = why
+    else:
+        report["calibration"] = cal.to_dict()
+        lines += ["", str(cal)]
+
+    top = [int(j) for j in np.argsort(-np.asarray(importance), kind="stable")[:min(BLP_FEATURES, X.shape[1])]]
+    blp, why = _attempt(lambda: est.best_linear_projection(X[:, top], names=[names[j] for j in top], **held))
+    if why:
+        unavailable["best_linear_projection"] = why
+    else:
+        report["best_linear_projection"] = blp.to_dict()
+        lines += ["", str(blp)]
+
+    rates = {}
+    if est.treatment_type_ == "continuous":
+        unavailable["rate"] = "RATE needs a binary or categorical treatment"
+    else:
+        priorities = np.asarray(est.predict(X), dtype=np.float64)
+        for target in ("AUTOC", "QINI"):
+            res, why = _attempt(lambda: est.rank_average_treatment_effect(
+                priorities, X, t, y, target=target, n_bootstrap=RATE_BOOTSTRAP, seed=seed, clusters=clusters,
+                comm=comm))
+            if why:
+                unavailable[f"rate_{target}"] = why
+                continue
+            rates[target] = res
+        report["rate"] = {k: v.to_dict() for k, v in rates.items()}
+        if rates:
+            lines += ["", "Rank-weighted average treatment effect of targeting by the predicted effect (95% CI):"]
+            for target, res in rates.items():
+                lo, hi = res.conf_int(0.05)
+                for j in range(np.atleast_2d(res.estimate).shape[0]):
+                    label = target + (f" [{contrasts[j]}]" if contrasts else "")
+                    e, a, b = (float(np.ravel(v)[j]) for v in (res.estimate, lo, hi))
+                    lines.append(f"  {label:<20} {e:>10.4g}  [{a:.4g}, {b:.4g}]")
+            if want_figures and "AUTOC" in rates:
+                figures["toc"] = toc_figure(rates["AUTOC"])
+    if unavailable:
+        report["unavailable"] = unavailable
+        lines += ["", "Not available on these data:"] + [f"  {k}: {v}" for k, v in unavailable.items()]
+    return report, lines, figures
+
+
+def _n_effects(est):
+    return est.n_treatments_ * est.n_outcomes_
+
+
+def toc_figure(res):
+    """TOC curve(s) with 95% pointwise bands; base64 PNG."""
+    from forest.report import _figure_png, _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    toc, se = np.atleast_2d(res.toc), np.atleast_2d(res.toc_stderr)
+    labels = res.contrasts or ["TOC"]
+    for c in range(toc.shape[0]):
+        line, = ax.plot(res.q, toc[c], marker="o", ms=3, label=labels[c])
+        ax.fill_between(res.q, toc[c] - 1.96 * se[c], toc[c] + 1.96 * se[c], color=line.get_color(), alpha=0.2)
+    ax.axhline(0.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xlabel("fraction treated q (by decreasing predicted effect)")
+    ax.set_ylabel("TOC(q)")
+    ax.legend()
+    return _figure_png(fig)
