@@ -16,8 +16,18 @@ Allreduce is opaque, "n/a"), and ``vs MPI``: MPI Allreduce's time divided by our
 both measured in the same run at the same size (for allreduce rows this is the
 bus-bandwidth ratio).
 
+Node-aware part (issue 16): ``--ranks-per-node K`` runs every job with
+``HISTFOREST_RANKS_PER_NODE=K`` (pseudo-nodes of K consecutive ranks, see
+``native.topology``) and adds the direct and hierarchical algorithms; a column
+``model (ms)`` gives ``native.costs``' prediction for the same layout, and ``auto``
+reports which algorithm it took. On one machine the "network" between pseudo-nodes is
+shared memory, so this measures the algorithms' overheads (extra node-internal
+steps), not a network; the model's inter-node constants come from
+``HISTFOREST_NET_LATENCY_US`` / ``HISTFOREST_NET_GBITS``.
+
     python benchmarks/bench_collectives.py --quick          # smoke run
     python benchmarks/bench_collectives.py                  # full run
+    python benchmarks/bench_collectives.py --procs 4 --ranks-per-node 2 --no-write
 """
 import argparse
 import json
@@ -43,9 +53,13 @@ CASES = [  # (operation, algorithm)
     ("allreduce", "ring"),
     ("allreduce", "rabenseifner"),
     ("allreduce", "doubling"),
+    ("allreduce", "direct"),
+    ("allreduce", "hierarchical"),
     ("allreduce", "auto"),
     ("reduce_scatter", "ring"),
     ("reduce_scatter", "halving"),
+    ("reduce_scatter", "direct"),
+    ("reduce_scatter", "hierarchical"),
     ("allgather", "ring"),
     ("allgather", "bruck"),
 ]
@@ -73,10 +87,13 @@ def _repetitions(nbytes, quick, forced=0):
 def worker(sizes, quick, out_path, max_doubling_bytes, reps=0):
     """Measure every case under mpirun; rank 0 writes a JSON list to ``out_path``."""
     from native import collectives as col
+    from native import costs
     from native.comm import world
+    from native.topology import topology
 
     comm = world()
     p, r = comm.size, comm.rank
+    topo = topology(comm)
     rows = []
     for nbytes in sizes:
         n = nbytes // 8
@@ -85,7 +102,9 @@ def worker(sizes, quick, out_path, max_doubling_bytes, reps=0):
         reference = col.allreduce(comm, x, algorithm="mpi")
         cases = [c for c in CASES
                  # doubling sends log2(p) whole buffers: meant for small messages only
-                 if not (c[1] == "doubling" and nbytes > max_doubling_bytes)]
+                 if not (c[1] == "doubling" and nbytes > max_doubling_bytes)
+                 # hierarchical only where there are several (pseudo-)nodes
+                 and not (c[1] == "hierarchical" and topo.n_nodes == 1)]
         sent = {}
         for op, algorithm in cases:
             result = _call(col, comm, op, algorithm, x, block)  # warm-up, and check
@@ -109,7 +128,12 @@ def worker(sizes, quick, out_path, max_doubling_bytes, reps=0):
         sent_all = col.allgather(comm, np.array([sent[c] for c in cases], dtype=np.int64)[None])
         for k, (op, algorithm) in enumerate(cases):
             moved = p * block.nbytes if op == "allgather" else nbytes
+            chosen = algorithm
+            if algorithm == "auto":
+                chosen = (col.choose_allreduce if op == "allreduce" else col.choose_reduce_scatter)(moved, p, topo)
+            model = None if chosen == "mpi" else costs.seconds(op, chosen, moved, topo)
             rows.append({"p": p, "op": op, "algorithm": algorithm, "bytes": moved,
+                         "nodes": topo.n_nodes, "chosen": chosen, "model": model,
                          "time": float(np.median(slowest[:, k])),
                          "best": float(slowest[:, k].min()),
                          "bytes_sent": None if algorithm == "mpi"
@@ -132,17 +156,19 @@ def table(rows):
     """Markdown table of one run (all P), with 'vs MPI' against MPI's Allreduce."""
     mpi = {(r["p"], r["bytes"]): r["time"] for r in rows
            if r["op"] == "allreduce" and r["algorithm"] == "mpi"}
-    lines = ["| p | operation | algorithm | size | time (ms) | fastest (ms) | algbw (GB/s) "
-             "| busbw (GB/s) | bytes sent/rank | vs MPI allreduce |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| p | nodes | operation | algorithm | size | time (ms) | fastest (ms) | model (ms) "
+             "| algbw (GB/s) | busbw (GB/s) | bytes sent/rank | vs MPI allreduce |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         algbw = r["bytes"] / r["time"] / 1e9
         busbw = algbw * BUS_FACTOR[r["op"]](r["p"])
         base = mpi.get((r["p"], r["bytes"]))
         ratio = f"{base / r['time']:.2f}x" if base else "n/a"
         sent = "n/a (opaque)" if r["bytes_sent"] is None else _fmt_bytes(r["bytes_sent"])
-        lines.append(f"| {r['p']} | {r['op']} | {r['algorithm']} | {_fmt_bytes(r['bytes'])} "
-                     f"| {r['time'] * 1e3:.3f} | {r.get('best', r['time']) * 1e3:.3f} "
+        name = r["algorithm"] if r["algorithm"] != "auto" else f"auto ({r['chosen']})"
+        model = "n/a" if r.get("model") is None else f"{r['model'] * 1e3:.3f}"
+        lines.append(f"| {r['p']} | {r.get('nodes', 1)} | {r['op']} | {name} | {_fmt_bytes(r['bytes'])} "
+                     f"| {r['time'] * 1e3:.3f} | {r.get('best', r['time']) * 1e3:.3f} | {model} "
                      f"| {algbw:.3f} | {busbw:.3f} | {sent} "
                      f"| {ratio} |")
     return "\n".join(lines)
@@ -194,6 +220,8 @@ def launch(args, argv):
             if args.quick:
                 cmd.append("--quick")
             env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
+            if args.ranks_per_node:
+                env["HISTFOREST_RANKS_PER_NODE"] = str(args.ranks_per_node)
             print(f"== p={p}: {' '.join(cmd[:3])} ...", flush=True)
             subprocess.run(cmd, check=True, env=env, cwd=REPO)
             rows += json.loads(out.read_text())
@@ -215,6 +243,8 @@ def launch(args, argv):
                  "sends half the bytes of allreduce):\n" + "\n".join(verdict)
                  if verdict else "")
     title = f"{'Smoke run (--quick)' if args.quick else 'Full run'}, p = {args.procs}"
+    if args.ranks_per_node:
+        title += f", pseudo-nodes of {args.ranks_per_node} ranks"
     print(f"Command: {_harness.command_line()}\nMachine: {machine}\n\n{body}")
     if not args.no_write:
         _harness.write_results_section(SECTION, body, machine=machine, title=title)
@@ -232,6 +262,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=0,
                     help="repetitions per case (default: by size, fewer with --quick)")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    ap.add_argument("--ranks-per-node", type=int, default=0,
+                    help="pseudo-nodes of this many consecutive ranks (HISTFOREST_RANKS_PER_NODE)")
     ap.add_argument("--max-doubling-bytes", type=int, default=1 << 20,
                     help="largest size at which recursive doubling is measured")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

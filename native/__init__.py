@@ -8,12 +8,19 @@ Modules
 comm         the communicator seam (point-to-point on numpy buffers, abort);
              ``MPICommunicator`` over mpi4py, ``SelfCommunicator`` for one process.
 collectives  the public collectives, algorithm choice (cost model), check mode.
+order        the canonical summation order every sum algorithm ``auto`` picks follows.
+topology     which ranks share a node (``MPI_Comm_split_type`` SHARED, pseudo-nodes).
+subcomm      a subset of a communicator's ranks as a communicator (nodes, leaders).
+costs        alpha-beta-gamma model of every algorithm on a node layout.
 fusion       many arrays reduced as few fused buffers (tensor fusion).
 blocks       block partition shared by every blocked collective (``block_bounds``).
-algorithms/  ring, recursive halving/doubling (Rabenseifner), Bruck, binomial tree.
+algorithms/  ring, recursive halving/doubling (Rabenseifner), direct (pairwise)
+             reduce-scatter, hierarchical (node-aware), Bruck, binomial tree.
 transport    the counted send/receive layer and the message tags.
-stats        ``STATS``: calls and bytes sent by this rank.
+stats        ``STATS``: calls and bytes sent by this rank; optional call traces.
 check        the check-mode handshake (same collective, sizes, dtypes on all ranks).
+watchdog     the default watchdog: a dead or stalled rank ends the job, not hangs it.
+settings     ``HISTFOREST_*`` environment settings.
 threads      ``ThreadWorld``: p ranks as threads of one process (tests, experiments).
 errors       mismatch errors and ``abort_on_uncaught``.
 """

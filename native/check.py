@@ -15,13 +15,13 @@ hang the others, so the handshake waits at most ``HISTFOREST_CHECK_TIMEOUT`` sec
 (default 300) and then raises :class:`~native.errors.CollectiveTimeoutError` naming
 the missing rank; with :func:`native.errors.abort_on_uncaught` that ends the job.
 """
-import os
 import time
 
 import numpy as np
 
 from .algorithms.bruck import bruck_allgather
 from .errors import CollectiveMismatchError, CollectiveTimeoutError
+from .settings import flag, positive_number
 from .stats import STATS
 from .transport import TAG_CHECK, ExchangeTimeout
 
@@ -32,7 +32,7 @@ DEFAULT_TIMEOUT_S = 300.0
 OPS = ("allreduce", "reduce_scatter", "allgather", "allgatherv", "bcast",
        "bcast_object", "allgather_object", "allreduce_best", "global_row_offset", "alltoallv")
 ALGORITHMS = ("-", "ring", "rabenseifner", "doubling", "mpi", "halving", "bruck",
-              "binomial", "scatter_allgather", "pairwise")
+              "binomial", "scatter_allgather", "pairwise", "direct", "hierarchical")
 FIELDS = ("op", "algorithm", "dtype", "root", "n", "shape0", "trailing")
 
 _sequence = [0]
@@ -41,20 +41,13 @@ _sequence = [0]
 def enabled(check):
     """Resolve a ``check`` argument: ``None`` means the environment variable decides."""
     if check is None:
-        return os.environ.get(ENV_VAR, "").strip().lower() not in ("", "0", "false", "no")
+        return flag(ENV_VAR, False)
     return bool(check)
 
 
 def timeout_seconds():
     """The handshake deadline in seconds (``HISTFOREST_CHECK_TIMEOUT``, default 300)."""
-    raw = os.environ.get(TIMEOUT_ENV_VAR, "").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_TIMEOUT_S
-    except ValueError:
-        raise ValueError(f"{TIMEOUT_ENV_VAR} must be a number of seconds, got {raw!r}")
-    if value <= 0:
-        raise ValueError(f"{TIMEOUT_ENV_VAR} must be > 0, got {raw!r}")
-    return value
+    return positive_number(TIMEOUT_ENV_VAR, DEFAULT_TIMEOUT_S, unit="a number of seconds")
 
 
 def _dtype_code(dtype):

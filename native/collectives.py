@@ -8,64 +8,69 @@ handshake (:mod:`native.check`) and counts calls in :data:`STATS`.
 
 Sums (``allreduce``, ``reduce_scatter``) accept float32, float64, int32 and int64.
 Every rank ends with bitwise-identical results: each element is summed at one
-place and then copied (ring, Rabenseifner), or summed symmetrically by partners
-whose IEEE additions commute exactly (recursive doubling).
+place and then copied, or summed symmetrically by partners whose IEEE additions
+commute exactly (recursive doubling).
 
-Algorithm choice (``algorithm="auto"``). With n bytes, p ranks, q the largest power
-of two <= p, alpha per message step, beta per byte sent and gamma per byte reduced:
+Summation order. The algorithms ``"auto"`` chooses from all add the ranks'
+contributions by one tree, the canonical tree of :mod:`native.order` for the node
+layout (:mod:`native.topology`), so ``"auto"``'s choice (which depends on the buffer
+size) never changes a bit of a result, and ``allreduce`` and ``reduce_scatter`` agree
+bitwise on every element. The candidates:
 
-- ring: ``2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma``;
-- Rabenseifner: ``2 log2(q) alpha + 2(q-1)/q n beta + (q-1)/q n gamma``, plus
-  ``2 alpha + 2 n beta + n gamma`` when p is not a power of two (the fold);
-- recursive doubling: ``log2(q) (alpha + n beta + n gamma)``, plus the fold.
+- ``"doubling"`` (recursive doubling; small buffers) and ``"rabenseifner"``
+  (recursive halving, nearest partners first, then recursive doubling; large buffers),
+  when their pair tree over all ranks is the canonical tree (one node; or nodes of
+  equal power-of-two sizes made of consecutive ranks);
+- ``"direct"``: pairwise-exchange reduce-scatter that adds each block at its owner in
+  the canonical order, then a ring allgather (the ring's costs, any layout);
+- ``"hierarchical"``: add inside each node, then across one leader per node, then
+  broadcast inside the node (:mod:`native.algorithms.hierarchical`), when ranks span
+  several nodes.
 
-``"auto"`` evaluates this model (:func:`predicted_seconds`, constants measured on
-the development machine) and takes the cheapest: doubling for small buffers,
-Rabenseifner for larger ones when p is a power of two, ring for larger ones when it
-is not (the fold costs two whole-buffer transfers).
+``"ring"`` and ``"mpi"`` (MPI's own ``Allreduce``) stay selectable by name; they add in
+their own orders and ``"auto"`` never picks them.
+
+Algorithm choice (``algorithm="auto"``): the cheapest candidate under the
+alpha-beta-gamma model of :mod:`native.costs`, which simulates each algorithm's
+message steps on the node layout (inter-node links shared by a node's ranks) with
+constants measured on this machine and the network described by
+``HISTFOREST_NET_LATENCY_US`` / ``HISTFOREST_NET_GBITS``.
 """
+import functools
 import pickle
 import zlib
 
 import numpy as np
 
 from . import check as _check
+from . import costs
 from .algorithms.bruck import bruck_allgather
-from .algorithms.halving import (doubling_allreduce, halving_reduce_scatter_blocks,
+from .algorithms.direct import direct_reduce_scatter
+from .algorithms.halving import (doubling_allreduce, halving_block_order, halving_reduce_scatter_blocks,
                                  rabenseifner_allreduce)
+from .algorithms.hierarchical import (hierarchical_allreduce, hierarchical_block_order,
+                                      hierarchical_reduce_scatter)
 from .algorithms.ring import ring_allgather, ring_reduce_scatter
 from .algorithms.tree import binomial_bcast, scatter_allgather_bcast
 from .blocks import block_bounds
 from .stats import STATS
+from .topology import topology
 from .transport import TAG_ALLTOALLV, exchange
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "allgatherv", "alltoallv", "bcast",
            "bcast_object", "allgather_object", "allreduce_best", "global_row_offset",
-           "choose_allreduce", "predicted_seconds", "STATS", "SUM_DTYPES"]
+           "choose_allreduce", "choose_reduce_scatter", "auto_plan", "predicted_seconds", "STATS", "SUM_DTYPES"]
 
 SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32),
               np.dtype(np.int64))
-ALLREDUCE_ALGORITHMS = ("auto", "ring", "rabenseifner", "doubling", "mpi")
-REDUCE_SCATTER_ALGORITHMS = ("auto", "ring", "halving")
+ALLREDUCE_ALGORITHMS = ("auto", "ring", "rabenseifner", "doubling", "direct", "hierarchical", "mpi")
+REDUCE_SCATTER_ALGORITHMS = ("auto", "ring", "halving", "direct", "hierarchical")
 ALLGATHER_ALGORITHMS = ("auto", "ring", "bruck")
 BCAST_ALGORITHMS = ("auto", "binomial", "scatter_allgather")
 
-# Cost-model constants for algorithm="auto", measured on the development machine
-# (2-core AMD EPYC VM shared with other jobs, MPICH 5.0.2 over shared memory, 2 ranks;
-# medians of 30-200 repetitions of native.transport.exchange and an in-place
-# numpy.add): a Sendrecv of 8 B took 4.6-5.7 us, so one step (message + Python
-# overhead) ~ 6 us; Sendrecv of 1-8 MiB ran at 6.8-10.3 GB/s (0.12 ns/B); numpy.add of
-# 1-4 MiB ran at 38-45 GB/s of result (0.03 ns/B). Only their ratios matter here.
-ALPHA_S = 6e-6
-BETA_S_PER_BYTE = 1.2e-10
-GAMMA_S_PER_BYTE = 3e-11
 
-
-def predicted_seconds(operation, algorithm, nbytes, p):
-    """Alpha-beta-gamma cost of one collective (the model ``"auto"`` minimises).
-
-    ``alpha`` per message step, ``beta`` per byte sent, ``gamma`` per byte reduced
-    (or copied, for Bruck's final rotation); see DESIGN.md, "Collectives".
+def predicted_seconds(operation, algorithm, nbytes, p, layout=None):
+    """Model cost of one collective (:func:`native.costs.seconds`, without the call overhead).
 
     Parameters
     ----------
@@ -75,78 +80,124 @@ def predicted_seconds(operation, algorithm, nbytes, p):
     nbytes : int
         Bytes of the whole buffer (for allgather: of the gathered result).
     p : int
+    layout : Topology or node labels, optional
+        Default: ``p`` ranks on one node.
 
     Returns
     -------
     float
         Predicted seconds on the slowest rank.
     """
-    a, b, g = ALPHA_S, BETA_S_PER_BYTE, GAMMA_S_PER_BYTE
-    n = float(nbytes)
-    q = 1 << (p.bit_length() - 1)
-    lq = q.bit_length() - 1
-    frac = (p - 1) / p
-    # the non-power-of-two fold: the whole buffer in, reduced once, and back out
-    fold = 0.0 if p == q else 2 * a + 2 * n * b + n * g
-    if operation == "allreduce":
-        if algorithm == "ring":
-            return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g
-        if algorithm == "rabenseifner":
-            return 2 * lq * a + 2 * (q - 1) / q * n * b + (q - 1) / q * n * g + fold
-        if algorithm == "doubling":
-            return lq * (a + n * b + n * g) + fold
-    elif operation == "reduce_scatter":
-        if algorithm == "ring":
-            return (p - 1) * (a + n / p * (b + g))
-        if algorithm == "halving":
-            fold_rs = 0.0 if p == q else 2 * a + n * b + n * g + n / p * b
-            return lq * a + (q - 1) / q * n * (b + g) + fold_rs
-    elif operation == "allgather":
-        if algorithm == "ring":
-            return (p - 1) * a + frac * n * b
-        if algorithm == "bruck":
-            return (p - 1).bit_length() * a + frac * n * b + n * g
-    elif operation == "bcast":
-        rounds = (p - 1).bit_length()
-        if algorithm == "binomial":
-            return rounds * (a + n * b)
-        if algorithm == "scatter_allgather":
-            return rounds * a + frac * n * b + (p - 1) * a + frac * n * b
-    raise ValueError(f"no cost model for {operation}/{algorithm}")
+    return costs.seconds(operation, algorithm, nbytes, p if layout is None else layout, call=False)
 
 
-def _cheapest(operation, algorithms, nbytes, p):
-    # ties go to the first listed, so the choice is the same on every rank
-    return min(algorithms, key=lambda alg: predicted_seconds(operation, alg, nbytes, p))
+def _choose(operation, nbytes, topo):
+    """(algorithm, leader, node_bcast) for ``"auto"``: the cheapest canonical candidate."""
+    network = costs.current()
+    key = (operation, int(nbytes), network)
+    plan = topo.plans.get(key)  # per layout, so the key need not hash the layout
+    if plan is None:
+        plan = topo.plans[key] = _cheapest_plan(operation, int(nbytes), topo.nodes, topo.flat_is_canonical,
+                                                network)
+    return plan
 
 
-def choose_allreduce(nbytes, p):
+@functools.lru_cache(maxsize=1024)
+def _cheapest_plan(operation, nbytes, nodes, flat_ok, network):
+    flat = {"allreduce": ("doubling", "rabenseifner"), "reduce_scatter": ("halving",)}[operation]
+    best = None
+    for alg in (flat if flat_ok else ()) + ("direct",):
+        t = costs.seconds(operation, alg, nbytes, nodes, network, call=False)
+        if best is None or t < best[3]:
+            best = (alg, None, None, t)
+    if len(nodes) > 1:
+        leader, nb, t = costs.plan_hierarchical(operation, nbytes, nodes, network)
+        if t < best[3]:
+            best = ("hierarchical", leader, nb, t)
+    return best[:3]
+
+
+def auto_plan(operation, nbytes, layout, network=None):
+    """What ``algorithm="auto"`` does for one sum on a node layout, under a network.
+
+    Parameters
+    ----------
+    operation : {"allreduce", "reduce_scatter"}
+    nbytes : int
+    layout : Topology or node labels (one per rank)
+    network : native.costs.Network, optional
+        Default :func:`native.costs.current`.
+
+    Returns
+    -------
+    algorithm : str
+    leader, node_bcast : str or None
+        The leaders' algorithm and node broadcast when ``algorithm`` is hierarchical.
+    """
+    topo = _as_topology(None, layout)
+    network = costs.current() if network is None else network
+    return _cheapest_plan(operation, int(nbytes), topo.nodes, topo.flat_is_canonical, network)
+
+
+def _hierarchical_plan(operation, nbytes, topo):
+    """(leader, node_bcast) of a hierarchical collective: the cheapest under the model."""
+    network = costs.current()
+    key = ("hierarchical", operation, int(nbytes), network)
+    plan = topo.plans.get(key)
+    if plan is None:
+        plan = topo.plans[key] = costs.plan_hierarchical(operation, int(nbytes), topo.nodes, network)[:2]
+    return plan
+
+
+def choose_allreduce(nbytes, p, layout=None):
     """Algorithm ``allreduce(..., algorithm="auto")`` uses for ``nbytes`` on ``p`` ranks.
 
-    The cheapest under :func:`predicted_seconds`: recursive doubling for small
-    buffers (fewest steps), Rabenseifner for larger ones when ``p`` is a power of
-    two, ring for larger ones otherwise (Rabenseifner's fold moves two whole buffers).
+    Parameters
+    ----------
+    nbytes : int
+    p : int
+    layout : Topology or node labels, optional
+        Default: one node.
 
     Returns
     -------
     str
-        ``"doubling"``, ``"rabenseifner"`` or ``"ring"``.
+        ``"doubling"``, ``"rabenseifner"``, ``"direct"`` or ``"hierarchical"``.
     """
-    return _cheapest("allreduce", ("doubling", "rabenseifner", "ring"), nbytes, p)
+    return _choose("allreduce", nbytes, _as_topology(p, layout))[0]
 
 
-def _choose_reduce_scatter(nbytes, p):
-    return _cheapest("reduce_scatter", ("halving", "ring"), nbytes, p)
+def choose_reduce_scatter(nbytes, p, layout=None):
+    """Algorithm ``reduce_scatter(..., algorithm="auto")`` uses (see :func:`choose_allreduce`)."""
+    return _choose("reduce_scatter", nbytes, _as_topology(p, layout))[0]
+
+
+def _as_topology(p, layout):
+    from .topology import Topology
+
+    if layout is None:
+        return Topology([0] * p, 0)
+    return layout if isinstance(layout, Topology) else Topology(layout, 0)
 
 
 def _choose_allgather(nbytes, p):
-    return _cheapest("allgather", ("bruck", "ring"), nbytes, p)
+    return costs.cheapest("allgather", ("bruck", "ring"), nbytes, p)
 
 
 def _begin(comm, op, check, **signature):
     """Count the call, attribute its bytes to ``op`` and run the check handshake."""
     STATS.calls[op] += 1
     STATS._current = op
+    traced = signature.pop("trace_bytes", None)
+    if STATS.trace is not None:
+        dtype = signature.get("dtype")
+        nbytes = traced if traced is not None else \
+            signature.get("n", 0) * (np.dtype(dtype).itemsize if dtype is not None else 1)
+        STATS._record_call(op, signature.get("algorithm", "-"), nbytes, comm.size)
+    act = comm.activity
+    if act is not None:  # the watchdog compares call numbers between ranks
+        act.seq += 1
+        act.op = op
     if _check.enabled(check):
         _check.verify(comm, op, **signature)
 
@@ -178,9 +229,10 @@ def allreduce(comm, buf, algorithm="auto", out=None, check=None):
     comm : native.comm.Communicator
     buf : array_like, any shape
         float32, float64, int32 or int64; same shape and dtype on every rank.
-    algorithm : {"auto", "ring", "rabenseifner", "doubling", "mpi"}
+    algorithm : {"auto", "ring", "rabenseifner", "doubling", "direct", "hierarchical", "mpi"}
         ``"mpi"`` is the MPI library's own ``Allreduce``, kept as a baseline.
-        Ranks must pass the same value.
+        Ranks must pass the same value. See the module docstring for which
+        algorithms add in the canonical order.
     out : ndarray, optional
         C-contiguous array of ``buf``'s shape and dtype to write into; ``out=buf``
         reduces in place.
@@ -196,8 +248,13 @@ def allreduce(comm, buf, algorithm="auto", out=None, check=None):
     arr = _sum_input(buf, "allreduce")
     _check_algorithm("allreduce", algorithm, ALLREDUCE_ALGORITHMS)
     p = comm.size
+    topo = topology(comm) if p > 1 else None
+    leader = node_bcast = None
     if algorithm == "auto":
-        algorithm = choose_allreduce(arr.nbytes, p)
+        algorithm, leader, node_bcast = _choose("allreduce", arr.nbytes, topo) if p > 1 \
+            else ("doubling", None, None)
+    elif algorithm == "hierarchical" and p > 1:
+        leader, node_bcast = _hierarchical_plan("allreduce", arr.nbytes, topo)
     if out is None:
         result = np.empty(arr.shape, dtype=arr.dtype) if algorithm == "mpi" \
             else np.array(arr, order="C", copy=True)
@@ -228,6 +285,12 @@ def allreduce(comm, buf, algorithm="auto", out=None, check=None):
         ring_allgather(comm, acc, bounds)
     elif algorithm == "rabenseifner":
         rabenseifner_allreduce(comm, acc)
+    elif algorithm == "direct":
+        bounds = block_bounds(acc.size, p)
+        direct_reduce_scatter(comm, acc, bounds, topo.tree)
+        ring_allgather(comm, acc, bounds)
+    elif algorithm == "hierarchical":
+        hierarchical_allreduce(comm, acc, topo, leader, node_bcast)
     else:
         doubling_allreduce(comm, acc, np.add)
     return result
@@ -248,9 +311,9 @@ def reduce_scatter(comm, buf, algorithm="auto", axis=0, check=None):
     comm : native.comm.Communicator
     buf : array_like, ndim >= 1
         float32, float64, int32 or int64; same shape and dtype on every rank.
-    algorithm : {"auto", "ring", "halving"}
+    algorithm : {"auto", "ring", "halving", "direct", "hierarchical"}
         ``"halving"`` is recursive halving (with the fold when ``p`` is not a power
-        of two).
+        of two); see the module docstring for the others.
     axis : int, default 0
         Axis along which the result is split between ranks.
     check : bool, optional
@@ -270,27 +333,84 @@ def reduce_scatter(comm, buf, algorithm="auto", axis=0, check=None):
         raise ValueError(f"reduce_scatter: axis {axis} out of range for {arr.ndim} dims")
     _check_algorithm("reduce_scatter", algorithm, REDUCE_SCATTER_ALGORITHMS)
     p, r = comm.size, comm.rank
+    topo = topology(comm) if p > 1 else None
+    leader = None
     if algorithm == "auto":
-        algorithm = _choose_reduce_scatter(arr.nbytes, p)
+        algorithm, leader, _ = _choose("reduce_scatter", arr.nbytes, topo) if p > 1 \
+            else ("halving", None, None)
+    elif algorithm == "hierarchical" and p > 1:
+        leader, _ = _hierarchical_plan("reduce_scatter", arr.nbytes, topo)
     front = np.moveaxis(arr, axis, 0)
     n0, row, trailing = _rows(front)
     _begin(comm, "reduce_scatter", check, algorithm=algorithm, dtype=arr.dtype,
            n=arr.size, shape0=n0, trailing=row)
     rows = block_bounds(n0, p)
     start, stop = int(rows[r]), int(rows[r + 1])
-    acc = np.array(front, order="C", copy=True).reshape(-1)
-    bounds = rows * row
+    # The work copy lays the rank blocks out in the order the algorithm wants
+    # (halving: bit-reversed positions; hierarchical: each node's blocks together).
+    if p == 1 or algorithm in ("ring", "direct"):
+        layout = None
+    elif algorithm == "halving":
+        layout = halving_block_order(p)
+    else:
+        layout = hierarchical_block_order(topo, leader)
+    acc, starts, stops = _blocked_copy(front, rows, row, layout)
     if p > 1 and algorithm == "ring":
-        ring_reduce_scatter(comm, acc, bounds)
+        ring_reduce_scatter(comm, acc, starts_bounds(starts, stops))
+    elif p > 1 and algorithm == "direct":
+        direct_reduce_scatter(comm, acc, starts_bounds(starts, stops), topo.tree)
+    elif p > 1 and algorithm == "halving":
+        halving_reduce_scatter_blocks(comm, acc, starts, stops)
     elif p > 1:
-        halving_reduce_scatter_blocks(comm, acc, bounds)
-    mine = np.moveaxis(acc[bounds[r]:bounds[r + 1]].reshape((stop - start,) + trailing),
-                       0, axis)
+        hierarchical_reduce_scatter(comm, acc, starts, stops, topo, leader)
+    mine = np.moveaxis(acc[starts[r]:stops[r]].reshape((stop - start,) + trailing), 0, axis)
     if axis % arr.ndim:
         mine = np.ascontiguousarray(mine)  # a contiguous copy in the caller's axis order
     elif p > 1:
         mine = mine.copy()  # so the block does not keep the whole work array alive
     return mine, (start, stop)
+
+
+def _blocked_copy(front, rows, row, layout):
+    """Copy ``front`` into a flat work buffer with its row blocks in ``layout`` order.
+
+    Parameters
+    ----------
+    front : ndarray, shape (n0, ...)
+    rows : ndarray of int64, shape (p + 1,)
+        Row-block boundaries along axis 0.
+    row : int
+        Elements per axis-0 row.
+    layout : list of int or None
+        Order of the blocks in the buffer; ``None`` is the natural order.
+
+    Returns
+    -------
+    acc : ndarray, shape (front.size,)
+    starts, stops : ndarray of int64, shape (p,)
+        Where block ``b`` lies in ``acc``.
+    """
+    p = len(rows) - 1
+    if layout is None:
+        acc = np.array(front, order="C", copy=True).reshape(-1)
+        bounds = rows * row
+        return acc, bounds[:-1].copy(), bounds[1:].copy()
+    acc = np.empty(front.size, dtype=front.dtype)
+    starts = np.empty(p, dtype=np.int64)
+    stops = np.empty(p, dtype=np.int64)
+    pos = 0
+    for b in layout:
+        size = int(rows[b + 1] - rows[b]) * row
+        acc[pos:pos + size].reshape((int(rows[b + 1] - rows[b]),) + front.shape[1:])[...] = \
+            front[rows[b]:rows[b + 1]]
+        starts[b], stops[b] = pos, pos + size
+        pos += size
+    return acc, starts, stops
+
+
+def starts_bounds(starts, stops):
+    """``(p + 1,)`` boundaries of blocks laid out in natural order."""
+    return np.concatenate([starts, stops[-1:]])
 
 
 def allgather(comm, block, algorithm="auto", check=None):
@@ -418,7 +538,8 @@ def alltoallv(comm, blocks, check=None):
         if a.dtype != dtype:
             raise ValueError(f"alltoallv: blocks mix dtypes {dtype} and {a.dtype}")
     n0, row, trailing = _rows(arrs[r])
-    _begin(comm, "alltoallv", check, algorithm="pairwise", dtype=dtype)
+    _begin(comm, "alltoallv", check, algorithm="pairwise", dtype=dtype,
+           trace_bytes=sum(a.nbytes for q, a in enumerate(arrs) if q != r))
     if p == 1:
         return np.array(arrs[0], order="C", copy=True)
     row_bytes = row * dtype.itemsize
@@ -476,8 +597,8 @@ def bcast(comm, buf, root=0, algorithm="auto", check=None):
     _require_fixed_size(buf, "bcast")
     _check_algorithm("bcast", algorithm, BCAST_ALGORITHMS)
     if algorithm == "auto":
-        algorithm = _cheapest("bcast", ("binomial", "scatter_allgather"), buf.nbytes,
-                              comm.size)
+        algorithm = costs.cheapest("bcast", ("binomial", "scatter_allgather"), buf.nbytes,
+                                   comm.size)
     _begin(comm, "bcast", check, algorithm=algorithm, dtype=buf.dtype, n=buf.size,
            root=root)
     if comm.size > 1:

@@ -11,6 +11,32 @@ import time
 import numpy as np
 
 
+class Activity:
+    """What this rank's main thread is doing in MPI, for :mod:`native.watchdog`.
+
+    Written only by the thread that runs the collectives, read by the watchdog
+    thread (plain attribute reads and writes; no lock is needed for a status report).
+
+    Attributes
+    ----------
+    seq : int
+        Public collectives entered so far on this communicator.
+    op : str
+        Name of the latest one.
+    token : int
+        Blocking MPI calls started so far (changes whenever the thread gets anywhere).
+    peers : tuple of int or None
+        Ranks the current blocking call waits for (``(-1,)``: all of them), ``None``
+        when the thread is not blocked in MPI.
+    """
+
+    def __init__(self):
+        self.seq = 0
+        self.op = "-"
+        self.token = 0
+        self.peers = None
+
+
 class Communicator:
     """Interface every communicator implements.
 
@@ -18,10 +44,13 @@ class Communicator:
     ----------
     rank : int
     size : int
+    activity : Activity or None
+        Set when a watchdog follows this communicator (:mod:`native.watchdog`).
     """
 
     rank = 0
     size = 1
+    activity = None
 
     def send(self, buf, dest, tag=0):
         """Blocking send of a contiguous numpy array."""
@@ -57,6 +86,16 @@ class Communicator:
     def abort(self, message, code=1):
         """Print ``message`` to stderr and bring every rank down."""
         raise NotImplementedError
+
+    def node_keys(self):
+        """A label per rank; ranks with equal labels share memory (one node).
+
+        Returns
+        -------
+        list of int, length ``size``
+            The base class puts every rank on one node.
+        """
+        return [0] * self.size
 
     def library_allreduce(self, sendbuf, recvbuf):
         """Sum ``sendbuf`` over ranks into ``recvbuf`` with the MPI library's own Allreduce.
@@ -129,19 +168,67 @@ class MPICommunicator(Communicator):
         self.mpi_comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self.rank = self.mpi_comm.Get_rank()
         self.size = self.mpi_comm.Get_size()
+        self._node_keys = self._shared_memory_nodes()
+
+    def _shared_memory_nodes(self):
+        # Collective, once per communicator: the ranks that share memory with this one
+        # (MPI_Comm_split_type SHARED), labelled by their lowest rank, then every
+        # rank's label. MPI's own calls are fine here: setup, not the data path.
+        if self.size == 1:
+            return [0]
+        node = self.mpi_comm.Split_type(self._MPI.COMM_TYPE_SHARED, key=self.rank)
+        try:
+            label = node.allreduce(self.rank, op=self._MPI.MIN)
+        finally:
+            node.Free()
+        return [int(v) for v in self.mpi_comm.allgather(label)]
+
+    def node_keys(self):
+        return list(self._node_keys)
+
+    # Blocking calls record whom they wait for (when a watchdog follows this
+    # communicator): two attribute writes per message, nothing else.
 
     def send(self, buf, dest, tag=0):
-        self.mpi_comm.Send(np.ascontiguousarray(buf), dest=dest, tag=tag)
+        act = self.activity
+        if act is None:
+            self.mpi_comm.Send(np.ascontiguousarray(buf), dest=dest, tag=tag)
+            return
+        act.token += 1
+        act.peers = (dest,)
+        try:
+            self.mpi_comm.Send(np.ascontiguousarray(buf), dest=dest, tag=tag)
+        finally:
+            act.peers = None
 
     def recv(self, buf, source, tag=0):
         _require_contiguous(buf)
-        self.mpi_comm.Recv(buf, source=source, tag=tag)
+        act = self.activity
+        if act is None:
+            self.mpi_comm.Recv(buf, source=source, tag=tag)
+            return buf
+        act.token += 1
+        act.peers = (source,)
+        try:
+            self.mpi_comm.Recv(buf, source=source, tag=tag)
+        finally:
+            act.peers = None
         return buf
 
     def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
         _require_contiguous(recvbuf)
-        self.mpi_comm.Sendrecv(np.ascontiguousarray(sendbuf), dest=dest, sendtag=tag,
-                               recvbuf=recvbuf, source=source, recvtag=tag)
+        act = self.activity
+        if act is None:
+            self.mpi_comm.Sendrecv(np.ascontiguousarray(sendbuf), dest=dest, sendtag=tag,
+                                   recvbuf=recvbuf, source=source, recvtag=tag)
+            return recvbuf
+        act.token += 1
+        act.peers = (source, dest) if source != dest else (source,)
+        try:
+            self.mpi_comm.Sendrecv(np.ascontiguousarray(sendbuf), dest=dest, sendtag=tag,
+                                   recvbuf=recvbuf, source=source, recvtag=tag)
+        finally:
+            act.peers = None
         return recvbuf
 
     def isend(self, buf, dest, tag=0):
@@ -160,7 +247,34 @@ class MPICommunicator(Communicator):
         request.Wait()  # completes at once for a cancelled (or just matched) receive
 
     def barrier(self):
-        self.mpi_comm.Barrier()
+        act = self.activity
+        if act is not None:
+            act.token += 1
+            act.peers = (-1,)
+        try:
+            self.mpi_comm.Barrier()
+        finally:
+            if act is not None:
+                act.peers = None
+
+    # The watchdog's own channel: untracked calls from its thread (MPI is initialised
+    # with MPI_THREAD_MULTIPLE, so they may run while the main thread is in MPI).
+
+    def thread_multiple(self):
+        """True when MPI allows calls from several threads at once."""
+        return self._MPI.Query_thread() == self._MPI.THREAD_MULTIPLE
+
+    def service_probe(self, tag):
+        """Source rank of a waiting message with ``tag`` from anyone, or None (never blocks)."""
+        status = self._MPI.Status()
+        if self.mpi_comm.Iprobe(source=self._MPI.ANY_SOURCE, tag=tag, status=status):
+            return status.Get_source()
+        return None
+
+    def service_recv(self, buf, source, tag):
+        """Receive a message already announced by :meth:`service_probe`."""
+        self.mpi_comm.Recv(buf, source=source, tag=tag)
+        return buf
 
     def abort(self, message, code=1):
         sys.stderr.write(f"[rank {self.rank}] {message}\n")
@@ -172,7 +286,15 @@ class MPICommunicator(Communicator):
 
     def library_allreduce(self, sendbuf, recvbuf):
         _require_contiguous(recvbuf)
-        self.mpi_comm.Allreduce(np.ascontiguousarray(sendbuf), recvbuf, op=self._MPI.SUM)
+        act = self.activity
+        if act is not None:
+            act.token += 1
+            act.peers = (-1,)
+        try:
+            self.mpi_comm.Allreduce(np.ascontiguousarray(sendbuf), recvbuf, op=self._MPI.SUM)
+        finally:
+            if act is not None:
+                act.peers = None
         return recvbuf
 
 
@@ -195,9 +317,10 @@ def library_version():
 def world():
     """The process-wide communicator: MPI ``COMM_WORLD`` (size 1 when not under mpirun).
 
-    The first call under ``mpirun`` (size > 1) also installs
-    :func:`native.errors.abort_on_uncaught`, unless the program has its own
-    ``sys.excepthook``: an exception that escapes on one rank ends the whole job.
+    The first call under ``mpirun`` (size > 1) also starts the watchdog
+    (:mod:`native.watchdog`: a rank that dies or stalls ends the job with an error)
+    and installs :func:`native.errors.abort_on_uncaught`, unless the program has its
+    own ``sys.excepthook``: an exception that escapes on one rank ends the whole job.
 
     Returns
     -------
@@ -206,6 +329,11 @@ def world():
     global _WORLD
     if _WORLD is None:
         _WORLD = MPICommunicator()
+        if _WORLD.size > 1:
+            # A rank that dies or stalls must not leave the others waiting forever.
+            from .watchdog import start
+
+            start(_WORLD)
         if _WORLD.size > 1 and sys.excepthook is sys.__excepthook__:
             # Under mpirun an uncaught exception on one rank would leave the others
             # blocked in their next collective forever; abort the job with the

@@ -6,8 +6,20 @@
 formula. MPI's own ``Allreduce`` (``algorithm="mpi"``) is opaque: its calls are
 counted but its bytes are not, and ``opaque_calls`` says how many such calls there
 were.
+
+Tracing (off by default): :meth:`CollectiveStats.start_trace` makes every public
+collective append one :class:`CollectiveEvent` (operation, algorithm, buffer bytes,
+rank count, start time, bytes this rank sent in it); the trace-driven cost model
+(``forest.cost_model``) reads these sequences. Off, it costs one attribute test per
+call.
 """
-from collections import Counter
+import time
+from collections import Counter, namedtuple
+
+#: One traced collective call. ``nbytes``: the buffer's bytes as the caller passed it
+#: (for gathers: this rank's block); ``sent``: bytes this rank sent during the call
+#: (filled in when the next event starts or the trace stops).
+CollectiveEvent = namedtuple("CollectiveEvent", "start op algorithm nbytes p sent")
 
 
 class CollectiveStats:
@@ -39,6 +51,8 @@ class CollectiveStats:
         self.bytes_by_op = Counter()
         self.opaque_calls = 0
         self._current = None
+        self.trace = None
+        self._open = None
 
     def snapshot(self):
         """Plain-dict copy of the counters (for printing or comparing).
@@ -60,6 +74,27 @@ class CollectiveStats:
         n_calls = sum(self.calls.values())
         return (f"{n_calls} collectives, {self.messages} messages, "
                 f"{self.bytes_sent / 2**20:.3f} MiB sent")
+
+    def start_trace(self):
+        """Begin recording one :class:`CollectiveEvent` per public collective call."""
+        self.trace = []
+        self._open = None
+
+    def stop_trace(self):
+        """Stop recording; return the events (list of :class:`CollectiveEvent`)."""
+        self._close_event()
+        events, self.trace = self.trace or [], None
+        return events
+
+    def _record_call(self, op, algorithm, nbytes, p):
+        self._close_event()
+        self._open = (time.perf_counter(), op, algorithm, int(nbytes), int(p), self.bytes_sent)
+
+    def _close_event(self):
+        if self._open is not None and self.trace is not None:
+            start, op, alg, nbytes, p, before = self._open
+            self.trace.append(CollectiveEvent(start, op, alg, nbytes, p, self.bytes_sent - before))
+        self._open = None
 
     def _record_send(self, nbytes):
         self.bytes_sent += nbytes

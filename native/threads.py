@@ -98,13 +98,29 @@ class ThreadCommunicator(Communicator):
     def library_allreduce(self, sendbuf, recvbuf):
         raise NotImplementedError("no MPI library in a thread world")
 
+    def node_keys(self):
+        return list(self.world.node_of)
+
 
 class ThreadWorld:
-    """``p`` thread ranks; :meth:`run` calls ``fn(comm)`` on each and returns the results."""
+    """``p`` thread ranks; :meth:`run` calls ``fn(comm)`` on each and returns the results.
 
-    def __init__(self, size, timeout=30.0):
+    Parameters
+    ----------
+    size : int
+    timeout : float
+        Seconds a receive waits before failing (a deadlock turns into an error).
+    node_of : sequence of int, optional
+        A node label per rank (ranks with equal labels share a node; see
+        :mod:`native.topology`); default: all on one node.
+    """
+
+    def __init__(self, size, timeout=30.0, node_of=None):
         self.size = size
         self.timeout = timeout
+        self.node_of = [0] * size if node_of is None else [int(v) for v in node_of]
+        if len(self.node_of) != size:
+            raise ValueError(f"node_of has {len(self.node_of)} labels for {size} ranks")
         self.barrier = threading.Barrier(size)
         self._queues = {}
         self._lock = threading.Lock()

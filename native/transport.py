@@ -21,6 +21,9 @@ TAG_BRUCK = 916
 TAG_BCAST = 917
 TAG_RD_ALLREDUCE = 918
 TAG_ALLTOALLV = 919
+TAG_DIRECT = 920
+TAG_NODE_REDUCE = 921
+TAG_NODE_SCATTER = 922
 
 
 class ExchangeTimeout(RuntimeError):
@@ -58,6 +61,18 @@ def exchange(comm, sendbuf, dest, recvbuf, source, tag, deadline=None):
     start = time.monotonic()
     requests = [comm.irecv(recvbuf, source, tag), comm.isend(sendbuf, dest, tag)]
     pause = 1e-5
+    act = comm.activity  # polling is waiting too, for the watchdog
+    if act is not None:
+        act.token += 1
+        act.peers = (source, dest)
+    try:
+        return _poll(comm, requests, sendbuf, recvbuf, source, start, deadline, pause)
+    finally:
+        if act is not None:
+            act.peers = None
+
+
+def _poll(comm, requests, sendbuf, recvbuf, source, start, deadline, pause):
     while not comm.test_all(requests):
         now = time.monotonic()
         if now > deadline:

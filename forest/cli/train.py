@@ -83,6 +83,11 @@ def build_parser():
     p.add_argument("--verbose", "-v", action="store_true",
                    help="print a per-phase timing table and bytes communicated at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--plan", action="store_true",
+                   help="print the estimated fit time, peak memory per rank and bytes sent (from the file "
+                        "footers and the cost model) and stop")
+    p.add_argument("--force", action="store_true",
+                   help="start even when the estimated peak memory exceeds what a rank may use")
     return p
 
 
@@ -341,7 +346,8 @@ def _body(argv):
     targets = _resolve_columns(args)
     # Every option is checked before MPI starts or any data is read: each rank fails
     # the same way on the same arguments, and rank 0 alone prints (run_tool).
-    est = make_estimator(args.model, *collect_params(args))
+    params, given = collect_params(args)
+    est = make_estimator(args.model, params, given)
     checkpoint = make_checkpoint(args)
     t_start = time.perf_counter()
 
@@ -374,6 +380,10 @@ def _body(argv):
     t_read = time.perf_counter()
     source, names, run, offset, n_local = plan_source(comm, args.data, choose, out=args.out)
     features = names[:len(names) - len(targets)]
+    from forest.cli.plan import plan_or_check  # --plan, and the memory check before reading
+
+    if plan_or_check(args, params, source, features, comm):
+        return 0
     mapper, message = guarded(bin_mapper_for, est, comm, checkpoint)
     agree(comm, message)
     fitter = StreamingBinFit(mapper, len(features), offset, n_local, source.n_rows)

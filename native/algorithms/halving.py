@@ -2,12 +2,16 @@
 
 Power-of-two core (``q = 2**k`` active ranks, "virtual ranks" ``v``):
 
-- recursive-halving reduce-scatter: at distance ``d = q/2, q/4, ..., 1`` rank ``v``
-  swaps half of its current segment range with ``v ^ d``, keeps the half that
-  contains ``v`` and adds the partner's partial into it. After ``log2 q`` steps ``v``
-  holds segment ``v`` complete; each element was added at exactly one rank per step.
-- recursive-doubling allgather: at distance ``d = 1, 2, ..., q/2`` ``v`` swaps its
-  aligned run of ``d`` complete segments with ``v ^ d``'s run (copies only).
+- recursive-halving reduce-scatter: at distance ``d = 1, 2, 4, ..., q/2`` rank ``v``
+  swaps half of its current range of segment *positions* with ``v ^ d``, keeps the
+  lower half if bit ``d`` of ``v`` is 0 (else the upper) and adds the partner's partial
+  into it. After ``log2 q`` steps ``v`` holds position ``bitrev(v)`` complete. Pairing
+  the nearest partners first makes the sum the *pair tree* of
+  :mod:`native.order` (neighbours ``v, v ^ 1`` first, then pairs of pairs), the same
+  tree recursive doubling computes; the bit-reversed positions keep every message one
+  contiguous slice.
+- recursive-doubling allgather: the same steps in reverse (``d = q/2, ..., 1``),
+  copies only.
 
 Non-power-of-two ``p = q + rem`` (the "fold"): among ranks ``0 .. 2 rem - 1`` each
 even rank hands its whole buffer to the odd rank above it, which adds it and
@@ -67,17 +71,26 @@ class Fold:
         return 2 * v if v < self.rem else v + self.rem
 
 
+def bit_reverse(v, bits):
+    """``v`` with its lowest ``bits`` bits in reverse order."""
+    out = 0
+    for _ in range(bits):
+        out = (out << 1) | (v & 1)
+        v >>= 1
+    return out
+
+
 def halving_reduce_scatter(comm, acc, seg, fold):
-    """Recursive-halving reduce-scatter among the active ranks.
+    """Recursive-halving reduce-scatter among the active ranks, nearest partners first.
 
     Parameters
     ----------
     comm : native.comm.Communicator
     acc : ndarray, shape (n,)
-        This active rank's (folded) contribution; on return segment ``fold.vrank``
-        of it is complete and the rest is scratch.
+        This active rank's (folded) contribution; on return position
+        ``bit_reverse(fold.vrank)`` of it is complete and the rest is scratch.
     seg : ndarray of int64, shape (fold.pof2 + 1,)
-        Segment boundaries: virtual rank ``v`` ends owning ``acc[seg[v]:seg[v + 1]]``.
+        Position boundaries: position ``s`` is ``acc[seg[s]:seg[s + 1]]``.
     fold : Fold
     """
     v, q = fold.vrank, fold.pof2
@@ -85,41 +98,46 @@ def halving_reduce_scatter(comm, acc, seg, fold):
         return acc
     half = q // 2
     tmp = np.empty(int(max(seg[half] - seg[0], seg[q] - seg[half])), dtype=acc.dtype)
-    lo, hi, d = 0, q, half
-    while d >= 1:
-        pv = v ^ d
-        mid = lo + d
-        keep, give = ((lo, mid), (mid, hi)) if v < pv else ((mid, hi), (lo, mid))
+    lo, hi, d = 0, q, 1
+    while d < q:
+        mid = (lo + hi) // 2
+        keep, give = ((lo, mid), (mid, hi)) if not v & d else ((mid, hi), (lo, mid))
         k0, k1 = seg[keep[0]], seg[keep[1]]
         incoming = tmp[: k1 - k0]
-        peer = fold.real(pv)
+        peer = fold.real(v ^ d)
         exchange(comm, acc[seg[give[0]]:seg[give[1]]], peer, incoming, peer, TAG_HALVING)
         np.add(acc[k0:k1], incoming, out=acc[k0:k1])
         lo, hi = keep
-        d //= 2
+        d *= 2
     return acc
 
 
 def doubling_allgather(comm, buf, seg, fold):
-    """Recursive-doubling allgather of segments among the active ranks.
+    """Recursive-doubling allgather of positions among the active ranks.
+
+    The reverse of :func:`halving_reduce_scatter`: position ``bit_reverse(v)`` valid on
+    entry, all of ``buf`` on return (copies only).
 
     Parameters
     ----------
     comm : native.comm.Communicator
     buf : ndarray, shape (n,)
-        Segment ``fold.vrank`` valid on entry; all of ``buf`` on return.
     seg : ndarray of int64, shape (fold.pof2 + 1,)
     fold : Fold
     """
     v, q = fold.vrank, fold.pof2
-    d = 1
-    while d < q:
-        pv = v ^ d
-        mine, theirs = (v // d) * d, (pv // d) * d
-        peer = fold.real(pv)
-        exchange(comm, buf[seg[mine]:seg[mine + d]], peer,
-                 buf[seg[theirs]:seg[theirs + d]], peer, TAG_DOUBLING)
-        d *= 2
+    bits = q.bit_length() - 1
+    lo = bit_reverse(v, bits)
+    hi = lo + 1
+    d = q // 2
+    while d >= 1:
+        size = hi - lo
+        theirs = (hi, hi + size) if not v & d else (lo - size, lo)
+        peer = fold.real(v ^ d)
+        exchange(comm, buf[seg[lo]:seg[hi]], peer, buf[seg[theirs[0]]:seg[theirs[1]]], peer,
+                 TAG_DOUBLING)
+        lo, hi = min(lo, theirs[0]), max(hi, theirs[1])
+        d //= 2
     return buf
 
 
@@ -146,7 +164,7 @@ def rabenseifner_allreduce(comm, acc):
     _fold_in(comm, acc, fold)
     if fold.vrank < 0:
         return recv(comm, acc, fold.partner, TAG_FOLD)
-    seg = block_bounds(acc.size, fold.pof2)
+    seg = block_bounds(acc.size, fold.pof2)  # positions; v ends with bit_reverse(v)
     halving_reduce_scatter(comm, acc, seg, fold)
     doubling_allgather(comm, acc, seg, fold)
     if fold.partner is not None:
@@ -154,31 +172,53 @@ def rabenseifner_allreduce(comm, acc):
     return acc
 
 
-def halving_reduce_scatter_blocks(comm, acc, bounds):
+def halving_block_order(p):
+    """Order in which :func:`halving_reduce_scatter_blocks` wants the ``p`` blocks laid out.
+
+    Position ``s`` of the halving holds the blocks of virtual rank
+    ``u = bit_reverse(s)`` (both real blocks of a folded pair, in order), so that each
+    virtual rank ends owning its own blocks.
+
+    Returns
+    -------
+    list of int
+        A permutation of ``range(p)``.
+    """
+    fold = Fold(p, 0)
+    bits = fold.pof2.bit_length() - 1
+    out = []
+    for s in range(fold.pof2):
+        u = bit_reverse(s, bits)
+        out += [2 * u, 2 * u + 1] if u < fold.rem else [u + fold.rem]
+    return out
+
+
+def halving_reduce_scatter_blocks(comm, acc, starts, stops):
     """Reduce-scatter by recursive halving onto ``size`` blocks (any ``size``).
 
     Parameters
     ----------
     comm : native.comm.Communicator
     acc : ndarray, shape (n,)
-        Contribution on entry; on return ``acc[bounds[rank]:bounds[rank + 1]]`` is
-        the complete sum of this rank's block (the rest is scratch).
-    bounds : ndarray of int64, shape (size + 1,)
+        Contribution on entry, its blocks laid out in :func:`halving_block_order`.
+        On return ``acc[starts[rank]:stops[rank]]`` is the complete sum of this rank's
+        block (the rest is scratch).
+    starts, stops : ndarray of int64, shape (size,)
+        Where real block ``b`` lies in ``acc``.
     """
     p, r = comm.size, comm.rank
     fold = Fold(p, r)
     _fold_in(comm, acc, fold)
     if fold.vrank < 0:
-        return recv(comm, acc[bounds[r]:bounds[r + 1]], fold.partner, TAG_FOLD)
-    # Virtual rank v's segment is the run of real blocks of its fold pair, so segments
-    # are contiguous, in order, and cut only at real block boundaries.
+        return recv(comm, acc[starts[r]:stops[r]], fold.partner, TAG_FOLD)
+    bits = fold.pof2.bit_length() - 1
     seg = np.empty(fold.pof2 + 1, dtype=np.int64)
-    seg[:-1] = bounds[[fold.first_block(v) for v in range(fold.pof2)]]
-    seg[-1] = bounds[p]
+    seg[:-1] = [starts[fold.first_block(bit_reverse(s, bits))] for s in range(fold.pof2)]
+    seg[-1] = acc.size
     halving_reduce_scatter(comm, acc, seg, fold)
     if fold.partner is not None:
         e = fold.partner
-        send(comm, acc[bounds[e]:bounds[e + 1]], e, TAG_FOLD)
+        send(comm, acc[starts[e]:stops[e]], e, TAG_FOLD)
     return acc
 
 

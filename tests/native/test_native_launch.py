@@ -164,3 +164,25 @@ def test_check_mode_timeout_turns_missing_rank_into_abort(tmp_path):
     assert took < 2 + 15, f"the job ended {took:.1f} s after the check began"
     assert "CollectiveTimeoutError" in out and "for rank 2" in out, out
     assert "passed the collective" not in out
+
+
+PSEUDO = """
+import numpy as np
+from native.comm import world
+from native import collectives as col
+from native.topology import topology
+comm = world()
+topo = topology(comm)
+x = np.random.default_rng(comm.rank).standard_normal(1001) * 1e6
+a = col.allreduce(comm, x, algorithm="hierarchical")
+b = col.allreduce(comm, x, algorithm="direct")
+print(f"rank {comm.rank}: nodes={[list(n) for n in topo.nodes]} same={a.tobytes() == b.tobytes()}", flush=True)
+"""
+
+
+def test_pseudo_nodes_from_the_environment(tmp_path):
+    rc, out, elapsed = run_script(3, PSEUDO, tmp_path, timeout=120,
+                                  env={"HISTFOREST_RANKS_PER_NODE": "2"})
+    assert rc == 0, out
+    for r in range(3):
+        assert f"rank {r}: nodes=[[0, 1], [2]] same=True" in out, out

@@ -64,13 +64,14 @@ def test_auto_choice_follows_the_cost_model():
     for p in (2, 3, 4, 5, 8):
         # latency-bound: fewest steps
         assert col.choose_allreduce(kib, p) == "doubling"
-    # bandwidth-bound: Rabenseifner on powers of two, ring where the fold would cost
-    # two whole-buffer transfers
+    # bandwidth-bound: Rabenseifner on powers of two; the direct reduce-scatter (the
+    # ring's costs, canonical order) where the fold would cost two whole-buffer transfers
     assert col.choose_allreduce(64 * mib, 4) == "rabenseifner"
     assert col.choose_allreduce(64 * mib, 8) == "rabenseifner"
-    assert col.choose_allreduce(64 * mib, 3) == "ring"
-    assert col.choose_allreduce(64 * mib, 5) == "ring"
-    for alg in ("ring", "rabenseifner", "doubling"):
+    assert col.choose_allreduce(64 * mib, 3) == "direct"
+    assert col.choose_allreduce(64 * mib, 5) == "direct"
+    assert col.choose_reduce_scatter(64 * mib, 4) == "halving"
+    for alg in ("ring", "rabenseifner", "doubling", "direct"):
         small = col.predicted_seconds("allreduce", alg, kib, 4)
         large = col.predicted_seconds("allreduce", alg, 64 * mib, 4)
         assert 0 < small < large

@@ -179,3 +179,40 @@ def test_alltoallv_any_rank_count(p):
     results = ThreadWorld(p).run(lambda comm: col.alltoallv(comm, [block(comm.rank, q) for q in range(p)]))
     for q in range(p):
         np.testing.assert_array_equal(results[q], np.concatenate([block(s, q) for s in range(p)]))
+
+
+NODE_LAYOUTS = {
+    "blocks of 4": lambda p: [r // 4 for r in range(p)],
+    "blocks of 3": lambda p: [r // 3 for r in range(p)],
+    "round robin 3": lambda p: [r % 3 for r in range(p)],
+    "one per node": lambda p: list(range(p)),
+    "uneven": lambda p: [0] * (p // 2 + 1) + [1] * (p - p // 2 - 1),
+}
+
+
+@pytest.mark.parametrize("p", [6, 7, 12, 16, 24])
+@pytest.mark.parametrize("layout", sorted(NODE_LAYOUTS))
+def test_canonical_algorithms_agree_bitwise_on_node_layouts(p, layout):
+    from native_reference import canonical_sum
+    from native.topology import Topology
+
+    node_of = NODE_LAYOUTS[layout](p)
+    topo = Topology(node_of, 0)
+    algs = ["direct", "hierarchical", "auto"] + (["doubling", "rabenseifner"] if topo.flat_is_canonical else [])
+    rs_algs = ["direct", "hierarchical", "auto"] + (["halving"] if topo.flat_is_canonical else [])
+    n = 2 * p + 5
+
+    def body(comm):
+        out = [col.allreduce(comm, data(comm.rank, n, np.float64), algorithm=a) for a in algs]
+        out += [col.reduce_scatter(comm, data(comm.rank, n, np.float64), algorithm=a) for a in rs_algs]
+        return out
+
+    results = ThreadWorld(p, node_of=node_of).run(body)
+    ref = canonical_sum([data(r, n, np.float64) for r in range(p)], node_of)
+    for r in range(p):
+        for k, a in enumerate(algs):
+            assert results[r][k].tobytes() == ref.tobytes(), (a, r)
+        for k, a in enumerate(rs_algs):
+            block, (s0, s1) = results[r][len(algs) + k]
+            sl = split_range(n, p, r)
+            assert (s0, s1) == (sl.start, sl.stop) and block.tobytes() == ref[sl].tobytes(), (a, r)

@@ -1,0 +1,139 @@
+"""The cost model's picture of a fit (forest.cost_model) against traces of real fits.
+
+Under mpirun (K = 1..4) a small GBDT and a small regression forest are fitted inside
+``forest.profiling.FitTrace``; the collectives the engine issued must be the ones
+``fit_steps`` lists (counts exactly; bytes exactly where they do not depend on the data,
+within a tolerance where they follow random subsamples). Pricing and calibration are
+checked on synthetic constants.
+"""
+import numpy as np
+import pytest
+
+from forest import cost_model as cm
+from forest.profiling import FitTrace
+
+
+def _data(n, f, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, f))
+    y = (X[:, 0] + 0.5 * X[:, 1] * X[:, 2] + rng.normal(size=n) > 0).astype(np.float64)
+    return X, y
+
+
+def _by_label(steps):
+    out = {}
+    for s in steps:
+        if isinstance(s, cm.Collective):
+            calls, nbytes = out.get(s.label, (0, []))
+            out[s.label] = (calls + s.count, nbytes + [s.nbytes])
+    return out
+
+
+@pytest.mark.mpi
+def test_gbdt_trace_has_the_modeled_collectives(comm, rank_slice):
+    from forest.gbdt import GBDTClassifier
+
+    n, f = 6000, 6
+    X, y = _data(n, f)
+    params = {"n_estimators": 3, "max_leaf_nodes": 8, "early_stopping": False, "min_samples_leaf": 5,
+              "random_state": 0}
+    sl = rank_slice(n)
+    with FitTrace() as tr:
+        model = GBDTClassifier(**params).fit(X[sl], y[sl], comm=comm)
+    p = comm.size
+    steps = cm.fit_steps(cm.Workload("gbdt-classifier", n, f, params), p, {})
+    hist = [ev for ev in tr.collectives if ev.op == "allreduce" and ev.nbytes > 1000]
+    leaves = [t.n_leaves for t in model.trees_]
+    if p == 1:
+        assert hist == []
+        return
+    model_hist = _by_label(steps)
+    assert leaves == [8, 8, 8]
+    root_bytes = model_hist["root histograms"][1][0]
+    child_bytes = model_hist["child histograms"][1][0]
+    assert [ev.nbytes for ev in hist] == ([root_bytes] + [child_bytes] * 6) * 3
+    sample = [ev for ev in tr.collectives if ev.op == "alltoallv"]
+    assert len(sample) == 1
+    # feature blocks differ by one feature between ranks
+    assert sample[0].sent == pytest.approx(model_hist["binning sample"][1][0], rel=0.35)
+
+
+@pytest.mark.mpi
+def test_forest_trace_has_the_modeled_collectives_and_batches(comm, rank_slice):
+    from forest.regression_forest import RegressionForest
+
+    n, f = 3000, 5
+    X, y = _data(n, f, seed=1)
+    params = {"n_estimators": 12, "random_state": 0}
+    sl = rank_slice(n)
+    with FitTrace() as tr:
+        RegressionForest(**params).fit(X[sl], y[sl], comm=comm, progress=tr)
+    p = comm.size
+    w = cm.Workload("regression", n, f, params, entry="cli")  # cli: a progress callback bounds the batches
+    spec = cm.forest_specs(w)[0]
+    geo = cm.forest_geometry(w, spec, {})
+    assert [m.done for m in tr.marks] == list(np.cumsum(geo["batches"]))
+    if p == 1:
+        return
+    steps = _by_label(cm.fit_steps(w, p, {}))
+    evs = tr.collectives
+    sizes = set(steps["tree totals"][1])
+    totals = [ev.nbytes for ev in evs if ev.op == "allreduce" and ev.nbytes in sizes]
+    assert totals == steps["tree totals"][1] and len(totals) == len(geo["batches"])
+    moved = [ev.sent for ev in evs if ev.op == "alltoallv"][1:]  # the first one is the binning sample
+    assert len(moved) == steps["rows to tree owners"][0]
+    assert sum(moved) == pytest.approx(sum(steps["rows to tree owners"][1]), rel=0.25)
+    first_growth = min(ev.start for ev in evs if ev.op == "allreduce" and ev.nbytes in sizes)
+    records = [ev for ev in evs if ev.op == "allgatherv" and ev.start > first_growth]
+    assert len(records) == steps["split records"][0]
+
+
+def test_prices_are_recovered_from_exact_measurements():
+    true = {"gbdt": {"histogram": [2e-9, 3e-5], "split": [1e-9, 0.0], "partition": [4e-9, 1e-5],
+                     "prediction": [3e-9, 0.0], "other": [5e-9, 2e-4], "binning": [7e-9, 0.0]}}
+    samples = []
+    for n in (50_000, 200_000, 800_000):
+        w = cm.Workload("gbdt-regressor", n, 10, {"n_estimators": 7, "early_stopping": False})
+        units = cm.phase_units(cm.fit_steps(w, 1, {}))
+        measured = {ph: true["gbdt"][ph][0] * u + true["gbdt"][ph][1] * c for (_, ph), (u, c) in units.items()}
+        samples.append((w, measured))
+    got = cm.fit_prices(samples)
+    for ph, (a, b) in true["gbdt"].items():
+        assert got["gbdt"][ph][0] == pytest.approx(a, rel=1e-6, abs=1e-15)
+        assert got["gbdt"][ph][1] == pytest.approx(b, rel=1e-6, abs=1e-12)
+
+
+def test_prediction_adds_priced_steps_and_scales_with_ranks():
+    consts = {"phases": {"gbdt": {ph: [1e-8, 1e-5] for ph in
+                                  ("binning", "histogram", "split", "partition", "prediction", "other")}},
+              "memory": {"gbdt": {"base": 1e8, "per_row": 100.0}}}
+    w = cm.Workload("gbdt-regressor", 1_000_000, 20, {"n_estimators": 10, "early_stopping": False})
+    one_core = cm.Cluster(cores_per_node=1, single_node=True)
+    steps = cm.fit_steps(w, 1, consts)
+    by_hand = sum(1e-8 * s.units + 1e-5 * s.calls for s in steps if isinstance(s, cm.Compute))
+    p1 = cm.predict(w, 1, one_core, consts)
+    assert p1.seconds == pytest.approx(by_hand) and p1.collectives == {}
+    # two ranks on one core: half the rows each, each at half speed, plus collectives
+    p2 = cm.predict(w, 2, one_core, consts)
+    assert p2.communication_seconds > 0 and set(p2.collectives) >= {"root histograms", "child histograms"}
+    hist2 = [s for s in cm.fit_steps(w, 2, consts) if isinstance(s, cm.Compute) and s.phase == "histogram"]
+    assert hist2[0].units == pytest.approx(
+        [s for s in steps if isinstance(s, cm.Compute) and s.phase == "histogram"][0].units / 2)
+    assert p2.phases["gbdt/histogram"] == pytest.approx(2 * (1e-8 * hist2[0].units + 1e-5 * hist2[0].calls))
+    # on a cluster with a core per rank only the per-row part halves
+    big = cm.Cluster(cores_per_node=32)
+    assert cm.predict(w, 2, big, consts).phases["gbdt/histogram"] == pytest.approx(
+        1e-8 * hist2[0].units + 1e-5 * hist2[0].calls)
+    mem = cm.peak_memory(w, 4, consts)
+    assert mem["base"] == 1e8 and mem["per_row"] == 100.0 * 250_000
+    assert mem["features"] == 250_000 * 20 * 9  # float64 features held by the caller + uint8 codes
+
+
+def test_cluster_layout_and_oversubscription():
+    c = cm.Cluster(cores_per_node=4, ranks_per_node=2)
+    assert c.layout(5) == [0, 0, 1, 1, 2]
+    assert c.oversubscription(8) == 1.0
+    assert cm.Cluster(cores_per_node=2, single_node=True).oversubscription(4) == 2.0
+    assert cm.Cluster(cores_per_node=32, threads_per_rank=4).rpn(100) == 8
+    with pytest.raises(ValueError, match="model"):
+        cm.Workload("svm", 10, 2)
