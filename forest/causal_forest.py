@@ -26,10 +26,9 @@ from native import collectives as col
 from native.comm import world
 
 from .causal_criterion import CausalChannels, CausalCriterion
-from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
-                            oob_average, tree_values)
+from .honest_forest import fit_binning, global_ids, grow_honest_forest, oob_average
 from .importance import depth_weighted_importance, gain_importance
-from .inference import (aipw_scores, average_effect, average_effect_sums, blb_variance, local_treatment_cov,
+from .inference import (aipw_scores, average_effect, average_effect_sums, blb_predict, local_treatment_cov,
                         oob_effects, solve_theta)
 from .predictor import predict_values, predict_values_binned
 from .profiling import phase
@@ -336,21 +335,8 @@ class CausalForest(BaseEstimator):
         if self.ci_group_size < 2:
             raise ValueError("variance estimates need ci_group_size >= 2 at fit time")
         X = check_X(X, self.n_features_in_)
-        layout = self._layout()
-        n_trees = len(self.estimators_["tree_offsets"]) - 1
-        if chunk_rows is None:
-            # bound the (rows, trees, moments) block to ~64 MiB
-            chunk_rows = max(1, int(8_000_000 // max(n_trees * (layout.n_moments + 1), 1)))
-        thetas, variances = [], []
         with phase("prediction"):
-            for lo in range(0, len(X), chunk_rows):
-                tm = tree_values(self.estimators_, X[lo:lo + chunk_rows])
-                th, var = blb_variance(tm, layout, self.ci_group_size)
-                thetas.append(th)
-                variances.append(var)
-        K, M = layout.K, layout.M
-        th = np.concatenate(thetas) if thetas else np.zeros((0, K, M))
-        var = np.concatenate(variances) if variances else np.zeros((0, K, M))
+            th, var = blb_predict(self.estimators_, X, self._layout(), self.ci_group_size, chunk_rows)
         return self._shape(th), self._shape(var)
 
     def predict_interval(self, X, alpha=0.05):

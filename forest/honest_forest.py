@@ -12,18 +12,18 @@ Leaves whose estimation half is empty take their parent's value (walking up to t
 nearest non-empty ancestor), so every tree contributes to every prediction; this
 stands in for GRF's pruning of empty honest leaves.
 
-Helpers for prediction: :func:`tree_values` (each tree's leaf vector for each row),
-:func:`oob_average`. Importances live in :mod:`forest.importance`.
+Prediction helpers (:func:`tree_values`, :func:`oob_average`) live in
+:mod:`forest.predictor` and are re-exported here. Importances live in :mod:`forest.importance`.
 """
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from histogram.binning import BinMapper
 from native import collectives as col
 
 from . import grower as _grower
 from .grower import grow_levelwise, reestimate_leaves
-from .predictor import accumulate_oob_binned, predict_leaves
+from .predictor import accumulate_oob_binned, oob_average, tree_values  # noqa: F401 (re-exported)
 from .profiling import phase
 from .subsample import OUT, STRUCTURE, BOTH, ESTIMATION, tree_row_codes
 from .tree import pack_trees
@@ -114,40 +114,6 @@ def fill_empty_from_parent(tree, count_col):
     tree.value = value
 
 
-@njit(cache=True, parallel=True)
-def _oob_accumulate(leaves, codes, values, offsets, acc, cnt):
-    n, n_trees = leaves.shape
-    v = values.shape[1]
-    for i in prange(n):
-        for t in range(n_trees):
-            if codes[t, i] == 0:
-                node = offsets[t] + leaves[i, t]
-                for j in range(v):
-                    acc[i, j] += values[node, j]
-                cnt[i] += 1.0
-
-
-def oob_accumulate(packed, leaves, codes, acc, cnt):
-    """Add each tree's leaf value to the rows it did not sample.
-
-    Parameters
-    ----------
-    packed : dict
-        Packed forest of the batch (``pack_trees``).
-    leaves : ndarray of int32, shape (n, n_trees)
-    codes : ndarray of int8, shape (n_trees, n)
-    acc : ndarray of float64, shape (n, n_outputs)
-        Updated in place; ``n_outputs`` must equal the width of ``packed["value"]``.
-    cnt : ndarray of float64, shape (n,)
-        Updated in place (number of out-of-bag trees per row).
-    """
-    if acc.shape != (leaves.shape[0], packed["value"].shape[1]) or cnt.shape != (leaves.shape[0],):
-        raise ValueError(f"acc must have shape {(leaves.shape[0], packed['value'].shape[1])}, got {acc.shape}")
-    _oob_accumulate(np.ascontiguousarray(leaves, dtype=np.int32), np.ascontiguousarray(codes),
-                    np.ascontiguousarray(packed["value"], dtype=np.float64),
-                    np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64), acc, cnt)
-
-
 def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimators, seed, sample_fraction,
                        ci_group_size, honest, honesty_fraction, max_depth, min_samples_split, mtry,
                        batch_size, n_global, value_fn, count_col, comm, oob=False, progress=None,
@@ -234,49 +200,3 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
         if progress is not None:
             progress(len(trees), n_estimators)
     return pack_trees(trees), oob_acc, oob_cnt
-
-
-def oob_average(packed, X, gids, sampling, chunk_trees=256):
-    """Out-of-bag average of leaf values for training rows given by raw ``X``.
-
-    Parameters
-    ----------
-    packed : dict
-    X : ndarray, shape (n, n_features)
-    gids : ndarray of int64, shape (n,)
-        The rows' global ids during fitting.
-    sampling : dict
-        ``seed, sample_fraction, ci_group_size, honest, honesty_fraction`` as fitted.
-
-    Returns
-    -------
-    avg : ndarray, shape (n, n_outputs)
-        NaN rows where no tree left the row out.
-    cnt : ndarray, shape (n,)
-    """
-    leaves = predict_leaves(packed, X)
-    n, n_trees = leaves.shape
-    values = packed["value"]
-    acc = np.zeros((n, values.shape[1]))
-    cnt = np.zeros(n)
-    offsets = packed["tree_offsets"]
-    for lo in range(0, n_trees, chunk_trees):
-        hi = min(n_trees, lo + chunk_trees)
-        codes = tree_row_codes(sampling["seed"], np.arange(lo, hi), gids,
-                               sample_fraction=sampling["sample_fraction"], ci_group_size=sampling["ci_group_size"],
-                               honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"])
-        sub = {"value": values, "tree_offsets": offsets[lo:hi + 1]}
-        oob_accumulate(sub, leaves[:, lo:hi], codes, acc, cnt)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return acc / cnt[:, None], cnt
-
-
-def tree_values(packed, X):
-    """Each tree's leaf vector for each row.
-
-    Returns
-    -------
-    ndarray, shape (n, n_trees, n_outputs)
-    """
-    leaves = predict_leaves(packed, X).astype(np.int64)
-    return packed["value"][leaves + packed["tree_offsets"][:-1][None, :]]
