@@ -293,11 +293,15 @@ class _BatchForest:
         self.leaf_local = (nodes - np.repeat(offsets[:-1], np.diff(self.leaf_starts))).astype(np.int32)
 
 
+def batch_worthwhile(n_rows, n_trees, n_nodes):
+    """Whether ``n_rows`` rows should take the batch route (:data:`BATCH_MIN_ROWS`)."""
+    return n_rows >= BATCH_MIN_ROWS and n_rows * n_trees >= n_nodes
+
+
 def batch_forest(packed, n_rows, n_features):
     """The batch layout for ``n_rows`` rows, or None (few rows, or a forest that does
     not fit the record layout: the per-row walk then serves)."""
-    n_trees = len(packed["tree_offsets"]) - 1
-    if n_rows < BATCH_MIN_ROWS or n_rows * n_trees < len(packed["feature"]):
+    if not batch_worthwhile(n_rows, len(packed["tree_offsets"]) - 1, len(packed["feature"])):
         return None
     layout = encode_records(packed, n_features)
     return None if layout is None else _BatchForest(layout, packed)

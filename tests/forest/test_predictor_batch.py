@@ -68,7 +68,7 @@ def per_row_walk(monkeypatch):
     """Run a prediction through the per-row walk (the route taken before batching)."""
     def run(fn, *args, **kwargs):
         with monkeypatch.context() as m:
-            m.setattr(predictor, "BATCH_MIN_ROWS", 1 << 62)
+            m.setattr(predictor, "batch_worthwhile", lambda *a: False)
             return fn(*args, **kwargs)
     return run
 
@@ -109,7 +109,7 @@ def test_codes_count_thresholds_below(rng):
 
 @pytest.mark.parametrize("n_rows", [300, 2500, 9000])   # partial block, several blocks, parallel driver
 def test_batch_matches_reference(rng, threads, n_rows, monkeypatch):
-    monkeypatch.setattr(predictor, "BATCH_MIN_ROWS", 1)
+    monkeypatch.setattr(predictor, "batch_worthwhile", lambda *a: True)
     trees, thresholds = _forest(rng)
     packed = pack_trees(trees)
     assert batch_forest(packed, n_rows, len(thresholds)) is not None
@@ -138,7 +138,7 @@ def test_batch_equals_per_row_walk(rng, threads, per_row_walk):
 
 
 def test_forest_outside_the_record_layout_falls_back(rng, monkeypatch):
-    monkeypatch.setattr(predictor, "BATCH_MIN_ROWS", 1)
+    monkeypatch.setattr(predictor, "batch_worthwhile", lambda *a: True)
     many = [np.sort(rng.normal(size=RECORD_MAX_THRESHOLDS + 40)), np.sort(rng.normal(size=5))]
     trees = [_random_tree(rng, 2, 1, many, depth=12, p_stop=0.0) for _ in range(4)]
     packed = pack_trees(trees)
@@ -151,7 +151,7 @@ def test_forest_outside_the_record_layout_falls_back(rng, monkeypatch):
 
 @pytest.mark.parametrize("n_rows", [700, 9000])
 def test_accumulate_oob_matches_masked_reference(rng, threads, n_rows, monkeypatch):
-    monkeypatch.setattr(predictor, "BATCH_MIN_ROWS", 1)
+    monkeypatch.setattr(predictor, "batch_worthwhile", lambda *a: True)
     trees, thresholds = _forest(rng)
     packed = pack_trees(trees)
     X = _rows(rng, n_rows, thresholds)
@@ -220,7 +220,7 @@ def _moment_forest(rng, n_trees, n_features=5, layout=CausalChannels(1, 1), p_em
 
 @pytest.mark.parametrize("n_trees,L", [(40, 2), (45, 3), (300, 2), (36, 9), (1030, 2)])
 def test_blb_predict_is_blb_variance_bitwise(rng, threads, n_trees, L, monkeypatch):
-    monkeypatch.setattr(predictor, "BATCH_MIN_ROWS", 1)
+    monkeypatch.setattr(predictor, "batch_worthwhile", lambda *a: True)
     layout = CausalChannels(1, 1)
     packed, thresholds = _moment_forest(rng, n_trees, depth=5)
     X = rng.uniform(size=(5000 if n_trees < 1000 else 600, len(thresholds)))

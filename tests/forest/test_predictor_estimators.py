@@ -33,9 +33,14 @@ def per_row(monkeypatch):
     """``per_row(fn, *args)``: the same call through the per-row walk."""
     def run(fn, *args, **kwargs):
         with monkeypatch.context() as m:
-            m.setattr(predictor, "BATCH_MIN_ROWS", 1 << 62)
+            m.setattr(predictor, "batch_worthwhile", lambda *a: False)
             return fn(*args, **kwargs)
     return run
+
+
+def _assert_batched(packed, X):
+    """The test's inputs do take the batch route (or the comparison proves nothing)."""
+    assert predictor.batch_forest(packed, len(X), X.shape[1]) is not None
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +55,8 @@ def causal():
 
 def test_causal_forest(causal, threads, per_row):
     cf, X_train, X = causal
+    _assert_batched(cf.estimators_, X)
+    _assert_batched(cf.estimators_, X_train)
     np.testing.assert_array_equal(cf.predict(X), per_row(cf.predict, X))
     np.testing.assert_array_equal(cf.predict_var(X), per_row(cf.predict_var, X))
     lo, hi = cf.predict_interval(X, alpha=0.1)
@@ -80,6 +87,7 @@ def test_causal_forest_multi_arm(threads, per_row):
     d = simulate.multi_arm(1200, d=5, n_arms=2, seed=5)
     cf = CausalForest(20, max_bins=32, random_state=2).fit(_with_nan(d.X, rng), d.t, d.y, comm=SelfCommunicator())
     X = _with_nan(simulate.multi_arm(N_TEST, d=5, seed=6).X, rng)
+    _assert_batched(cf.estimators_, X)
     np.testing.assert_array_equal(cf.predict(X), per_row(cf.predict, X))
     np.testing.assert_array_equal(cf.predict_var(X), per_row(cf.predict_var, X))
 
@@ -90,6 +98,8 @@ def test_regression_forest(threads, per_row):
     y = np.nan_to_num(X_train[:, 0]) + rng.normal(size=1000)
     rf = RegressionForest(30, max_bins=64, random_state=0).fit(X_train, y, comm=SelfCommunicator())
     X = _with_nan(rng.normal(size=(N_TEST, 5)), rng)
+    _assert_batched(rf.estimators_, X)
+    _assert_batched(rf.estimators_, X_train)
     np.testing.assert_array_equal(rf.predict(X), per_row(rf.predict, X))
     _, values = predict_reference(unpack_trees(rf.estimators_), X)
     np.testing.assert_array_equal(rf.predict(X), values[:, 0] / 30)
@@ -104,6 +114,7 @@ def test_gbdt_regressor(threads, per_row):
     y = np.nan_to_num(X_train[:, 0]) * 2 + np.nan_to_num(X_train[:, 1]) ** 2 + rng.normal(size=1500)
     gb = GBDTRegressor(n_estimators=25, max_leaf_nodes=15, early_stopping=False, random_state=0).fit(X_train, y)
     X = _with_nan(rng.normal(size=(N_TEST, 6)), rng)
+    _assert_batched(gb._packed_forest(), X)
     np.testing.assert_array_equal(gb.predict(X), per_row(gb.predict, X))
     leaves, _ = predict_reference(gb.trees_, X)
     raw = np.tile(gb.baseline_, (len(X), 1))                 # baseline first, then trees in order
@@ -122,5 +133,6 @@ def test_gbdt_classifier(threads, per_row, n_classes):
                     np.linspace(-0.7, 0.7, n_classes - 1))
     gb = GBDTClassifier(n_estimators=20, max_leaf_nodes=15, early_stopping=False, random_state=0).fit(X_train, y)
     X = _with_nan(rng.normal(size=(N_TEST, 6)), rng)
+    _assert_batched(gb._packed_forest(), X)
     np.testing.assert_array_equal(gb.predict_proba(X), per_row(gb.predict_proba, X))
     np.testing.assert_array_equal(gb.predict(X), per_row(gb.predict, X))
