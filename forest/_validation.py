@@ -1,14 +1,39 @@
-"""Shared input checks: tables and arrays to float64 feature matrices.
+"""Input checks shared by every estimator: features, per-row arguments, weights, magnitudes.
 
-This module owns the conversion every ``forest`` entry point applies to feature
-input: numpy arrays, array-likes, pandas DataFrames and pyarrow Tables /
-RecordBatches become a C-contiguous ``float64`` array of shape ``(n, d)`` (nulls and
-NaN become NaN, meaning "missing") plus the column names when the input had them.
-Estimators go through scikit-learn's ``validate_data`` (which also records
-``feature_names_in_``); code outside estimators (CLI, causal forest helpers) calls
-:func:`as_float_matrix` directly.
+This module owns what ``fit`` and ``predict`` accept and the messages they give:
+
+- features (:func:`validate_features`, :func:`fit_features`): numpy arrays, array-likes,
+  pandas DataFrames and pyarrow Tables become C-contiguous float64 ``(n, d)`` through
+  scikit-learn's ``validate_data``, so ``n_features_in_`` / ``feature_names_in_`` and the
+  messages (wrong feature count, reordered or renamed columns, 1-D input, sparse or
+  complex input, no rows) are the ones scikit-learn users know. NaN and pandas / arrow
+  nulls mean "missing"; infinities are errors; a column that is not numeric is named.
+  Pre-binned codes (``binned=(mapper, codes)``) take their names from ``feature_names``.
+- per-row arguments (:func:`check_target`: ``y``, ``t``, ``y_hat``, ``t_hat``) and
+  :func:`check_weight`: NaN, pandas ``NA`` and infinities are errors naming the argument.
+- magnitudes (:func:`moment_sums`, :func:`check_moment_sums`): split scores square sums
+  of ``weight * y`` (and of treatment products), so values that would overflow float64
+  there (``y * 1e300``, ``t ~ 1e200``) are rejected instead of giving NaN or constant
+  predictions.
+- row counts over all ranks (:func:`check_row_count`).
+
+Every check here is local to one rank; :mod:`forest.collective_checks` makes the
+outcome the same on every rank.
 """
+import numbers
+import warnings
+
 import numpy as np
+from sklearn.exceptions import DataConversionWarning
+from sklearn.utils.validation import assert_all_finite, check_array, column_or_1d
+
+from .collective_checks import require_same
+
+try:  # scikit-learn >= 1.6
+    from sklearn.utils.validation import validate_data as _validate_data
+except ImportError:  # pragma: no cover - older scikit-learn
+    def _validate_data(est, *args, **kwargs):
+        return est._validate_data(*args, **kwargs)
 
 
 def _is_pandas(X):
@@ -25,92 +50,313 @@ def _numeric_dtype(dt):
         np_dt = np.dtype(getattr(dt, "numpy_dtype", dt))
     except TypeError:  # string, categorical and other extension dtypes
         return False
-    return np_dt.kind in "biuf"
+    return np_dt.kind in "biufc"  # complex passes here: scikit-learn rejects it with its own message
 
 
-def _arrow_column(col, name):
-    import pyarrow as pa
-    import pyarrow.compute as pc
+def _non_numeric_column(X):
+    """``(name, type)`` of the first column of a table that cannot be read as numbers, or None."""
+    if _is_arrow(X):
+        import pyarrow as pa
 
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    t = col.type
-    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-            or pa.types.is_decimal(t) or pa.types.is_null(t)):
-        raise ValueError(f"column {name!r} has non-numeric type {t}; encode it as numbers first")
-    col = pc.cast(col, pa.float64())
-    return col.to_numpy(zero_copy_only=False)
+        for name, typ in zip(X.column_names, X.schema.types):
+            if not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_boolean(typ)
+                    or pa.types.is_decimal(typ) or pa.types.is_null(typ)):
+                return str(name), str(typ)
+        return None
+    if _is_pandas(X):
+        for name, dt in zip(X.columns, X.dtypes):
+            if _numeric_dtype(dt):
+                continue
+            try:  # object columns may still hold numbers; scikit-learn accepts those
+                X[name].to_numpy(dtype=np.float64, na_value=np.nan)
+            except (TypeError, ValueError):
+                return str(name), str(dt)
+    return None
 
 
-def as_float_matrix(X, *, name="X", allow_nan=True, allow_empty=False):
-    """Convert tabular input to a float64 matrix and its feature names.
+def validate_features(estimator, X, *, reset, min_samples=1):
+    """Feature matrix of ``fit`` (``reset=True``) or ``predict`` (``reset=False``).
 
     Parameters
     ----------
-    X : ndarray, array-like, pandas.DataFrame, pyarrow.Table or pyarrow.RecordBatch
-        Shape (n, d).
-    name : str
-        Used in error messages.
-    allow_nan : bool, default True
-        NaN (and nulls) mean missing; with False they raise.
-    allow_empty : bool, default False
-        Allow ``n == 0`` (a rank may hold no rows).
+    estimator : BaseEstimator
+        ``reset=True`` records ``n_features_in_`` and ``feature_names_in_`` on it;
+        ``reset=False`` checks ``X`` against them.
+    X : array-like, pandas.DataFrame or pyarrow.Table, shape (n, d)
+    reset : bool
+    min_samples : int, default 1
+        0 where a rank may hold no rows.
 
     Returns
     -------
-    X : ndarray of float64, shape (n, d), C-contiguous
-    feature_names : list of str or None
+    ndarray of float64, shape (n, d), C-contiguous
+        NaN where a value is missing.
 
     Raises
     ------
     ValueError
-        Non-numeric columns, wrong dimensionality, infinities, NaN when not allowed,
-        or no rows/columns.
+        Infinite values, a non-numeric column (named), wrong dimensionality or feature
+        count, column names that differ from fit's, complex values, too few rows.
+    TypeError
+        Sparse input (not supported: ``X.toarray()`` converts it).
     """
-    names = None
-    if _is_arrow(X):
-        names = [str(c) for c in X.column_names]
-        cols = [_arrow_column(X.column(i), names[i]) for i in range(len(names))]
-        arr = np.stack(cols, axis=1) if cols else np.zeros((X.num_rows, 0))
-    elif _is_pandas(X):
-        names = [str(c) for c in X.columns]
-        bad = [c for c, dt in zip(names, X.dtypes) if not _numeric_dtype(dt)]
-        if bad:
-            raise ValueError(f"{name} has non-numeric columns {bad}; encode them as numbers first")
-        arr = X.to_numpy(dtype=np.float64, na_value=np.nan)
-    else:
-        arr = np.asarray(X)
-        if arr.dtype.kind not in "biuf":
-            try:
-                arr = arr.astype(np.float64)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}") from exc
-    arr = np.ascontiguousarray(arr, dtype=np.float64)
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be 2-D (n_samples, n_features), got shape {arr.shape}")
-    if arr.shape[1] == 0:
-        raise ValueError(f"{name} has no features (shape {arr.shape})")
-    if arr.shape[0] == 0 and not allow_empty:
-        raise ValueError(f"{name} has no rows (shape {arr.shape})")
-    if np.isinf(arr).any():
-        raise ValueError(f"{name} contains infinite values")
-    if not allow_nan and np.isnan(arr).any():
-        raise ValueError(f"{name} contains NaN or missing values")
-    return arr, names
+    column = _non_numeric_column(X)
+    if column is not None:
+        raise ValueError(f"X column {column[0]!r} is not numeric (type {column[1]}); encode it as numbers first")
+    return _validate_data(estimator, X, reset=reset, dtype=np.float64, order="C", ensure_all_finite="allow-nan",
+                          ensure_min_samples=min_samples)
 
 
-def check_feature_names(expected, got, name="X"):
-    """Raise when column names at predict time disagree with those seen in fit.
+def _check_feature_names(feature_names, n_features):
+    names = list(feature_names)
+    if len(names) != n_features or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise ValueError(f"feature_names must be {n_features} distinct strings (one per feature), "
+                         f"got {len(names)}: {names[:5]}{' ...' if len(names) > 5 else ''}")
+    return names
+
+
+def fit_features(estimator, X, binned=None, feature_names=None, *, min_samples=1):
+    """Features of ``fit``: a matrix ``X`` or pre-binned codes, recorded on the estimator.
+
+    Sets ``estimator.n_features_in_`` and ``estimator.feature_names_in_`` (the latter
+    only when the features have names: the columns of a DataFrame / Table ``X``, or
+    ``feature_names`` given with ``binned``).
 
     Parameters
     ----------
-    expected, got : list of str or None
-        ``None`` (plain arrays) is accepted on either side.
+    estimator : BaseEstimator
+    X : array-like, pandas.DataFrame or pyarrow.Table, shape (n, d), or None
+        ``None`` only with ``binned``.
+    binned : tuple (BinMapper, ndarray), optional
+        See :func:`check_binned`.
+    feature_names : sequence of str, optional
+        Names of the binned features (length ``d``); ``X``, if also given with names,
+        must carry the same ones.
+    min_samples : int, default 1
+
+    Returns
+    -------
+    X : ndarray of float64, shape (n, d), or None
+    binned : tuple (BinMapper, ndarray of uint8, shape (d, n)) or None
+    n_rows : int
     """
-    if expected is None or got is None:
-        return
-    if list(expected) != list(got):
-        raise ValueError(f"{name} columns {list(got)} differ from the columns seen in fit {list(expected)}")
+    if binned is None:
+        if X is None:
+            raise ValueError("fit needs X, or binned=(mapper, codes) with X=None; both are None")
+        if feature_names is not None:
+            raise ValueError("feature_names goes with binned input; a DataFrame or pyarrow Table X names its "
+                             "own columns")
+        X = validate_features(estimator, X, reset=True, min_samples=min_samples)
+        return X, None, X.shape[0]
+    if X is not None:
+        X = validate_features(estimator, X, reset=True, min_samples=0)
+    mapper, codes = check_binned(binned, X)
+    n_features, n_rows = codes.shape
+    if n_rows < min_samples:
+        raise ValueError(f"Found array with {n_rows} sample(s) (binned codes of shape {codes.shape}) while a "
+                         f"minimum of {min_samples} is required by {type(estimator).__name__}.")
+    if X is None:
+        estimator.n_features_in_ = int(n_features)
+        if hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+    if feature_names is not None:
+        names = _check_feature_names(feature_names, n_features)
+        seen = getattr(estimator, "feature_names_in_", None)
+        if seen is not None and list(seen) != names:
+            raise ValueError(f"feature_names {names} differ from the columns of X {list(seen)}")
+        estimator.feature_names_in_ = np.asarray(names, dtype=object)
+    return X, (mapper, codes), int(n_rows)
+
+
+def agreed_features(summaries):
+    """Check that every rank's ``X`` has the same features; used after ``collective_checks``.
+
+    Parameters
+    ----------
+    summaries : list of dict
+        Each with ``features`` (``n_features_in_``) and ``names`` (``feature_names_in_``
+        as a list, or None), as shared by :func:`feature_summary`.
+    """
+    require_same(summaries, "features", lambda d: f"X has {d} features")
+    require_same(summaries, "names", lambda names: f"X has columns {names}" if names else "X has no column names")
+
+
+def feature_summary(est):
+    """``features`` and ``names`` of a just-validated estimator, for :func:`agreed_features`."""
+    names = getattr(est, "feature_names_in_", None)
+    return dict(features=int(est.n_features_in_), names=None if names is None else [str(n) for n in names])
+
+
+def _exact_integers(values):
+    """A pandas nullable integer/boolean Series without NA as numpy integers/booleans.
+
+    scikit-learn turns such columns into float64, which would make an integer
+    treatment look like a continuous dose.
+    """
+    numpy_dtype = getattr(getattr(values, "dtype", None), "numpy_dtype", None)
+    if (numpy_dtype is not None and _is_pandas_series(values) and np.dtype(numpy_dtype).kind in "biu"
+            and not values.isna().any()):
+        return values.to_numpy(dtype=numpy_dtype)
+    return values
+
+
+def _is_pandas_series(values):
+    return type(values).__module__.startswith("pandas") and hasattr(values, "isna") and getattr(values, "ndim", 0) == 1
+
+
+def _named(name, exc):
+    """``exc``'s message, prefixed with the argument's name unless scikit-learn named it."""
+    text = str(exc)
+    return text if text.startswith(f"Input {name} ") else f"{name}: {text}"
+
+
+def check_target(values, name, n_rows, *, estimator, dtype=np.float64, multi_output=True, warn_column=False):
+    """A per-row argument of ``fit`` (``y``, ``t``, ``y_hat``, ``t_hat``), finite, ``n_rows`` long.
+
+    Parameters
+    ----------
+    values : array-like or pandas Series / DataFrame, shape (n,) or (n, k)
+        pandas ``NA`` counts as missing, which is an error here.
+    name : str
+        The argument's name, used in every message.
+    n_rows : int
+        Rows of ``X`` on this rank.
+    estimator : BaseEstimator
+        For the message when ``values`` is None.
+    dtype : numpy dtype, "numeric" or None, default float64
+        "numeric" keeps integer and boolean values (treatment codes); None keeps
+        any dtype (class labels).
+    multi_output : bool, default True
+        Accept shape (n, k); with False a column vector is raveled with
+        scikit-learn's ``DataConversionWarning`` and wider arrays are errors.
+    warn_column : bool, default False
+        With ``multi_output``, warn as scikit-learn's forests do when shape is (n, 1).
+
+    Returns
+    -------
+    ndarray, shape (n,) or (n, k)
+    """
+    if values is None:
+        raise ValueError(f"This {type(estimator).__name__} estimator requires {name} to be passed, "
+                         f"but the target {name} is None.")
+    values = _exact_integers(values)
+    try:
+        if multi_output:
+            arr = check_array(values, ensure_2d=False, dtype=dtype, ensure_all_finite=True, input_name=name,
+                              ensure_min_samples=0)
+        else:
+            arr = column_or_1d(values, warn=True)
+            if arr.dtype.kind == "c":
+                raise ValueError("Complex data not supported")
+            if dtype is not None:
+                arr = arr.astype(np.float64 if dtype == "numeric" and arr.dtype.kind not in "biuf" else dtype,
+                                 copy=False)
+            if arr.dtype.kind in "fc":
+                assert_all_finite(arr, input_name=name)
+    except ValueError as exc:
+        raise ValueError(_named(name, exc)) from exc
+    if arr.ndim not in (1, 2) or (arr.ndim == 2 and arr.shape[1] == 0):
+        raise ValueError(f"{name} must have shape (n,) or (n, k), got {arr.shape}")
+    if len(arr) != n_rows:
+        raise ValueError(f"{name} has {len(arr)} rows but X has {n_rows} (inconsistent numbers of samples)")
+    if warn_column and arr.ndim == 2 and arr.shape[1] == 1:
+        warnings.warn(f"A column-vector {name} was passed when a 1d array was expected. Please change the shape "
+                      f"of {name} to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=3)
+    return arr
+
+
+def check_weight(sample_weight, n_rows):
+    """Sample weights, shape (n_rows,), finite and non-negative (ones when None).
+
+    A rank may hold only zero weights; the total over all ranks is checked by the
+    caller once the ranks have shared it.
+
+    Returns
+    -------
+    ndarray of float64, shape (n_rows,)
+    """
+    if sample_weight is None:
+        return np.ones(n_rows)
+    if isinstance(sample_weight, numbers.Number):
+        return np.full(n_rows, float(sample_weight))
+    g = check_array(sample_weight, ensure_2d=False, dtype=np.float64, input_name="sample_weight",
+                    ensure_min_samples=0)
+    if g.shape != (n_rows,):
+        raise ValueError(f"sample_weight.shape == {g.shape}, expected {(n_rows,)}!")
+    if (g < 0).any():
+        raise ValueError("Negative values in data passed to sample_weight")
+    return g
+
+
+def check_row_count(estimator, n_rows, minimum, n_ranks=1):
+    """Raise unless ``n_rows`` (over all ranks) reaches the estimator's ``minimum``."""
+    where = " over all ranks" if n_ranks > 1 else ""
+    name = type(estimator).__name__
+    if n_rows == 0:
+        raise ValueError(f"Found array with 0 sample(s){where} while a minimum of {minimum} is required by {name}.")
+    if n_rows < minimum:
+        raise ValueError(f"{name} needs at least {minimum} rows to fit, got n_samples = {n_rows}{where}")
+
+
+#: Largest accepted sum over all rows of ``|weight * value|`` for the quantities of
+#: :func:`moment_sums`. Split criteria square node sums of these products and add a few
+#: such squares, so the sums must stay well below ``sqrt(float64 max) ~ 1.3e154``.
+MAX_MOMENT_SUM = float(np.sqrt(np.finfo(np.float64).max) / 8)
+
+#: What each entry of :func:`moment_sums` sums (absolute values), and the argument blamed.
+_MOMENTS = (("sample_weight", "sample_weight"), ("sample_weight * {y}", "{y}"), ("sample_weight * {t}", "{t}"),
+            ("sample_weight * {t} * {t}", "{t}"), ("sample_weight * {t} * {y}", "{t} and {y}"))
+
+
+def moment_sums(g, Y, W=None):
+    """This rank's sums of the absolute products split statistics are built from.
+
+    Parameters
+    ----------
+    g : ndarray, shape (n,)
+        Sample weights.
+    Y : ndarray, shape (n,) or (n, M), or None
+        Outcome (None: class labels, which are not summed).
+    W : ndarray, shape (n,) or (n, K), optional
+        Treatment (causal forests).
+
+    Returns
+    -------
+    ndarray of float64, shape (5,)
+        ``sum|g|``, ``max_m sum|g y_m|``, ``max_k sum|g w_k|``, ``max_kl sum|g w_k w_l|``,
+        ``max_km sum|g w_k y_m|`` (0 for what is not given); inf or NaN where a
+        product overflows. Sum them over ranks and pass to :func:`check_moment_sums`.
+    """
+    ag = np.abs(g)
+    ay = np.abs(as_columns(Y)) if Y is not None else np.zeros((len(g), 1))
+    out = np.zeros(5)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out[0] = ag.sum()
+        out[1] = np.max(ag @ ay)
+        if W is not None:
+            aw = np.abs(as_columns(W))
+            gw = ag[:, None] * aw
+            out[2] = np.max(gw.sum(axis=0))
+            out[3] = np.max(gw.T @ aw)
+            out[4] = np.max(gw.T @ ay)
+    return out
+
+
+def check_moment_sums(sums, y_name="y", t_name="t"):
+    """Raise when a sum of :func:`moment_sums` (over all rows) would overflow the split statistics.
+
+    Parameters
+    ----------
+    sums : ndarray, shape (5,)
+    y_name, t_name : str
+        How to call the outcome and treatment in the message.
+    """
+    for value, (expr, arg) in zip(sums, _MOMENTS):
+        if not value <= MAX_MOMENT_SUM:  # also catches NaN
+            expr, arg = expr.format(y=y_name, t=t_name), arg.format(y=y_name, t=t_name)
+            raise ValueError(f"{arg} too large in magnitude: the sum over all rows of |{expr}| is {value:.3g}, "
+                             f"above {MAX_MOMENT_SUM:.3g}, so float64 split statistics (squares of such sums) "
+                             f"would overflow; rescale {arg}")
 
 
 def as_columns(a):

@@ -17,6 +17,7 @@ sampling keyed by global row id, global bin edges and bitwise-identical reduced
 histograms make the forest the one a single process grows on all rows.
 """
 from statistics import NormalDist
+from types import SimpleNamespace
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -32,22 +33,24 @@ from .inference import (aipw_scores, average_effect, average_effect_sums, blb_pr
                         oob_effects, solve_theta)
 from .predictor import predict_values, predict_values_binned
 from .profiling import phase
-from ._validation import as_columns
-from .regression_forest import (RegressionForest, features_or_codes, check_forest_params, check_weight, check_X,
-                                resolve_mtry)
+from ._validation import (agreed_features, as_columns, check_moment_sums, check_row_count, check_target, check_weight,
+                          feature_summary, fit_features, moment_sums, validate_features)
+from .collective_checks import collective_checks, input_error, require_same, total
+from .regression_forest import RegressionForest, check_forest_params, resolve_mtry
+from .treatment import check_treatment_type, encode_treatment, resolve_treatment, treatment_summary
 
-TREATMENT_TYPES = ("auto", "binary", "categorical", "continuous")
+
+def _nuisance_shape_ok(tail, width):
+    """Whether per-row nuisance estimates of trailing shape ``tail`` fit ``width`` columns."""
+    return tail == (width,) or (tail == () and width == 1)
 
 
-def _global_unique(comm, values, limit=64):
-    """Sorted distinct values over all ranks, or None if there are more than ``limit``."""
-    local = np.unique(values)
-    local = local if len(local) <= limit else local[: limit + 1]
-    if comm.size == 1:
-        merged = local
-    else:
-        merged = np.unique(np.concatenate([np.asarray(v) for v in col.allgather_object(comm, local)]))
-    return merged if len(merged) <= limit else None
+def _check_centered_moments(comm, g, yc, wc):
+    """Reject centered outcomes/treatments whose moment sums would overflow (same error on every rank)."""
+    sums = moment_sums(g, yc, wc)
+    if comm.size > 1:
+        sums = col.allreduce(comm, np.ascontiguousarray(sums))
+    check_moment_sums(sums, y_name="y - y_hat", t_name="t - t_hat")
 
 
 class CausalForest(BaseEstimator):
@@ -79,9 +82,12 @@ class CausalForest(BaseEstimator):
         Trees per little bag; ``>= 2`` enables ``predict_var``/``predict_interval``.
     max_bins : int, default 255
     treatment_type : {"auto", "binary", "categorical", "continuous"}, default "auto"
-        ``auto``: 1-D values in {0, 1} are binary; 1-D integer (or bool) values with
-        more than two levels are categorical (the smallest level is the control);
-        anything else is continuous.
+        ``auto``: a 1-D ``t`` with two distinct values is binary whatever the codes
+        (the smaller value is the control); 1-D integer (or bool) values with 3 to
+        ``forest.treatment.AUTO_MAX_LEVELS`` (10) levels are categorical (the smallest
+        level is the control); more integer levels are an error asking for an explicit
+        ``"categorical"`` (at most 64 levels) or ``"continuous"``; float values with
+        more than two levels, and 2-D ``t``, are continuous. See :mod:`forest.treatment`.
     nuisance_estimators : int or None, default None
         Trees of each centering forest; ``None`` is ``max(50, n_estimators // 4)``.
     batch_size : int or None, default None
@@ -94,7 +100,11 @@ class CausalForest(BaseEstimator):
     bin_mapper_ : histogram.binning.BinMapper
     treatment_type_ : str
     classes_ : ndarray or None
-        Treatment levels (categorical and binary), control first.
+        Treatment levels (categorical and binary), control first: for a binary
+        ``t`` coded {1, 2}, ``[1, 2]`` and the effect is that of 2 against 1.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when fitted on a table with string column names (or with ``feature_names``).
     n_treatments_, n_outcomes_ : int
         ``K`` and ``M``.
     ate_, ate_stderr_ : ndarray
@@ -103,6 +113,11 @@ class CausalForest(BaseEstimator):
         GRF's depth-weighted split frequency.
     gain_importances_ : ndarray, shape (n_features,)
     """
+
+    #: scikit-learn checks that cannot hold for this estimator, with the reason: the same as
+    #: the regression forest's (its trees subsample rows the same way). The checks reach
+    #: ``fit(X, t, y)`` through an adapter that supplies ``t`` (tests/forest/test_sklearn_checks.py).
+    _expected_failed_checks = dict(RegressionForest._expected_failed_checks)
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
@@ -123,54 +138,82 @@ class CausalForest(BaseEstimator):
         self.batch_size = batch_size
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ fit
-    def _treatment_matrix(self, t, comm):
-        """Resolve the treatment type; returns ``W (n, K)`` float and the constraint kind."""
-        t = np.asarray(t)
-        if t.ndim not in (1, 2):
-            raise ValueError(f"t must have shape (n,) or (n, K), got {t.shape}")
-        kind = self.treatment_type
-        if kind not in TREATMENT_TYPES:
-            raise ValueError(f"treatment_type must be one of {TREATMENT_TYPES}, got {kind!r}")
-        if t.dtype.kind not in "biuf":
-            raise ValueError(f"t must be numeric, got dtype {t.dtype}")
-        if t.dtype.kind == "f" and not np.all(np.isfinite(t)):
-            raise ValueError("t contains NaN or infinite values")
-        levels = _global_unique(comm, t.ravel()) if t.ndim == 1 and kind != "continuous" else None
-        if kind == "auto":
-            if levels is not None and len(levels) <= 2 and np.all(np.isin(levels, (0, 1))):
-                kind = "binary"
-            elif levels is not None and len(levels) > 2 and t.dtype.kind in "biu":
-                kind = "categorical"
-            else:
-                kind = "continuous"
-        if kind in ("binary", "categorical"):
-            if t.ndim != 1:
-                raise ValueError(f"a {kind} treatment must be 1-D, got shape {t.shape}")
-            if levels is None:
-                raise ValueError(f"a {kind} treatment has too many distinct levels (> 64)")
-            if kind == "binary" and not np.all(np.isin(levels, (0, 1))):
-                raise ValueError(f"a binary treatment must be coded 0/1, got levels {levels[:5]}")
-            if len(levels) < 2:
-                raise ValueError(f"the treatment takes a single value ({levels}); no effect can be estimated")
-            classes = np.array([0, 1]) if kind == "binary" else levels
-            codes = np.searchsorted(classes, t)
-            W = np.zeros((len(t), len(classes) - 1))
-            rows = codes > 0
-            W[rows, codes[rows] - 1] = 1.0
-            return kind, W, classes, codes
-        W = as_columns(t)
-        return "continuous", W, None, None
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True          # NaN is a missing value, with its own bin
+        return tags
 
-    def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None, binned=None):
+    # ------------------------------------------------------------------ fit
+    def _fit_inputs(self, X, t, y, sample_weight, y_hat, t_hat, binned, feature_names, comm):
+        """Validate ``fit``'s arguments and code the treatment, on every rank together.
+
+        Returns
+        -------
+        SimpleNamespace
+            ``seed, X, binned, n_global, kind, classes, W (n, K), codes, Y (n, M),
+            y_ndim, g, y_hat, t_hat`` (the last two None when not given).
+        """
+        with collective_checks(comm) as checks:
+            seed = check_forest_params(self)
+            if self.nuisance_estimators is not None and self.nuisance_estimators < 1:
+                raise ValueError(f"nuisance_estimators must be >= 1 or None, got {self.nuisance_estimators}")
+            check_treatment_type(self.treatment_type)
+            X, binned, n = fit_features(self, X, binned, feature_names, min_samples=1 if comm.size == 1 else 0)
+            resolve_mtry(self.max_features, self.n_features_in_)
+            t = check_target(t, "t", n, estimator=self, dtype="numeric")
+            y = check_target(y, "y", n, estimator=self)
+            Y = as_columns(y)
+            g = check_weight(sample_weight, n)
+            if y_hat is not None:
+                y_hat = check_target(y_hat, "y_hat", n, estimator=self)
+                if not _nuisance_shape_ok(y_hat.shape[1:], Y.shape[1]):
+                    raise ValueError(f"y_hat must have the shape of y {y.shape}, got {y_hat.shape}")
+            if t_hat is not None:
+                t_hat = check_target(t_hat, "t_hat", n, estimator=self)
+            checks.share(rows=n, outputs=y.shape[1:], t_shape=t.shape[1:],
+                         treatment=treatment_summary(t, self.treatment_type),
+                         t_hat=None if t_hat is None else t_hat.shape[1:],
+                         moments=moment_sums(g, Y, as_columns(t)), **feature_summary(self))
+        summaries = checks.summaries
+        agreed_features(summaries)
+        require_same(summaries, "outputs", lambda s: f"y has shape (n, {s[0]})" if s else "y is 1-D")
+        require_same(summaries, "t_shape", lambda s: f"t has shape (n, {s[0]})" if s else "t is 1-D")
+        n_global = total(summaries, "rows")
+        check_row_count(self, n_global, 4, comm.size)
+        kind, classes = resolve_treatment(self.treatment_type, [s["treatment"] for s in summaries])
+        W, codes = encode_treatment(t, kind, classes)
+        K = W.shape[1]
+        for r, s in enumerate(summaries):
+            if s["t_hat"] is not None and not _nuisance_shape_ok(s["t_hat"], K):
+                got = f"(n, {s['t_hat'][0]})" if s["t_hat"] else "(n,)"
+                raise input_error(summaries, r, f"t_hat must have shape (n, {K}) for this {kind} treatment "
+                                                f"(or (n,) when K = 1), got {got}")
+        moments = total(summaries, "moments")
+        weight_total = moments[0]  # sum |g| = sum g: weights are non-negative
+        if not weight_total > 0:
+            raise ValueError("sample_weight sums to zero over all rows")
+        if kind != "continuous":
+            moments[2:] = 0.0  # arm indicators: their products are bounded by the weight and y sums
+        # The nuisance forests rescale the weights to mean 1; check what they will sum too.
+        check_moment_sums(moments * max(1.0, n_global / weight_total))
+        return SimpleNamespace(seed=seed, X=X, binned=binned, n_global=n_global, kind=kind, classes=classes, W=W,
+                               codes=codes, Y=Y, y_ndim=y.ndim, g=g, y_hat=y_hat, t_hat=t_hat)
+
+    def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None, binned=None,
+            feature_names=None):
         """Fit on this rank's rows.
+
+        Input checks are collective (:mod:`forest.collective_checks`): when any rank's
+        input is bad, every rank raises the same ``ValueError`` naming that rank.
 
         Parameters
         ----------
-        X : array-like, shape (n_local, n_features), or None
-            ``None`` when ``binned`` is given.
+        X : array-like, pandas DataFrame or pyarrow Table, shape (n_local, n_features), or None
+            NaN (or a null, pandas ``NA``) means missing. ``None`` when ``binned`` is
+            given. A table's column names become ``feature_names_in_`` and are checked
+            by ``predict``.
         t : array-like, shape (n_local,) or (n_local, K)
-            Treatment (see ``treatment_type``).
+            Treatment (see ``treatment_type``). NaN / ``NA`` / inf are errors.
         y : array-like, shape (n_local,) or (n_local, M)
         sample_weight : array-like, shape (n_local,), optional
         y_hat : array-like, shape like ``y``, optional
@@ -187,59 +230,41 @@ class CausalForest(BaseEstimator):
             (``mapper.transform(X)``). The forest and its nuisance forests then grow
             on the codes and need no float features (``forest-train`` bins parquet
             row groups as it reads them).
+        feature_names : sequence of str, optional
+            Names of the binned features (``feature_names_in_``) when ``X`` is None.
 
         Returns
         -------
         self
         """
         comm = world() if comm is None else comm
-        seed = check_forest_params(self)
-        if self.nuisance_estimators is not None and self.nuisance_estimators < 1:
-            raise ValueError(f"nuisance_estimators must be >= 1 or None, got {self.nuisance_estimators}")
-        X, codes_given = features_or_codes(X, binned)
-        n, n_features = codes_given[1].shape[::-1] if codes_given is not None else X.shape
-        y = np.asarray(y, dtype=np.float64)
-        if y.ndim not in (1, 2) or len(y) != n:
-            raise ValueError(f"y must have shape (n,) or (n, M) with n = {n}, got {y.shape}")
-        if not np.all(np.isfinite(y)):
-            raise ValueError("y contains NaN or infinite values")
-        if len(t) != n:
-            raise ValueError(f"t has {len(t)} rows, X has {n}")
-        g = check_weight(sample_weight, n)
-        kind, W, classes, codes = self._treatment_matrix(t, comm)
-        Y = as_columns(y)
+        inputs = self._fit_inputs(X, t, y, sample_weight, y_hat, t_hat, binned, feature_names, comm)
+        seed, X, W, Y, g, kind = inputs.seed, inputs.X, inputs.W, inputs.Y, inputs.g, inputs.kind
+        n, n_features, n_global = len(Y), self.n_features_in_, inputs.n_global
         K, M = W.shape[1], Y.shape[1]
-        gids, n_global = global_ids(comm, n)
-        if n_global < 4:
-            raise ValueError(f"need at least 4 rows in total, got {n_global}")
+        gids, _ = global_ids(comm, n)
         # The criterion validates alpha and imbalance_penalty: build it before the two
         # nuisance forests so a bad value fails in milliseconds, not after their fits.
         constraint = "sign" if kind == "continuous" else "arms"
         crit = CausalCriterion(K, M, min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
                                imbalance_penalty=self.imbalance_penalty, constraint=constraint)
-        mapper, binned = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
+        mapper, binned = fit_binning(X, self.max_bins, seed, comm) if inputs.binned is None else inputs.binned
 
         n_nuis = self.nuisance_estimators or max(50, int(self.n_estimators) // 4)
         nuisance = dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
                         max_features=self.max_features, batch_size=self.batch_size)
+        y_hat, t_hat = inputs.y_hat, inputs.t_hat
         if y_hat is None:
-            m = RegressionForest(n_nuis, random_state=seed + 7919, **nuisance).fit(X, Y, g, comm=comm,
-                                                                                    binned=(mapper, binned))
+            m = RegressionForest(n_nuis, random_state=seed + 7919, **nuisance).fit(
+                X, Y[:, 0] if M == 1 else Y, g, comm=comm, binned=(mapper, binned))
             y_hat = m.oob_prediction_
         if t_hat is None:
-            e = RegressionForest(n_nuis, random_state=seed + 104729, **nuisance).fit(X, W, g, comm=comm,
-                                                                                     binned=(mapper, binned))
+            e = RegressionForest(n_nuis, random_state=seed + 104729, **nuisance).fit(
+                X, W[:, 0] if K == 1 else W, g, comm=comm, binned=(mapper, binned))
             t_hat = e.oob_prediction_
-        y_hat = np.asarray(y_hat, dtype=np.float64)
-        t_hat = np.asarray(t_hat, dtype=np.float64)
-        if y_hat.size != n * M or t_hat.size != n * K or len(y_hat) != n or len(t_hat) != n:
-            raise ValueError(f"y_hat must have shape ({n}, {M}) and t_hat ({n}, {K}) (or 1-D), got "
-                             f"{y_hat.shape}, {t_hat.shape}")
-        y_hat, t_hat = y_hat.reshape(n, M), t_hat.reshape(n, K)
-        if not (np.all(np.isfinite(y_hat)) and np.all(np.isfinite(t_hat))):
-            raise ValueError("y_hat / t_hat contain NaN or infinite values")
-        wc = W - t_hat
-        yc = Y - y_hat
+        wc = W - t_hat.reshape(n, K)
+        yc = Y - y_hat.reshape(n, M)
+        _check_centered_moments(comm, g, yc, wc)
         indicator = (wc > 0).astype(np.float64) if constraint == "sign" else W
         with phase("other"):
             channels = crit.make_channels(wc, yc, g, indicator)
@@ -254,10 +279,9 @@ class CausalForest(BaseEstimator):
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         self.treatment_type_ = kind
-        self.classes_ = classes
+        self.classes_ = inputs.classes
         self.n_treatments_, self.n_outcomes_ = K, M
-        self.n_features_in_ = n_features
-        self.y_ndim_ = y.ndim
+        self.y_ndim_ = inputs.y_ndim
         self.sampling_ = dict(seed=seed, sample_fraction=float(self.max_samples),
                               ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
                               honesty_fraction=float(self.honesty_fraction))
@@ -270,7 +294,7 @@ class CausalForest(BaseEstimator):
                 mbar[cnt == 0] = self._mean_moments_binned(binned, cnt == 0)
             tau_oob = oob_effects(mbar, layout, lambda rows: self._mean_moments_binned(binned, rows))
             cov = local_treatment_cov(mbar, layout) if kind == "continuous" else None
-            t_arg = codes if kind == "categorical" else (W[:, 0] if kind == "binary" else W)
+            t_arg = inputs.codes if kind == "categorical" else (W[:, 0] if kind == "binary" else W)
             scores = aipw_scores(kind, tau_oob, t_arg, Y, y_hat, t_hat, cov)
             sums = average_effect_sums(scores, g)
         if comm.size > 1:
@@ -322,7 +346,7 @@ class CausalForest(BaseEstimator):
             components; ``(n, M)`` / ``(n, K, M)`` for a 2-D outcome. NaN where the local treatment covariance is singular.
         """
         check_is_fitted(self, "estimators_")
-        X = check_X(X, self.n_features_in_)
+        X = validate_features(self, X, reset=False, min_samples=0)
         theta, _ = solve_theta(self._mean_moments(X), self._layout())
         return self._shape(theta)
 
@@ -334,7 +358,7 @@ class CausalForest(BaseEstimator):
         check_is_fitted(self, "estimators_")
         if self.ci_group_size < 2:
             raise ValueError("variance estimates need ci_group_size >= 2 at fit time")
-        X = check_X(X, self.n_features_in_)
+        X = validate_features(self, X, reset=False, min_samples=0)
         with phase("prediction"):
             th, var = blb_predict(self.estimators_, X, self._layout(), self.ci_group_size, chunk_rows)
         return self._shape(th), self._shape(var)
@@ -368,9 +392,10 @@ class CausalForest(BaseEstimator):
         ndarray
             Shape of ``predict``.
         """
-        check_is_fitted(self, "estimators_")
         comm = world() if comm is None else comm
-        X = check_X(X, self.n_features_in_)
+        with collective_checks(comm):
+            check_is_fitted(self, "estimators_")
+            X = validate_features(self, X, reset=False, min_samples=0)
         gids, _ = global_ids(comm, len(X))
         mbar, cnt = oob_average(self.estimators_, X, gids, self.sampling_)
         if (cnt == 0).any():

@@ -34,14 +34,16 @@ import numba
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, assert_all_finite, check_is_fitted, column_or_1d
+from sklearn.utils.validation import check_is_fitted
 
 from histogram.binning import BinMapper
 from histogram.rowhash import uniform
 from native import collectives as col
 from native.comm import world
 
-from ._validation import check_binned
+from ._validation import (agreed_features, check_moment_sums, check_row_count, check_target, check_weight,
+                          feature_summary, fit_features, moment_sums, validate_features)
+from .collective_checks import collective_checks, total
 from .criteria import NewtonCriterion
 from .grower import LeafwiseGrower
 from .importance import gain_importance, split_counts
@@ -50,12 +52,6 @@ from .partition import add_leaf_values
 from .predictor import predict_leaves, predict_values, predict_values_binned
 from .profiling import phase
 from .tree import pack_trees
-
-try:  # scikit-learn >= 1.6
-    from sklearn.utils.validation import validate_data as _validate_data
-except ImportError:  # pragma: no cover - older scikit-learn
-    def _validate_data(est, *args, **kwargs):
-        return est._validate_data(*args, **kwargs)
 
 #: rowhash stream of the validation split (independent of the binning sample).
 _VALIDATION_STREAM = 0x56414C  # "VAL"
@@ -157,51 +153,48 @@ class _BaseGBDT(BaseEstimator):
         return seed if comm.size == 1 else int(col.bcast_object(comm, seed))
 
     # ------------------------------------------------------------------ fit
-    def _check_fit_input(self, X, y, binned, comm, y_numeric):
-        """Validate ``(X, y)`` or ``(binned, y)``; returns ``(X or None, y, binned or None)``.
+    def _fit_inputs(self, X, y, sample_weight, binned, feature_names, comm, classifier):
+        """Validate ``fit``'s arguments on every rank together (:mod:`forest.collective_checks`).
 
         With ``binned`` the codes define the rows and features; ``X``, if also given,
         only supplies feature names and must have the codes' shape transposed.
-        """
-        min_rows = 1 if comm.size == 1 else 0
-        if binned is None:
-            if X is None:
-                raise ValueError("fit needs X or binned=(mapper, codes); both are None")
-            X, y = _validate_data(self, X, y, dtype=np.float64, ensure_all_finite="allow-nan", y_numeric=y_numeric,
-                                  ensure_min_samples=min_rows)
-            return X, y, None
-        mapper, codes = check_binned(binned)
-        if X is not None:
-            X, y = _validate_data(self, X, y, dtype=np.float64, ensure_all_finite="allow-nan", y_numeric=y_numeric,
-                                  ensure_min_samples=min_rows)
-            if X.shape != (codes.shape[1], codes.shape[0]):
-                raise ValueError(f"X has shape {X.shape} but binned codes have shape {codes.shape} "
-                                 "(expected X.shape == codes.shape[::-1])")
-        else:
-            y = column_or_1d(y, warn=True)
-            if y_numeric:
-                y = np.asarray(y, dtype=np.float64)
-            if y.dtype.kind in "fc":
-                assert_all_finite(y, input_name="y")
-            if len(y) < min_rows:
-                raise ValueError(f"Found array with 0 sample(s) (shape={y.shape}) while a minimum of "
-                                 f"{min_rows} is required.")
-            self.n_features_in_ = int(codes.shape[0])
-            if hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-        if codes.shape[1] != len(y):
-            raise ValueError(f"binned codes have {codes.shape[1]} rows (columns of the array), y has {len(y)}")
-        return X, y, (mapper, np.ascontiguousarray(codes))
 
-    def _fit(self, X, y, sample_weight, comm, progress, loss, binned=None):
+        Returns
+        -------
+        X : ndarray of float64, shape (n, n_features), or None
+        y : ndarray, shape (n,)
+            float64 for regression, the labels for classification.
+        w : ndarray of float64, shape (n,)
+        binned : tuple (BinMapper, ndarray) or None
+        classes : ndarray or None
+            Sorted labels seen on any rank (classification).
+        """
+        with collective_checks(comm) as checks:
+            self._check_params()
+            X, binned, n = fit_features(self, X, binned, feature_names, min_samples=1 if comm.size == 1 else 0)
+            y = check_target(y, "y", n, estimator=self, dtype=None if classifier else np.float64, multi_output=False)
+            if classifier:
+                check_classification_targets(y)
+            w = check_weight(sample_weight, n)
+            checks.share(rows=n, labels=np.unique(y) if classifier else None,
+                         moments=moment_sums(w, None if classifier else y), **feature_summary(self))
+        summaries = checks.summaries
+        agreed_features(summaries)
+        check_row_count(self, total(summaries, "rows"), 1, comm.size)
+        moments = total(summaries, "moments")
+        if not moments[0] > 0:  # sum |w| = sum w: weights are non-negative
+            raise ValueError("sample_weight sums to zero over all rows")
+        check_moment_sums(moments)
+        classes = np.unique(np.concatenate([s["labels"] for s in summaries])) if classifier else None
+        return X, y, w, binned, classes
+
+    def _fit(self, X, y, w, comm, progress, loss, binned=None):
         """Boosting loop; ``y`` is float (regression) or class codes (classification).
 
-        ``X`` (n, n_features) float64 or None when ``binned = (mapper, codes)`` is given.
+        ``X`` (n, n_features) float64 or None when ``binned = (mapper, codes)`` is given;
+        ``w`` (n,) the checked sample weights.
         """
         n = len(y)
-        # sample weights are checked against the row count only (X may be None)
-        w = _check_sample_weight(sample_weight, np.empty((n, 0)), dtype=np.float64, ensure_non_negative=True) \
-            if sample_weight is not None else np.ones(n)
         offset, n_global = col.global_row_offset(comm, n)
         seed = self._seed(comm)
         k = loss.n_outputs
@@ -287,7 +280,7 @@ class _BaseGBDT(BaseEstimator):
 
     def _check_predict_X(self, X):
         check_is_fitted(self, "trees_")
-        return _validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite="allow-nan")
+        return validate_features(self, X, reset=False)
 
     def _raw_predict(self, X):
         X = self._check_predict_X(X)
@@ -375,8 +368,11 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
         Only when fitted on a table with string column names.
     """
 
-    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None):
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None):
         """Fit on this rank's rows.
+
+        Input checks are collective (:mod:`forest.collective_checks`): when any rank's
+        input is bad, every rank raises the same ``ValueError`` naming that rank.
 
         Parameters
         ----------
@@ -395,17 +391,17 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
             mapper is used as given (no refit); early stopping holds out columns of
             ``codes``; ``n_features_in_`` comes from ``codes``. ``X`` may then be None
             (if given, it only supplies feature names and must have shape ``codes.shape[::-1]``).
+        feature_names : sequence of str, optional
+            Names of the binned features (``feature_names_in_``) when ``X`` is None.
 
         Returns
         -------
         self
         """
         comm = world() if comm is None else comm
-        self._check_params()
-        X, y, binned = self._check_fit_input(X, y, binned, comm, y_numeric=True)
+        X, y, w, binned, _ = self._fit_inputs(X, y, sample_weight, binned, feature_names, comm, classifier=False)
         with _threads(self.n_threads):
-            return self._fit(X, np.asarray(y, dtype=np.float64), sample_weight, comm, progress, SquaredError(),
-                             binned)
+            return self._fit(X, y, w, comm, progress, SquaredError(), binned)
 
     def predict(self, X):
         """Predicted values, shape (n,)."""
@@ -434,18 +430,11 @@ class GBDTClassifier(ClassifierMixin, _BaseGBDT):
         As in :class:`GBDTRegressor`; ``baseline_`` has shape (1,) or (n_classes,).
     """
 
-    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None):
-        """Fit on this rank's rows; see :meth:`GBDTRegressor.fit` (``binned`` included)."""
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None):
+        """Fit on this rank's rows; see :meth:`GBDTRegressor.fit` (``binned``, ``feature_names`` included)."""
         comm = world() if comm is None else comm
-        self._check_params()
-        X, y, binned = self._check_fit_input(X, y, binned, comm, y_numeric=False)
-        check_classification_targets(y)
-        local = np.unique(y)
-        if comm.size > 1:
-            parts = col.allgather_object(comm, local.tolist())
-            classes = np.unique(np.concatenate([np.asarray(p, dtype=local.dtype) for p in parts]))
-        else:
-            classes = local
+        X, y, w, binned, classes = self._fit_inputs(X, y, sample_weight, binned, feature_names, comm,
+                                                    classifier=True)
         if len(classes) < 2:
             raise ValueError(f"GBDTClassifier needs at least 2 classes in y, got {len(classes)} class")
         self.classes_ = classes
@@ -453,7 +442,7 @@ class GBDTClassifier(ClassifierMixin, _BaseGBDT):
         codes = np.searchsorted(classes, y).astype(np.float64)
         loss = LogLoss() if self.n_classes_ == 2 else SoftmaxLoss(self.n_classes_)
         with _threads(self.n_threads):
-            return self._fit(X, codes, sample_weight, comm, progress, loss, binned)
+            return self._fit(X, codes, w, comm, progress, loss, binned)
 
     def _proba_from_raw(self, raw):
         return LogLoss.proba(raw) if self.n_classes_ == 2 else SoftmaxLoss.proba(raw)

@@ -14,10 +14,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from native import collectives as col
 from native.comm import world
 
-from ._validation import as_columns, check_binned
+from ._validation import (agreed_features, as_columns, check_moment_sums, check_row_count, check_target, check_weight,
+                          feature_summary, fit_features, moment_sums, validate_features)
+from .collective_checks import collective_checks, require_same, total
 from .criteria import VarianceCriterion
 from .honest_forest import (fit_binning, global_ids, grow_honest_forest,
                             oob_average)
@@ -53,7 +54,7 @@ def resolve_mtry(max_features, n_features):
     raise ValueError(f"max_features must be None, int >= 1, float in (0, 1], 'sqrt' or 'log2', got {max_features!r}")
 
 
-def _normalise_weights(g, n_global, comm):
+def normalise_weights(g, n_global, weight_total):
     """Rescale sample weights to mean 1 over all ranks' rows.
 
     The growers compare ``min_samples_split`` with a node's summed weight, so weights
@@ -66,18 +67,18 @@ def _normalise_weights(g, n_global, comm):
     ----------
     g : ndarray of float64, shape (n_local,)
     n_global : int
-    comm : native.comm.Communicator
+    weight_total : float
+        ``g.sum()`` over all ranks.
 
     Returns
     -------
     ndarray of float64, shape (n_local,)
     """
-    total = float(g.sum())
-    if comm.size > 1:
-        total = float(col.allreduce(comm, np.array([total]))[0])
-    if not total > 0:
+    if not weight_total > 0:
         raise ValueError("sample_weight sums to zero over all rows")
-    return g * (n_global / total)
+    if not np.isfinite(weight_total):
+        raise ValueError(f"sample_weight sums to {weight_total} over all rows; rescale sample_weight")
+    return g * (n_global / weight_total)
 
 
 def check_forest_params(est):
@@ -107,42 +108,9 @@ def check_forest_params(est):
     return int(seed)
 
 
-def check_X(X, n_features=None):
-    """Float64 2-D features (NaN allowed: it goes to the missing bin)."""
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
-    if n_features is not None and X.shape[1] != n_features:
-        raise ValueError(f"X has {X.shape[1]} features, the forest was fitted with {n_features}")
-    if np.isinf(X).any():
-        raise ValueError("X contains infinite values")
-    return X
-
-
-def features_or_codes(X, binned):
-    """``(X or None, (mapper, codes) or None)`` from ``fit``'s X and ``binned`` arguments."""
-    if binned is None:
-        if X is None:
-            raise ValueError("X is None and no binned input was given")
-        return check_X(X), None
-    X = None if X is None else check_X(X)
-    return X, check_binned(binned, X)
-
-
 def n_estimators_fitted(packed):
     """Number of trees in a packed forest."""
     return len(packed["tree_offsets"]) - 1
-
-
-def check_weight(sample_weight, n):
-    if sample_weight is None:
-        return np.ones(n)
-    g = np.asarray(sample_weight, dtype=np.float64)
-    if g.shape != (n,):
-        raise ValueError(f"sample_weight must have shape ({n},), got {g.shape}")
-    if not np.all(np.isfinite(g)) or (g < 0).any():
-        raise ValueError("sample_weight must be finite and non-negative")
-    return g
 
 
 class RegressionForest(RegressorMixin, BaseEstimator):
@@ -175,13 +143,30 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         Packed forest; node values are ``[mean_0 .. mean_{T-1}, count]``.
     bin_mapper_ : histogram.binning.BinMapper
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when fitted on a table with string column names (or with ``feature_names``).
     n_outputs_ : int
     oob_prediction_ : ndarray, shape (n_local,) or (n_local, n_outputs)
         Out-of-bag predictions for the rows this rank passed to ``fit``.
     feature_importances_ : ndarray, shape (n_features,)
         GRF's depth-weighted split frequency.
     gain_importances_ : ndarray, shape (n_features,)
+
+    Notes
+    -----
+    scikit-learn's estimator checks pass except those in ``_expected_failed_checks``,
+    which fail by design (scikit-learn's own forests list the same one); give it to
+    ``parametrize_with_checks`` or ``check_estimator`` as ``expected_failed_checks``.
     """
+
+    #: scikit-learn checks that cannot hold for this estimator, with the reason.
+    #: (scikit-learn >= 1.6 dropped the ``_xfail_checks`` tag; its own forests keep
+    #: this list in its test suite and pass it as ``expected_failed_checks``.)
+    _expected_failed_checks = {
+        "check_sample_weight_equivalence_on_dense_data": (
+            "sample_weight is not equivalent to repeating rows: each tree subsamples rows by a hash of the row "
+            "id, so a row of weight 2 is drawn once where its two copies would be drawn independently"),
+    }
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, max_bins=255, ci_group_size=1, batch_size=None,
@@ -198,14 +183,26 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.batch_size = batch_size
         self.random_state = random_state
 
-    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None):
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True          # NaN is a missing value, with its own bin
+        tags.target_tags.multi_output = True
+        return tags
+
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None):
         """Fit on this rank's rows.
+
+        Input checks are collective (:mod:`forest.collective_checks`): when any rank's
+        input is bad, every rank raises the same ``ValueError`` naming that rank.
 
         Parameters
         ----------
-        X : array-like, shape (n_local, n_features), or None
-            ``None`` when ``binned`` is given.
+        X : array-like, pandas DataFrame or pyarrow Table, shape (n_local, n_features), or None
+            NaN (or a null) means missing. ``None`` when ``binned`` is given. A table's
+            column names become ``feature_names_in_`` and are checked by ``predict``.
         y : array-like, shape (n_local,) or (n_local, n_outputs)
+            A column vector (n_local, 1) is kept 2-D with scikit-learn's
+            ``DataConversionWarning``; predictions are then 1-D as for ``(n,)``.
         sample_weight : array-like, shape (n_local,), optional
         comm : native.comm.Communicator, optional
             ``None`` means ``native.comm.world()``.
@@ -217,29 +214,20 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             (``mapper.transform(X)``). The forest then grows on the codes and never
             needs float features (the causal forest shares its binning with its
             nuisance forests; ``forest-train`` bins parquet row groups as it reads).
+        feature_names : sequence of str, optional
+            Names of the binned features (``feature_names_in_``) when ``X`` is None.
 
         Returns
         -------
         self
         """
         comm = world() if comm is None else comm
-        seed = check_forest_params(self)
-        X, codes_given = features_or_codes(X, binned)
-        n, n_features = codes_given[1].shape[::-1] if codes_given is not None else X.shape
-        y = np.asarray(y, dtype=np.float64)
-        if y.ndim not in (1, 2) or len(y) != n:
-            raise ValueError(f"y must have shape (n,) or (n, n_outputs) with n = {n}, got {y.shape}")
-        if not np.all(np.isfinite(y)):
-            raise ValueError("y contains NaN or infinite values")
+        seed, X, binned, y, g, n_global = self._fit_inputs(X, y, sample_weight, binned, feature_names, comm)
+        n_features = self.n_features_in_
         y2 = as_columns(y)
-        g = check_weight(sample_weight, n)
         n_out = y2.shape[1]
-        gids, n_global = global_ids(comm, n)
-        if n_global < 2:
-            raise ValueError(f"need at least 2 rows in total, got {n_global}")
-        if sample_weight is not None:
-            g = _normalise_weights(g, n_global, comm)
-        mapper, codes = fit_binning(X, self.max_bins, seed, comm) if codes_given is None else codes_given
+        gids, _ = global_ids(comm, len(y))
+        mapper, codes = fit_binning(X, self.max_bins, seed, comm) if binned is None else binned
         crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
         channels = crit.make_channels(y2, g)
 
@@ -249,7 +237,6 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             out[:, n_out] = sums[:, -1]
             return out
 
-        self.n_features_in_ = n_features
         self.n_outputs_ = n_out
         self.sampling_ = dict(seed=seed, sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size),
                               honest=bool(self.honest), honesty_fraction=float(self.honesty_fraction))
@@ -275,6 +262,37 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.gain_importances_ = gain_importance(packed, n_features)
         return self
 
+    def _fit_inputs(self, X, y, sample_weight, binned, feature_names, comm):
+        """Validate ``fit``'s arguments on every rank together.
+
+        Returns
+        -------
+        seed : int
+        X : ndarray of float64, shape (n_local, n_features), or None
+        binned : tuple (BinMapper, ndarray) or None
+        y : ndarray of float64, shape (n_local,) or (n_local, n_outputs)
+        g : ndarray of float64, shape (n_local,)
+            Sample weights rescaled to mean 1 over all ranks' rows.
+        n_global : int
+        """
+        with collective_checks(comm) as checks:
+            seed = check_forest_params(self)
+            X, binned, n = fit_features(self, X, binned, feature_names, min_samples=1 if comm.size == 1 else 0)
+            resolve_mtry(self.max_features, self.n_features_in_)
+            y = check_target(y, "y", n, estimator=self, warn_column=True)
+            g = check_weight(sample_weight, n)
+            checks.share(rows=n, outputs=y.shape[1:], moments=moment_sums(g, y), **feature_summary(self))
+        summaries = checks.summaries
+        agreed_features(summaries)
+        require_same(summaries, "outputs", lambda s: f"y has shape (n, {s[0]})" if s else "y is 1-D")
+        n_global = total(summaries, "rows")
+        check_row_count(self, n_global, 2, comm.size)
+        moments = total(summaries, "moments")
+        weight_total = moments[0]  # sum |g| = sum g: weights are non-negative
+        g = normalise_weights(g, n_global, weight_total)
+        check_moment_sums(moments * (n_global / weight_total))  # the channels hold the rescaled weights
+        return seed, X, binned, y, g, n_global
+
     def _predict_raw(self, X):
         n_trees = len(self.estimators_["tree_offsets"]) - 1
         return predict_values(self.estimators_, X)[:, :self.n_outputs_] / n_trees
@@ -291,7 +309,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         ndarray, shape (n,) or (n, n_outputs)
         """
         check_is_fitted(self, "estimators_")
-        X = check_X(X, self.n_features_in_)
+        X = validate_features(self, X, reset=False, min_samples=0)
         out = self._predict_raw(X)
         return out[:, 0] if self.n_outputs_ == 1 else out
 
@@ -310,9 +328,10 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         ndarray, shape (n_local,) or (n_local, n_outputs)
             NaN for rows no tree left out.
         """
-        check_is_fitted(self, "estimators_")
         comm = world() if comm is None else comm
-        X = check_X(X, self.n_features_in_)
+        with collective_checks(comm):
+            check_is_fitted(self, "estimators_")
+            X = validate_features(self, X, reset=False, min_samples=0)
         gids, _ = global_ids(comm, len(X))
         avg, _ = oob_average(self.estimators_, X, gids, self.sampling_)
         avg = avg[:, :self.n_outputs_]

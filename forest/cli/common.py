@@ -116,6 +116,32 @@ def run_tool(prog, body, argv=None):
         return 130
 
 
+def model_feature_names(est, header):
+    """The feature columns a loaded model reads: its ``feature_names_in_``.
+
+    Files written before estimators recorded their names carry them only in the
+    header (``feature_names``, or ``metadata.feature_names``); None when neither has them.
+    """
+    names = getattr(est, "feature_names_in_", None)
+    if names is None:
+        names = header.get("feature_names") or header.get("metadata", {}).get("feature_names")
+    return None if names is None else [str(n) for n in names]
+
+
+def feature_input(est, table, names):
+    """What to pass to ``est.predict`` for the columns ``names`` of an Arrow table.
+
+    A model that records its feature names gets the named columns, so the estimator
+    checks them as it does for any table; an older model gets a float64 matrix in
+    ``names`` order (and no warning about the names it does not know).
+    """
+    if getattr(est, "feature_names_in_", None) is not None:
+        return table.select(list(names))
+    from forest import dataio
+
+    return dataio.feature_block(table, list(names))
+
+
 def plan_source(comm, spec, numeric, keep=(), require_rows=True):
     """Open the data on rank 0, check the columns, broadcast the plan; errors are agreed on.
 

@@ -11,7 +11,8 @@ leaves a partial output at the target path.
 """
 import sys
 
-from forest.cli.common import CLIError, Parser, agree, guarded, plan_source, run_tool, world
+from forest.cli.common import (CLIError, Parser, agree, feature_input, guarded, model_feature_names, plan_source,
+                               run_tool, world)
 
 PROG = "forest-predict"
 _TAG = 7421  # point-to-point tag of the output hand-over to rank 0
@@ -46,7 +47,8 @@ def prediction_columns(est, X, interval, alpha, is_causal):
     Parameters
     ----------
     est : fitted estimator
-    X : ndarray, shape (n, n_features)
+    X : ndarray or pyarrow.Table, shape (n, n_features)
+        See :func:`forest.cli.common.feature_input`.
     interval : bool
     alpha : float
     is_causal : bool
@@ -83,11 +85,12 @@ def prediction_columns(est, X, interval, alpha, is_causal):
     return out
 
 
-def _empty_columns(est, n_features, interval, alpha, is_causal):
+def _empty_columns(est, names, interval, alpha, is_causal):
     """Column names and dtypes for a rank with no rows, by predicting one dummy row."""
-    import numpy as np
+    import pyarrow as pa
 
-    probe = prediction_columns(est, np.zeros((1, n_features)), interval, alpha, is_causal)
+    probe = prediction_columns(est, feature_input(est, pa.table({n: [0.0] for n in names}), names), interval, alpha,
+                               is_causal)
     return {k: v[:0] for k, v in probe.items()}
 
 
@@ -185,7 +188,7 @@ def _body(argv):
         header = model_io.read_header(args.model)
         est = model_io.load(args.model)
         meta = header.get("metadata", {})
-        names = header.get("feature_names") or meta.get("feature_names")
+        names = model_feature_names(est, header)
         if not names:
             raise ValueError(f"model file {args.model!r} does not record its feature names")
         causal = meta.get("model") == "causal" or hasattr(est, "predict_interval")
@@ -194,7 +197,7 @@ def _body(argv):
                              f"needs a causal model")
         if comm.rank == 0:
             model_io.check_writable(args.out)
-        return est, [str(n) for n in names], causal
+        return est, names, causal
 
     loaded, message = guarded(_load)
     agree(comm, message)
@@ -202,7 +205,7 @@ def _body(argv):
     # The output columns are known before any data is read (proba_<class>, tau_<k>
     # and the interval columns depend on the model): a kept id column of the same
     # name would make the output ambiguous.
-    outputs, message = guarded(_empty_columns, est, len(names), args.interval, args.alpha, causal)
+    outputs, message = guarded(_empty_columns, est, names, args.interval, args.alpha, causal)
     agree(comm, message)
     clash = sorted(set(args.keep) & set(outputs))
     if clash:
@@ -220,7 +223,7 @@ def _body(argv):
         for group in dataio.iter_row_groups(source, run, wanted, dataio.ReadStats()):
             if group.num_rows == 0:
                 continue
-            cols = prediction_columns(est, dataio.feature_block(group, names), args.interval, args.alpha, causal)
+            cols = prediction_columns(est, feature_input(est, group, names), args.interval, args.alpha, causal)
             table = group.select(list(args.keep))
             for k, v in cols.items():
                 table = table.append_column(k, pa.array(v))
@@ -228,7 +231,7 @@ def _body(argv):
         if parts:
             return pa.concat_tables(parts)
         table = source.arrow_schema().empty_table().select(list(args.keep))
-        for k, v in _empty_columns(est, len(names), args.interval, args.alpha, causal).items():
+        for k, v in _empty_columns(est, names, args.interval, args.alpha, causal).items():
             table = table.append_column(k, pa.array(v))
         return table
 

@@ -9,7 +9,7 @@ whole ``--data`` set (meant for a held-out sample, not the full training data).
 import json
 import sys
 
-from forest.cli.common import CLIError, Parser, run_tool
+from forest.cli.common import CLIError, Parser, feature_input, model_feature_names, run_tool
 
 PROG = "forest-report"
 
@@ -34,20 +34,21 @@ def build_parser():
     return p
 
 
-def _feature_names(header, n_features=None):
-    names = header.get("feature_names") or header.get("metadata", {}).get("feature_names")
-    if names is None:
-        names = [f"x{j}" for j in range(n_features or 0)]
-    return [str(n) for n in names]
+def _feature_names(est, header):
+    names = model_feature_names(est, header)
+    return names if names is not None else [f"x{j}" for j in range(getattr(est, "n_features_in_", 0))]
 
 
 def _is_causal(header, est):
     return header.get("metadata", {}).get("model") == "causal" or hasattr(est, "predict_interval")
 
 
-def _predict_1d(est, X):
+def _predict_1d(est, X, names):
+    """Predictions for rows ``X`` (ndarray, shape (n, len(names))) whose columns are ``names``."""
     import numpy as np
+    import pyarrow as pa
 
+    X = feature_input(est, pa.table({n: X[:, j] for j, n in enumerate(names)}), names)
     pred = np.asarray(est.predict(X), dtype=np.float64)
     if pred.ndim == 2 and pred.shape[1] == 1:
         pred = pred[:, 0]
@@ -83,7 +84,7 @@ def build_report(path, data=None, top=20, want_figures=False):
 
     header = model_io.read_header(path)
     est = model_io.load(path)
-    names = _feature_names(header, getattr(est, "n_features_in_", None))
+    names = _feature_names(est, header)
     trees = rep.model_trees(est)
     if not trees:
         raise CLIError(f"model file {path!r} holds no trees (is the model fitted?)")
@@ -114,7 +115,7 @@ def build_report(path, data=None, top=20, want_figures=False):
             raise CLIError(f"{data!r} holds no rows (empty file)")
         shard = dataio.read_shard(source, (0, len(source.groups)), numeric=names + extra)
         X = np.column_stack([shard.columns[n] for n in names]) if names else np.zeros((shard.n_local, 0))
-        pred = _predict_1d(est, X)
+        pred = _predict_1d(est, X, names)
         q = np.quantile(pred, [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0])
         what = "effect tau(x)" if _is_causal(header, est) else "value"
         report["predictions"] = {"n_rows": int(pred.size), "what": what, "mean": float(pred.mean()),
@@ -127,7 +128,7 @@ def build_report(path, data=None, top=20, want_figures=False):
             order = np.lexsort((np.arange(len(names)), -imp["gain"], -imp["depth_weighted"]))[:3]
             curves = []
             for j in order:
-                grid, mean = rep.partial_dependence(lambda Z: _predict_1d(est, Z), X, int(j))
+                grid, mean = rep.partial_dependence(lambda Z: _predict_1d(est, Z, names), X, int(j))
                 curves.append((names[j], grid, mean))
             report["partial_dependence"] = {n: {"grid": g, "mean_tau": m} for n, g, m in curves}
             lines += ["", "Partial dependence of tau (mean over rows; grid min -> max):"]

@@ -228,8 +228,8 @@ def bin_mapper_for(est, comm):
     return BinMapper(max_bins=int(est.max_bins), random_state=int(seed))
 
 
-def _fit(est, kind, binned, shard, args, comm, progress, treatment_type=None, outcome_type=None):
-    """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` and the shard's targets."""
+def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_type=None, outcome_type=None):
+    """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` named ``features`` and the shard's targets."""
     t = shard.columns[args.treatment] if args.treatment else None
     if t is not None and treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):
         # Integer treatments keep an integer dtype: the causal forest reads integer
@@ -239,9 +239,10 @@ def _fit(est, kind, binned, shard, args, comm, progress, treatment_type=None, ou
     if kind == "gbdt-classifier" and outcome_type is not None and outcome_type.startswith(("int", "uint", "bool")):
         y = y.astype(np.int64)  # class labels keep the column's integer values
     w = shard.columns[args.weight] if args.weight else None
+    names = dict(feature_names=features)  # the model records its feature names (feature_names_in_)
     if kind == "causal":
-        return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned)
-    return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned)
+        return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned, **names)
+    return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned, **names)
 
 
 def _body(argv):
@@ -323,7 +324,7 @@ def _body(argv):
     progress = TreeProgress(comm.rank == 0 and not args.no_progress, f"{PROG} [{comm.size} rank(s)]")
     t_fit = time.perf_counter()
     try:
-        _fit(est, args.model, (mapper, codes), shard, args, comm, progress,
+        _fit(est, args.model, (mapper, codes), features, shard, args, comm, progress,
              source.types.get(args.treatment) if args.treatment else None, source.types.get(args.outcome))
     finally:
         progress.close()
