@@ -35,9 +35,7 @@ Usage::
 The functions named ``contender_*`` run inside the worker processes.
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -248,20 +246,6 @@ def contender_lightgbm_gbdt(n_train, seed, repeat, threads, cfg, **_):
 
 # --------------------------------------------------------------------------- forest-predict (cli part)
 
-#: Runs in each rank: forest-predict's main, then this rank's peak RSS.
-_CLI_CHILD = r"""
-import json, os, resource, sys, time
-out = sys.argv[1]
-t0 = time.perf_counter()
-from forest.cli import predict
-code = predict.main(sys.argv[2:])
-rank = int(os.environ.get("PMI_RANK", "0"))
-with open(f"{out}.{rank}", "w") as f:
-    json.dump({"rank": rank, "code": code, "wall_s": time.perf_counter() - t0,
-               "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}, f)
-"""
-
-
 def cli_parquet(n_rows, group_rows=65_536):
     """Write (once) ``n_rows`` rows to score as parquet: ``id`` and ``x0 .. x19``."""
     import pyarrow as pa
@@ -286,22 +270,14 @@ def cli_parquet(n_rows, group_rows=65_536):
 
 
 def run_cli(np_, model, data, interval):
-    """One forest-predict run under mpirun; per-rank dicts and the tool's report line."""
-    env = _harness.thread_env(1)
-    venv_bin = os.path.dirname(sys.executable)
+    """One forest-predict run under mpirun (:func:`bench_cli_memory.run`); per-rank dicts and
+    the tool's report line."""
+    import bench_cli_memory
+
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "rss")
         args = [model, data, "--keep", "id", "--out", os.path.join(tmp, "pred.parquet")]
-        args += ["--interval"] if interval else []
-        cmd = [os.path.join(venv_bin, "mpirun"), "-np", str(np_), sys.executable, "-c", _CLI_CHILD, out] + args
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200)
-        if proc.returncode != 0:
-            raise RuntimeError(f"forest-predict -np {np_} failed: {proc.stderr[-2000:]}")
-        ranks = []
-        for r in range(np_):
-            with open(f"{out}.{r}") as f:
-                ranks.append(json.load(f))
-    line = next((ln for ln in proc.stderr.splitlines() if "wrote" in ln), "")
+        ranks = bench_cli_memory.run("predict", args + (["--interval"] if interval else []), np_)
+    line = next((ln for ln in ranks[0]["stderr"].splitlines() if "wrote" in ln), "")
     return ranks, line
 
 

@@ -178,94 +178,71 @@ BATCH_MIN_ROWS = 256
 _LOW32 = np.uint64(0xFFFFFFFF)
 
 
+#: What a batch walk does with the leaf each row reaches (:func:`_batch_walk`).
+_VALUES, _LEAVES, _OOB = 0, 1, 2
+
+
 @numba.njit(cache=True)
-def _block_scratch(n_features):
-    codes = np.zeros(max(n_features, 1) * ROW_BLOCK, dtype=np.uint8)
+def _batch_walk(X, records, roots, table, width, used, mode, leaf_values, leaf_map, oob_codes, values_out,
+                leaves_out, cnt, a, b):
+    """Rows ``[a, b)`` of ``X`` through every tree, a block of :data:`ROW_BLOCK` rows at a time.
+
+    ``mode``: ``_VALUES`` adds each tree's leaf vector to ``values_out`` (trees in
+    order); ``_LEAVES`` writes ``leaf_map[leaf]`` to ``leaves_out[:, t]``; ``_OOB``
+    routes only rows with ``oob_codes[t, i] == 0`` and adds to ``values_out`` and
+    ``cnt``. Arrays a mode does not use may be empty.
+    """
+    n_trees = roots.shape[0] - 1
+    kv = np.uint64(leaf_values.shape[1])
+    vals = leaf_values.reshape(-1)
+    acc = values_out.reshape(-1)
+    codes = np.zeros(max(X.shape[1], 1) * ROW_BLOCK, dtype=np.uint8)
     rows = np.arange(ROW_BLOCK).astype(np.uint32)
     act = np.empty(ROW_BLOCK, dtype=np.uint64)
     leaf = np.empty(ROW_BLOCK, dtype=np.uint32)
-    return codes, rows, act, leaf
-
-
-@numba.njit(cache=True)
-def _batch_values(X, records, roots, table, width, used, leaf_values, out, a, b):
-    n_trees = roots.shape[0] - 1
-    kv = np.uint64(leaf_values.shape[1])
-    vals = leaf_values.reshape(-1)
-    acc = out.reshape(-1)
-    codes, rows, act, leaf = _block_scratch(X.shape[1])
     for a0 in range(a, b, ROW_BLOCK):
         n = min(ROW_BLOCK, b - a0)
         code_rows(X, a0, n, table, width, used, codes, ROW_BLOCK)
         for t in range(n_trees):
-            walk_block(codes, ROW_BLOCK, records, roots[t], rows, n, act, leaf)
-            for r in range(n):
-                src = (records[leaf[r]] & _LOW32) * kv
-                dst = np.uint64(a0 + r) * kv
-                for j in range(kv):
-                    acc[dst + j] += vals[src + j]
-
-
-@numba.njit(cache=True)
-def _batch_leaves(X, records, roots, table, width, used, leaf_map, out, a, b):
-    n_trees = roots.shape[0] - 1
-    codes, rows, act, leaf = _block_scratch(X.shape[1])
-    for a0 in range(a, b, ROW_BLOCK):
-        n = min(ROW_BLOCK, b - a0)
-        code_rows(X, a0, n, table, width, used, codes, ROW_BLOCK)
-        for t in range(n_trees):
-            walk_block(codes, ROW_BLOCK, records, roots[t], rows, n, act, leaf)
-            for r in range(n):
-                out[a0 + r, t] = leaf_map[records[leaf[r]] & _LOW32]
-
-
-@numba.njit(cache=True)
-def _batch_oob(X, records, roots, table, width, used, leaf_values, codes_oob, acc, cnt, a, b):
-    n_trees = roots.shape[0] - 1
-    kv = np.uint64(leaf_values.shape[1])
-    vals = leaf_values.reshape(-1)
-    flat = acc.reshape(-1)
-    codes, rows, act, leaf = _block_scratch(X.shape[1])
-    for a0 in range(a, b, ROW_BLOCK):
-        n = min(ROW_BLOCK, b - a0)
-        code_rows(X, a0, n, table, width, used, codes, ROW_BLOCK)
-        for t in range(n_trees):
-            m = 0
-            for r in range(n):                    # out-of-bag rows only (branch-free)
-                rows[m] = r
-                m += codes_oob[t, a0 + r] == 0
+            m = n
+            if mode == _OOB:
+                m = 0
+                for r in range(n):                # out-of-bag rows only (branch-free)
+                    rows[m] = r
+                    m += oob_codes[t, a0 + r] == 0
             walk_block(codes, ROW_BLOCK, records, roots[t], rows, m, act, leaf)
+            if mode == _LEAVES:
+                for r in range(n):
+                    leaves_out[a0 + r, t] = leaf_map[records[leaf[r]] & _LOW32]
+                continue
             for j in range(m):
                 r = rows[j]
                 src = (records[leaf[r]] & _LOW32) * kv
                 dst = np.uint64(a0 + r) * kv
                 for q in range(kv):
-                    flat[dst + q] += vals[src + q]
-                cnt[a0 + r] += 1.0
+                    acc[dst + q] += vals[src + q]
+                if mode == _OOB:
+                    cnt[a0 + r] += 1.0
 
 
 @numba.njit(cache=True, parallel=True)
-def _par_batch_values(X, records, roots, table, width, used, leaf_values, out, n_chunks):
+def _par_batch_walk(X, records, roots, table, width, used, mode, leaf_values, leaf_map, oob_codes, values_out,
+                    leaves_out, cnt, n_chunks):
     n = X.shape[0]
     for c in numba.prange(n_chunks):
-        _batch_values(X, records, roots, table, width, used, leaf_values, out, c * n // n_chunks,
-                      (c + 1) * n // n_chunks)
+        _batch_walk(X, records, roots, table, width, used, mode, leaf_values, leaf_map, oob_codes, values_out,
+                    leaves_out, cnt, c * n // n_chunks, (c + 1) * n // n_chunks)
 
 
-@numba.njit(cache=True, parallel=True)
-def _par_batch_leaves(X, records, roots, table, width, used, leaf_map, out, n_chunks):
-    n = X.shape[0]
-    for c in numba.prange(n_chunks):
-        _batch_leaves(X, records, roots, table, width, used, leaf_map, out, c * n // n_chunks,
-                      (c + 1) * n // n_chunks)
-
-
-@numba.njit(cache=True, parallel=True)
-def _par_batch_oob(X, records, roots, table, width, used, leaf_values, codes_oob, acc, cnt, n_chunks):
-    n = X.shape[0]
-    for c in numba.prange(n_chunks):
-        _batch_oob(X, records, roots, table, width, used, leaf_values, codes_oob, acc, cnt, c * n // n_chunks,
-                   (c + 1) * n // n_chunks)
+def _run_batch(batch, X, mode, values_out=None, leaves_out=None, leaf_map=None, oob_codes=None, cnt=None):
+    """Run :func:`_batch_walk` over all rows of ``X`` (empty stand-ins for unused arrays)."""
+    no_values = np.zeros((0, 1))
+    run_rows(_batch_walk, _par_batch_walk, X.shape[0], X, *batch.walk, mode, batch.leaf_values,
+             batch.leaf_local if leaf_map is None else leaf_map,
+             np.zeros((0, 0), dtype=np.int8) if oob_codes is None else oob_codes,
+             no_values if values_out is None else values_out,
+             np.zeros((0, 0), dtype=np.int32) if leaves_out is None else leaves_out,
+             np.zeros(0) if cnt is None else cnt)
 
 
 class _BatchForest:
@@ -393,7 +370,7 @@ def predict_leaves(forest, X):
             run_rows(_leaves_raw, _par_leaves_raw, X.shape[0], X, feature, threshold, missing_left, left, right, offsets,
                  out)
         else:
-            run_rows(_batch_leaves, _par_batch_leaves, X.shape[0], X, *batch.walk, batch.leaf_local, out)
+            _run_batch(batch, X, _LEAVES, leaves_out=out)
     return out
 
 
@@ -424,7 +401,7 @@ def predict_values(forest, X, out=None):
             run_rows(_values_raw, _par_values_raw, X.shape[0], X, feature, threshold, missing_left, left, right, value,
                  offsets, out)
         else:
-            run_rows(_batch_values, _par_batch_values, X.shape[0], X, *batch.walk, batch.leaf_values, out)
+            _run_batch(batch, X, _VALUES, values_out=out)
     return out
 
 
@@ -575,7 +552,7 @@ def leaf_value_index(forest, X, batch=None):
     out = np.empty((X.shape[0], len(batch.leaf_starts) - 1), dtype=np.int32)
     compact = np.arange(len(batch.leaf_local), dtype=np.int32)
     with phase("prediction"):
-        run_rows(_batch_leaves, _par_batch_leaves, X.shape[0], X, *batch.walk, compact, out)
+        _run_batch(batch, X, _LEAVES, leaves_out=out, leaf_map=compact)
     return out, batch.leaf_values
 
 
@@ -625,7 +602,7 @@ def accumulate_oob(forest, X, codes, acc, cnt, batch=None):
         batch = _batch_forest(packed, X)
     with phase("prediction"):
         if batch is not None:
-            run_rows(_batch_oob, _par_batch_oob, n, X, *batch.walk, batch.leaf_values, codes, acc, cnt)
+            _run_batch(batch, X, _OOB, values_out=acc, oob_codes=codes, cnt=cnt)
             return
         leaves = predict_leaves(packed, X)
         _oob_from_leaves(leaves, codes, np.ascontiguousarray(packed["value"], dtype=np.float64),

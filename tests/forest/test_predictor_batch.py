@@ -4,40 +4,19 @@ import numba
 import numpy as np
 import pytest
 
-from forest import predictor
 from forest.inference import _blb_sums, _pairwise_sum, blb_predict, blb_variance
 from forest.causal_criterion import CausalChannels
 from forest.predictor import (accumulate_oob, batch_forest, leaf_value_index, oob_average, predict_leaves,
                               predict_reference, predict_values, tree_values)
 from forest.routing import (RECORD_MAX_THRESHOLDS, code_rows, encode_records, goes_left_code, goes_left_shifted)
 from forest.tree import Tree, pack_trees
-
-
-def _random_tree(rng, n_features, n_outputs, thresholds, depth, p_stop=0.15):
-    """A random tree whose thresholds are drawn from ``thresholds[f]`` (plus +inf)."""
-    t = Tree(n_outputs)
-    t.add_node(0, 1.0, rng.normal(size=n_outputs))
-    frontier = [0]
-    for d in range(depth):
-        nxt = []
-        for node in frontier:
-            if rng.random() < p_stop:
-                continue
-            f = int(rng.integers(n_features))
-            b = int(rng.integers(len(thresholds[f]) + 1))
-            thr = thresholds[f][b] if b < len(thresholds[f]) else np.inf
-            left = t.add_node(d + 1, 1.0, rng.normal(size=n_outputs))
-            right = t.add_node(d + 1, 1.0, rng.normal(size=n_outputs))
-            t.set_split(node, f, b, thr, bool(rng.random() < 0.5), 1.0, left, right)
-            nxt += [left, right]
-        frontier = nxt
-    return t
+from random_trees import random_tree
 
 
 def _forest(rng, n_trees=9, n_features=6, n_outputs=3, depth=9):
     thresholds = [np.sort(rng.normal(size=int(rng.integers(1, 40)))) for _ in range(n_features - 1)]
     thresholds.append(np.array([]))                      # a feature no tree splits on
-    trees = [_random_tree(rng, n_features, n_outputs, thresholds, depth) for _ in range(n_trees)]
+    trees = [random_tree(rng, n_features, n_outputs, thresholds, depth, p_stop=0.15) for _ in range(n_trees)]
     stump = Tree(n_outputs)
     stump.add_node(0, 1.0, rng.normal(size=n_outputs))
     trees.insert(3, stump)                                # a single-leaf tree
@@ -53,24 +32,6 @@ def _rows(rng, n, thresholds):
             X[on, f] = rng.choice(thr, size=on.sum())
     X[:3, 0] = [np.inf, -np.inf, -0.0]
     return X
-
-
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    old = numba.get_num_threads()
-    numba.set_num_threads(min(request.param, numba.config.NUMBA_NUM_THREADS))
-    yield request.param
-    numba.set_num_threads(old)
-
-
-@pytest.fixture
-def per_row_walk(monkeypatch):
-    """Run a prediction through the per-row walk (the route taken before batching)."""
-    def run(fn, *args, **kwargs):
-        with monkeypatch.context() as m:
-            m.setattr(predictor, "batch_worthwhile", lambda *a: False)
-            return fn(*args, **kwargs)
-    return run
 
 
 @numba.njit
@@ -108,8 +69,7 @@ def test_codes_count_thresholds_below(rng):
 
 
 @pytest.mark.parametrize("n_rows", [300, 2500, 9000])   # partial block, several blocks, parallel driver
-def test_batch_matches_reference(rng, threads, n_rows, monkeypatch):
-    monkeypatch.setattr(predictor, "batch_worthwhile", lambda *a: True)
+def test_batch_matches_reference(rng, threads, n_rows, batch_always):
     trees, thresholds = _forest(rng)
     packed = pack_trees(trees)
     assert batch_forest(packed, n_rows, len(thresholds)) is not None
@@ -137,10 +97,9 @@ def test_batch_equals_per_row_walk(rng, threads, per_row_walk):
     np.testing.assert_array_equal(predict_leaves(packed, X), per_row_walk(predict_leaves, packed, X))
 
 
-def test_forest_outside_the_record_layout_falls_back(rng, monkeypatch):
-    monkeypatch.setattr(predictor, "batch_worthwhile", lambda *a: True)
+def test_forest_outside_the_record_layout_falls_back(rng, batch_always):
     many = [np.sort(rng.normal(size=RECORD_MAX_THRESHOLDS + 40)), np.sort(rng.normal(size=5))]
-    trees = [_random_tree(rng, 2, 1, many, depth=12, p_stop=0.0) for _ in range(4)]
+    trees = [random_tree(rng, 2, 1, many, depth=12, p_stop=0.0) for _ in range(4)]
     packed = pack_trees(trees)
     assert encode_records(packed, 2) is None
     X = _rows(rng, 500, many)
@@ -150,8 +109,7 @@ def test_forest_outside_the_record_layout_falls_back(rng, monkeypatch):
 
 
 @pytest.mark.parametrize("n_rows", [700, 9000])
-def test_accumulate_oob_matches_masked_reference(rng, threads, n_rows, monkeypatch):
-    monkeypatch.setattr(predictor, "batch_worthwhile", lambda *a: True)
+def test_accumulate_oob_matches_masked_reference(rng, threads, n_rows, batch_always):
     trees, thresholds = _forest(rng)
     packed = pack_trees(trees)
     X = _rows(rng, n_rows, thresholds)
@@ -195,7 +153,7 @@ def _moment_forest(rng, n_trees, n_features=5, layout=CausalChannels(1, 1), p_em
     thresholds = [np.sort(rng.uniform(size=20)) for _ in range(n_features)]
     trees = []
     for _ in range(n_trees):
-        t = _random_tree(rng, n_features, layout.n_moments + 1, thresholds, depth)
+        t = random_tree(rng, n_features, layout.n_moments + 1, thresholds, depth)
         v = t.value.copy()
         n = len(v)
         g = rng.uniform(0.5, 2.0, size=n)
@@ -219,8 +177,7 @@ def _moment_forest(rng, n_trees, n_features=5, layout=CausalChannels(1, 1), p_em
 
 
 @pytest.mark.parametrize("n_trees,L", [(40, 2), (45, 3), (300, 2), (36, 9), (1030, 2)])
-def test_blb_predict_is_blb_variance_bitwise(rng, threads, n_trees, L, monkeypatch):
-    monkeypatch.setattr(predictor, "batch_worthwhile", lambda *a: True)
+def test_blb_predict_is_blb_variance_bitwise(rng, threads, n_trees, L, batch_always):
     layout = CausalChannels(1, 1)
     packed, thresholds = _moment_forest(rng, n_trees, depth=5)
     X = rng.uniform(size=(5000 if n_trees < 1000 else 600, len(thresholds)))
