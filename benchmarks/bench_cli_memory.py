@@ -39,9 +39,9 @@ _CHILD = r"""
 import json, os, resource, sys, time
 mode, out = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
-if mode == "cli":
-    from forest.cli import train
-    code = train.main(sys.argv[3:])
+if mode in ("cli", "predict"):
+    from forest.cli import predict, train
+    code = (train if mode == "cli" else predict).main(sys.argv[3:])
     rank = int(os.environ.get("PMI_RANK", "0"))
 else:
     import numpy as np
@@ -81,12 +81,16 @@ def parquet_path(n_rows, group_rows=65_536):
 
 
 def run(mode, args, np_=1):
-    """One measured run; returns a list of per-rank dicts."""
+    """One measured run; returns a list of per-rank dicts (``stderr``: the tool's last lines).
+
+    ``mode``: ``"cli"`` (forest-train), ``"predict"`` (forest-predict), both under
+    ``mpirun -np np_``, or ``"memory"`` (the in-memory fit, one process).
+    """
     env = _harness.thread_env(1)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rss")
         base = [sys.executable, "-c", _CHILD, mode, out] + args
-        cmd = ([os.path.join(VENV_BIN, "mpirun"), "-np", str(np_)] + base) if mode == "cli" else base
+        cmd = ([os.path.join(VENV_BIN, "mpirun"), "-np", str(np_)] + base) if mode != "memory" else base
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
         wall = time.perf_counter() - t0
@@ -98,6 +102,7 @@ def run(mode, args, np_=1):
                 ranks.append(json.load(f))
     for r in ranks:
         r["launcher_wall_s"] = wall
+        r["stderr"] = proc.stderr[-2000:]
     return ranks
 
 

@@ -31,11 +31,10 @@ from .causal_criterion import CausalChannels, CausalCriterion
 from .clusters import resolve_clusters
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
 from .fingerprint import content_hash
-from .honest_forest import (global_ids, grow_honest_forest,
-                            oob_average, tree_values)
+from .honest_forest import global_ids, grow_honest_forest, oob_average
 from .average_effects import average_treatment_effect as _average_effect
 from .importance import depth_weighted_importance, gain_importance
-from .inference import blb_variance, oob_effects, solve_theta
+from .inference import blb_predict, oob_effects, solve_theta
 from .predictor import predict_values, predict_values_binned
 from .profiling import phase
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_param_types, check_row_count,
@@ -465,21 +464,8 @@ class CausalForest(CausalAnalysisMixin, BaseEstimator):
         if self.ci_group_size < 2:
             raise ValueError("variance estimates need ci_group_size >= 2 at fit time")
         X = validate_features(self, X, reset=False, min_samples=0)
-        layout = self._layout()
-        n_trees = len(self.estimators_["tree_offsets"]) - 1
-        if chunk_rows is None:
-            # bound the (rows, trees, moments) block to ~64 MiB
-            chunk_rows = max(1, int(8_000_000 // max(n_trees * (layout.n_moments + 1), 1)))
-        thetas, variances = [], []
         with phase("prediction"):
-            for lo in range(0, len(X), chunk_rows):
-                tm = tree_values(self.estimators_, X[lo:lo + chunk_rows])
-                th, var = blb_variance(tm, layout, self.ci_group_size)
-                thetas.append(th)
-                variances.append(var)
-        K, M = layout.K, layout.M
-        th = np.concatenate(thetas) if thetas else np.zeros((0, K, M))
-        var = np.concatenate(variances) if variances else np.zeros((0, K, M))
+            th, var = blb_predict(self.estimators_, X, self._layout(), self.ci_group_size, chunk_rows)
         return self._shape(th), self._shape(var)
 
     def predict_interval(self, X, alpha=0.05):

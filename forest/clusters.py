@@ -68,6 +68,17 @@ class ClusterLayout(NamedTuple):
         return self.sizes[self.codes]
 
 
+def layout_rows(layout, lo, hi):
+    """The layout of rows ``lo:hi`` of this rank (None stays None).
+
+    Sampling reads only per-row fields (``codes``, ``within``) and whole-forest
+    tables (``sizes``, ...), so a row slice samples exactly as the full layout does.
+    """
+    if layout is None:
+        return None
+    return layout._replace(codes=layout.codes[lo:hi], within=layout.within[lo:hi])
+
+
 def check_labels(labels, n_local, name="clusters"):
     """Integer cluster labels of this rank's rows as int64 (raises ValueError with one line).
 

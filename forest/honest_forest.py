@@ -12,8 +12,8 @@ Leaves whose estimation half is empty take their parent's value (walking up to t
 nearest non-empty ancestor), so every tree contributes to every prediction; this
 stands in for GRF's pruning of empty honest leaves.
 
-Helpers for prediction: :func:`tree_values` (each tree's leaf vector for each row),
-:func:`oob_average`. Importances live in :mod:`forest.importance`.
+Prediction helpers (:func:`tree_values`, :func:`oob_average`) live in
+:mod:`forest.predictor` and are re-exported here. Importances live in :mod:`forest.importance`.
 
 Continuing a forest (checkpoint resume, warm start; :mod:`forest.checkpoint`): the
 loop can start from trees already grown (:class:`ForestStart`) and reports each
@@ -27,16 +27,16 @@ so the sums are the same bits.
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from histogram.binning import BinMapper
 from native import collectives as col
 
 from . import grower as _grower
 from .grower import grow_levelwise, reestimate_leaves
-from .predictor import accumulate_oob_binned, predict_leaves
+from .predictor import accumulate_oob_binned, oob_average, tree_values  # noqa: F401 (re-exported)
 from .profiling import phase
-from .subsample import OUT, STRUCTURE, BOTH, ESTIMATION, tree_row_codes
+from .subsample import OUT, STRUCTURE, BOTH, ESTIMATION, sampling_segments, tree_row_codes  # noqa: F401
 from .tree import pack_trees
 
 #: Histogram memory a batch of trees may use at its widest level (bytes, estimate).
@@ -125,40 +125,6 @@ def fill_empty_from_parent(tree, count_col):
     tree.value = value
 
 
-@njit(cache=True, parallel=True)
-def _oob_accumulate(leaves, codes, values, offsets, acc, cnt):
-    n, n_trees = leaves.shape
-    v = values.shape[1]
-    for i in prange(n):
-        for t in range(n_trees):
-            if codes[t, i] == 0:
-                node = offsets[t] + leaves[i, t]
-                for j in range(v):
-                    acc[i, j] += values[node, j]
-                cnt[i] += 1.0
-
-
-def oob_accumulate(packed, leaves, codes, acc, cnt):
-    """Add each tree's leaf value to the rows it did not sample.
-
-    Parameters
-    ----------
-    packed : dict
-        Packed forest of the batch (``pack_trees``).
-    leaves : ndarray of int32, shape (n, n_trees)
-    codes : ndarray of int8, shape (n_trees, n)
-    acc : ndarray of float64, shape (n, n_outputs)
-        Updated in place; ``n_outputs`` must equal the width of ``packed["value"]``.
-    cnt : ndarray of float64, shape (n,)
-        Updated in place (number of out-of-bag trees per row).
-    """
-    if acc.shape != (leaves.shape[0], packed["value"].shape[1]) or cnt.shape != (leaves.shape[0],):
-        raise ValueError(f"acc must have shape {(leaves.shape[0], packed['value'].shape[1])}, got {acc.shape}")
-    _oob_accumulate(np.ascontiguousarray(leaves, dtype=np.int32), np.ascontiguousarray(codes),
-                    np.ascontiguousarray(packed["value"], dtype=np.float64),
-                    np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64), acc, cnt)
-
-
 #: Where a continued forest starts: ``trees`` (list of Tree, indices 0..len-1) already
 #: grown, their out-of-bag sums ``oob_acc`` / ``oob_cnt`` for this rank's rows (or
 #: None), and ``batch_size``, the batch grid to keep (None: choose as usual).
@@ -213,18 +179,6 @@ def oob_sums_binned(packed, binned, missing_bin, gids, sampling, clusters=None, 
         sub = dict(packed, tree_offsets=offsets[lo:hi + 1])
         accumulate_oob_binned(sub, binned, missing_bin, codes, acc, cnt)
     return acc, cnt
-
-
-def sampling_segments(sampling, n_trees):
-    """``[(seed, first tree index, n trees), ...]`` in packed order.
-
-    A fitted forest is one segment ``(seed, 0, n_trees)``; a merged forest
-    (:func:`forest.merge.merge_forests`) records one per part in ``sampling["segments"]``.
-    """
-    segments = sampling.get("segments")
-    if segments is None:
-        return [(int(sampling["seed"]), 0, int(n_trees))]
-    return [(int(a), int(b), int(c)) for a, b, c in segments]
 
 
 def _oob_code_chunks(sampling, gids, n_trees, chunk_trees, clusters=None):
@@ -339,48 +293,3 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
         if progress is not None:
             progress(len(trees), n_estimators)
     return pack_trees(trees), oob_acc, oob_cnt
-
-
-def oob_average(packed, X, gids, sampling, chunk_trees=256, clusters=None):
-    """Out-of-bag average of leaf values for training rows given by raw ``X``.
-
-    Parameters
-    ----------
-    packed : dict
-    X : ndarray, shape (n, n_features)
-    gids : ndarray of int64, shape (n,)
-        The rows' global ids during fitting.
-    sampling : dict
-        ``seed, sample_fraction, ci_group_size, honest, honesty_fraction`` as fitted
-        (and ``segments`` for a merged forest, :func:`sampling_segments`).
-    clusters : forest.clusters.ClusterLayout, optional
-        The rows' cluster layout when the forest was fitted with clusters.
-
-    Returns
-    -------
-    avg : ndarray, shape (n, n_outputs)
-        NaN rows where no tree left the row out.
-    cnt : ndarray, shape (n,)
-    """
-    leaves = predict_leaves(packed, X)
-    n, n_trees = leaves.shape
-    values = packed["value"]
-    acc = np.zeros((n, values.shape[1]))
-    cnt = np.zeros(n)
-    offsets = packed["tree_offsets"]
-    for lo, hi, codes in _oob_code_chunks(sampling, gids, n_trees, chunk_trees, clusters):
-        sub = {"value": values, "tree_offsets": offsets[lo:hi + 1]}
-        oob_accumulate(sub, leaves[:, lo:hi], codes, acc, cnt)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return acc / cnt[:, None], cnt
-
-
-def tree_values(packed, X):
-    """Each tree's leaf vector for each row.
-
-    Returns
-    -------
-    ndarray, shape (n, n_trees, n_outputs)
-    """
-    leaves = predict_leaves(packed, X).astype(np.int64)
-    return packed["value"][leaves + packed["tree_offsets"][:-1][None, :]]

@@ -42,6 +42,7 @@ This module owns the statistics downstream of the trees:
 import math
 
 import numpy as np
+from numba import njit, prange
 
 from .causal_criterion import CausalChannels
 
@@ -148,6 +149,17 @@ def _debias(raw, noise_scale):
 _erfc = np.vectorize(math.erfc, otypes=[np.float64])
 
 
+def _check_groups(ci_group_size, n_trees):
+    """``(L, G)``: trees per little bag and the number of whole groups."""
+    L = int(ci_group_size)
+    if L < 2:
+        raise ValueError(f"variance estimates need ci_group_size >= 2, got {ci_group_size}")
+    G = n_trees // L
+    if G < 2:
+        raise ValueError(f"variance estimates need at least two groups of {L} trees, got {n_trees} trees")
+    return L, G
+
+
 def blb_variance(tree_m, layout, ci_group_size):
     """Bootstrap-of-little-bags variance of ``theta(x)`` (module docstring).
 
@@ -168,14 +180,14 @@ def blb_variance(tree_m, layout, ci_group_size):
     var : ndarray, shape (n, K, M)
         Variance of each component; NaN where fewer than two usable groups exist.
     """
-    L = int(ci_group_size)
-    if L < 2:
-        raise ValueError(f"variance estimates need ci_group_size >= 2, got {ci_group_size}")
     tree_m = np.asarray(tree_m, dtype=np.float64)
-    n, B = tree_m.shape[:2]
-    G = B // L
-    if G < 2:
-        raise ValueError(f"variance estimates need at least two groups of {L} trees, got {B} trees")
+    L, G = _check_groups(ci_group_size, tree_m.shape[1])
+    return _blb_finish(*_blb_sums(tree_m, layout, L, G), L)
+
+
+def _blb_sums(tree_m, layout, L, G):
+    """``theta``, the between- and within-group sums of squares, and usable groups per row."""
+    n = tree_m.shape[0]
     tm = tree_m[:, : G * L, : layout.n_moments + 1]
     count = tm[..., layout.n_moments]
     good = (count.reshape(n, G, L) > 0).all(axis=2)       # (n, G)
@@ -193,11 +205,227 @@ def blb_variance(tree_m, layout, ci_group_size):
     group_mean = psi.mean(axis=2)                                        # (n, G, K, M)
     between = (group_mean ** 2).sum(axis=1) / ng
     within = ((psi - group_mean[:, :, None]) ** 2).sum(axis=(1, 2)) / (ng * (L - 1))
+    return theta, between, within, n_good
+
+
+def _blb_finish(theta, between, within, n_good, L):
+    """Noise-corrected, non-negative variance from :func:`_blb_sums`' output."""
+    ng = np.maximum(n_good, 1)[:, None, None]
     noise = within / L
     raw = between - noise
     scale = np.maximum(between, noise) * np.sqrt(2.0 / ng)
     var = _debias(raw, scale)
     var[n_good < 2] = np.nan
+    return theta, var
+
+
+#: NumPy's pairwise summation: blocks of at most this many terms are summed directly.
+_PAIRWISE_BLOCK = 128
+
+
+@njit(cache=True)
+def _pairwise_block(a, lo, n):
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    while i < n - n % 8:
+        j = lo + i
+        r0 += a[j]
+        r1 += a[j + 1]
+        r2 += a[j + 2]
+        r3 += a[j + 3]
+        r4 += a[j + 4]
+        r5 += a[j + 5]
+        r6 += a[j + 6]
+        r7 += a[j + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def _pairwise_sum(a, lo, n, stack, partial):
+    """``sum(a[lo:lo+n])`` in NumPy's pairwise order (``add.reduce`` along a contiguous
+    axis: blocks of up to 128 terms summed by eight accumulators, longer runs split in
+    halves at multiples of 8 and the halves' sums added), so a compiled reduction
+    gives NumPy's bits. The recursion runs on ``stack`` (int64, (3 * 64,)) and
+    ``partial`` (float64, (64,)) scratch: Numba cannot cache recursive functions.
+    """
+    if n <= _PAIRWISE_BLOCK:
+        return _pairwise_block(a, lo, n)
+    sp = 0
+    vp = 0
+    stack[0], stack[1], stack[2] = lo, n, 0
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        s_lo, s_n, done = stack[3 * sp], stack[3 * sp + 1], stack[3 * sp + 2]
+        if s_n <= _PAIRWISE_BLOCK:
+            partial[vp] = _pairwise_block(a, s_lo, s_n)
+            vp += 1
+        elif done:                               # both halves summed: left below right
+            partial[vp - 2] = partial[vp - 2] + partial[vp - 1]
+            vp -= 1
+        else:
+            half = s_n // 2
+            half -= half % 8
+            stack[3 * sp], stack[3 * sp + 1], stack[3 * sp + 2] = s_lo, s_n, 1
+            stack[3 * sp + 3], stack[3 * sp + 4], stack[3 * sp + 5] = s_lo + half, s_n - half, 0
+            stack[3 * sp + 6], stack[3 * sp + 7], stack[3 * sp + 8] = s_lo, half, 0
+            sp += 3
+    return partial[0]
+
+
+@njit(cache=True)
+def _blb_sums_scalar(index, values, L, G, theta, between, within, n_good, a, b):
+    """:func:`_blb_sums` for one treatment and one outcome, row by row, from leaf indices.
+
+    ``values[index[i, t]]`` is tree ``t``'s leaf vector ``(g, w, y, wy, ww, count, ...)``
+    for row ``i``. Every operation is :func:`_blb_sums`' NumPy operation on the same
+    operands in the same order (tree sums in tree order, group means and sums of
+    squares in NumPy's pairwise order), so the outputs are bitwise equal, without
+    the ``(rows, trees, moments)`` array or its temporaries.
+    """
+    B = G * L
+    good = np.empty(G)                      # 1.0 / 0.0: the group mask as NumPy multiplies it
+    tm = np.empty((B, 5))                   # the row's tree moments, gathered once
+    psi = np.empty(B)
+    sq = np.empty(B)
+    mean = np.empty(G)
+    stack = np.empty(3 * 64, dtype=np.int64)
+    partial = np.empty(64)
+    for i in range(a, b):
+        ng = 0
+        s0 = s1 = s2 = s3 = s4 = 0.0
+        t = 0
+        for q in range(G):
+            ok = True
+            for _ in range(L):
+                v = index[i, t]
+                ok &= values[v, 5] > 0
+                for c in range(5):
+                    tm[t, c] = values[v, c]
+                t += 1
+            good[q] = 1.0 if ok else 0.0
+            ng += ok
+        t = 0
+        for q in range(G):
+            m = good[q]
+            for _ in range(L):
+                s0 += tm[t, 0] * m
+                s1 += tm[t, 1] * m
+                s2 += tm[t, 2] * m
+                s3 += tm[t, 3] * m
+                s4 += tm[t, 4] * m
+                t += 1
+        den = float(max(ng * L, 1))
+        g, w, y, wy, ww = s0 / den, s1 / den, s2 / den, s3 / den, s4 / den
+        A = g * ww - w * w
+        rhs = g * wy - w * y
+        scale = max(abs(A), 1e-300)
+        ok = A > 1e-12 * scale
+        th = rhs / (A if ok else 1.0)
+        if not ok:
+            th = np.nan
+        A_safe = A if np.isfinite(th) else 1.0
+        c = wy - ww * th
+        r = y - th * w
+        t = 0
+        for q in range(G):
+            m = good[q]
+            for _ in range(L):
+                u = g * (tm[t, 3] - tm[t, 4] * th)
+                u += tm[t, 0] * c
+                u -= tm[t, 1] * r
+                u -= w * (tm[t, 2] - th * tm[t, 1])
+                u *= m
+                psi[t] = u / A_safe
+                t += 1
+        t = 0
+        for q in range(G):
+            mean[q] = _pairwise_sum(psi, t, L, stack, partial) / L
+            sq[q] = mean[q] * mean[q]
+            t += L
+        ngs = max(ng, 1)
+        between[i] = _pairwise_sum(sq, 0, G, stack, partial) / ngs
+        t = 0
+        for q in range(G):
+            for _ in range(L):
+                d = psi[t] - mean[q]
+                sq[t] = d * d
+                t += 1
+        within[i] = _pairwise_sum(sq, 0, B, stack, partial) / (ngs * (L - 1))
+        theta[i] = th
+        n_good[i] = ng
+
+
+@njit(cache=True, parallel=True)
+def _par_blb_sums_scalar(index, values, L, G, theta, between, within, n_good, n_chunks):
+    n = index.shape[0]
+    for c in prange(n_chunks):
+        _blb_sums_scalar(index, values, L, G, theta, between, within, n_good, c * n // n_chunks,
+                         (c + 1) * n // n_chunks)
+
+
+#: Rows per chunk of :func:`blb_predict` (bounds its leaf-index and moment buffers).
+BLB_CHUNK_ELEMENTS = 8_000_000
+
+
+def blb_predict(forest, X, layout, ci_group_size, chunk_rows=None):
+    """Forest estimate and bootstrap-of-little-bags variance at new points.
+
+    Equal, bit for bit, to :func:`blb_variance` of each tree's leaf moments at ``X``.
+    For one treatment and one outcome the variance is computed row by row from the
+    leaves each row reaches (:func:`_blb_sums_scalar`), never materialising the
+    ``(rows, trees, moments)`` array; otherwise chunks of that array go through
+    :func:`blb_variance`.
+
+    Parameters
+    ----------
+    forest : dict
+        Packed causal forest (node values: averaged moments, then the count).
+    X : ndarray of float64, shape (n, n_features)
+    layout : CausalChannels
+    ci_group_size : int
+    chunk_rows : int, optional
+        Rows per chunk (default: about :data:`BLB_CHUNK_ELEMENTS` tree-row cells).
+
+    Returns
+    -------
+    theta, var : ndarray, shape (n, K, M)
+    """
+    from .predictor import batch_forest, leaf_value_index, run_rows
+
+    n_trees = len(forest["tree_offsets"]) - 1
+    L, G = _check_groups(ci_group_size, n_trees)
+    K, M = layout.K, layout.M
+    n = X.shape[0]
+    width = layout.n_moments + 1
+    if chunk_rows is None:
+        chunk_rows = max(1, BLB_CHUNK_ELEMENTS // max(n_trees * (1 if K * M == 1 else width), 1))
+    theta = np.empty((n, K, M))
+    var = np.empty((n, K, M))
+    batch = batch_forest(forest, n, X.shape[1])
+    for lo in range(0, n, chunk_rows):
+        hi = min(n, lo + chunk_rows)
+        index, values = leaf_value_index(forest, X[lo:hi], batch)
+        if K * M == 1:
+            m = hi - lo
+            th, between, within = np.empty(m), np.empty(m), np.empty(m)
+            n_good = np.empty(m, dtype=np.int64)
+            run_rows(_blb_sums_scalar, _par_blb_sums_scalar, m, index, values, L, G, th, between, within, n_good)
+            sums = (th.reshape(m, 1, 1), between.reshape(m, 1, 1), within.reshape(m, 1, 1), n_good)
+        else:
+            sums = _blb_sums(values[index], layout, L, G)
+        theta[lo:hi], var[lo:hi] = _blb_finish(*sums, L)
     return theta, var
 
 

@@ -8,7 +8,7 @@ trees are independent draws given their seed and tree index, so a merged forest 
 forest with more trees: its predictions average all the trees' leaf moments, and
 out-of-bag predictions (``oob_predict``) and bootstrap-of-little-bags intervals keep
 working, because the merged forest records the ``(seed, first tree, count)`` of each
-part (``sampling_["segments"]``, read by :func:`forest.honest_forest.sampling_segments`).
+part (``sampling_["segments"]``, read by :func:`forest.subsample.sampling_segments`).
 
 Not carried over: what ``fit`` computed on the training rows (``oob_prediction_`` of
 a regression forest; ``ate_``, ``ate_stderr_``, ``dr_scores_`` and the out-of-bag
@@ -26,7 +26,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .fingerprint import mapper_digest
-from .honest_forest import sampling_segments
+from .subsample import sampling_segments
 from .importance import depth_weighted_importance, gain_importance
 from .tree import pack_trees, unpack_trees
 

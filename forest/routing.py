@@ -73,3 +73,271 @@ def goes_left_codes(codes, bin_threshold, missing_left, missing_bin):
     """
     codes = np.asarray(codes, dtype=np.int64)
     return np.where(codes == missing_bin, bool(missing_left), codes <= bin_threshold)
+
+
+# ---------------------------------------------------------------------------------
+# Batch walks: compact node records, row codes from the forest's own thresholds,
+# and a level-synchronous walk of a block of rows through one tree.
+#
+# A row reaches the same leaf as in :func:`walk_raw`, by this argument. Let
+# ``T_f`` be the sorted distinct thresholds of feature ``f`` over the forest's
+# innerNodes and ``code(x) = #{t in T_f : t < x}`` (NaN: :data:`RECORD_MISSING`).
+# For a split ``x <= T_f[b]``: ``x <= T_f[b]`` exactly when fewer than ``b + 1``
+# thresholds lie below ``x``, i.e. ``code(x) <= b``. So the raw rule becomes the
+# code rule of :func:`goes_left_code` with missing bin 255, whatever the thresholds
+# are (no bin mapper involved), and a feature with at most 254 distinct thresholds
+# fits a uint8 code.
+#
+# Record (uint64) of an innerNode, so one load fetches everything a step needs:
+#   bits  0-31  (first child's record id << 2) | left child internal | right child internal << 1
+#               (the right child's record follows the left child's: siblings are stored
+#               in pairs, breadth-first, so a tree's levels are contiguous)
+#   bits 32-39  b + s, bits 40-47  s   (s = missing_left, see goes_left_shifted)
+#   bits 48-62  feature, bit 63 set.
+# A leafNode's record holds its compact leaf index (bit 63 clear).
+
+#: Code of a missing value (NaN) in the batch walk.
+RECORD_MISSING = 255
+#: Largest number of distinct thresholds per feature a uint8 code can separate.
+RECORD_MAX_THRESHOLDS = 254
+#: Features and record ids the record layout can address.
+RECORD_MAX_FEATURES = 1 << 15
+RECORD_MAX_NODES = 1 << 30
+
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+@numba.njit(cache=True, inline="always")
+def goes_left_shifted(code, shifted_threshold, shift):
+    """:func:`goes_left_code` with missing bin 255, in the form the batch walk uses.
+
+    ``((code + s) mod 256) <= b + s`` with ``s = missing_left`` (0 or 1) and
+    ``b <= 253``: for ``s = 0`` it is ``code <= b`` (255 > b: missing goes right);
+    for ``s = 1`` the missing code wraps to 0 (left) and every other code moves up
+    by one on both sides. Three integer operations and no branch.
+    """
+    return ((code + shift) & np.uint64(0xFF)) <= shifted_threshold
+
+
+@numba.njit(cache=True)
+def _threshold_ranks(feature, threshold, n_features):
+    """Per-feature sorted distinct thresholds and each innerNode's rank among them.
+
+    Returns ``(table, width, n_thresholds, used, rank)``, or ``width = 0`` when a
+    threshold is NaN or a feature has more than RECORD_MAX_THRESHOLDS of them.
+    """
+    n_nodes = feature.shape[0]
+    count = np.zeros(n_features + 1, dtype=np.int64)
+    for i in range(n_nodes):
+        if feature[i] >= 0:
+            if threshold[i] != threshold[i]:
+                return np.zeros(0), 0, count[:n_features], count[:0], count[:0]
+            count[feature[i] + 1] += 1
+    for f in range(n_features):
+        count[f + 1] += count[f]
+    members = np.empty(count[n_features], dtype=np.int64)   # inner nodes grouped by feature
+    fill = count[:n_features].copy()
+    for i in range(n_nodes):
+        if feature[i] >= 0:
+            members[fill[feature[i]]] = i
+            fill[feature[i]] += 1
+    rank = np.zeros(n_nodes, dtype=np.int64)
+    n_thresholds = np.zeros(n_features, dtype=np.int64)
+    distinct = np.empty(count[n_features], dtype=np.float64)
+    for f in range(n_features):
+        group = members[count[f]:count[f + 1]]
+        values = threshold[group]
+        order = np.argsort(values)
+        k = -1
+        for j in range(order.shape[0]):
+            v = values[order[j]]
+            if k < 0 or v != distinct[count[f] + k]:   # -0.0 == 0.0: one threshold
+                k += 1
+                distinct[count[f] + k] = v
+            rank[group[order[j]]] = k
+        n_thresholds[f] = k + 1
+    most = n_thresholds.max() if n_features else 0
+    if most > RECORD_MAX_THRESHOLDS:
+        return np.zeros(0), 0, n_thresholds, count[:0], count[:0]
+    width = 1
+    while width < most + 1:
+        width *= 2
+    table = np.full(n_features * width, np.inf)
+    n_used = 0
+    for f in range(n_features):
+        table[f * width: f * width + n_thresholds[f]] = distinct[count[f]: count[f] + n_thresholds[f]]
+        n_used += n_thresholds[f] > 0
+    used = np.empty(n_used, dtype=np.int64)
+    n_used = 0
+    for f in range(n_features):
+        if n_thresholds[f] > 0:
+            used[n_used] = f
+            n_used += 1
+    return table, width, n_thresholds, used, rank
+
+
+@numba.njit(cache=True)
+def _encode_records(feature, rank, missing_left, left, right, offsets):
+    n_trees = offsets.shape[0] - 1
+    n_nodes = feature.shape[0]
+    records = np.zeros(n_nodes, dtype=np.uint64)
+    roots = np.empty(n_trees + 1, dtype=np.int64)
+    leaf_starts = np.empty(n_trees + 1, dtype=np.int64)
+    source = np.empty(n_nodes, dtype=np.int64)       # record id -> packed node id
+    n_leaves = 0
+    for i in range(n_nodes):
+        n_leaves += feature[i] < 0
+    leaf_nodes = np.empty(n_leaves, dtype=np.int64)  # compact leaf index -> packed node id
+    pos = 0
+    leaf = 0
+    for t in range(n_trees):
+        roots[t] = pos
+        leaf_starts[t] = leaf
+        source[pos] = offsets[t]
+        pos += 1
+        head = roots[t]
+        while head < pos:                            # breadth-first: children in pairs
+            node = source[head]
+            f = feature[node]
+            if f >= 0:
+                lo, hi = left[node], right[node]
+                source[pos] = lo
+                source[pos + 1] = hi
+                s = np.uint64(missing_left[node] != 0)
+                link = (np.uint64(pos) << np.uint64(2)) | np.uint64(feature[lo] >= 0) \
+                    | (np.uint64(feature[hi] >= 0) << np.uint64(1))
+                records[head] = link | ((np.uint64(rank[node]) + s) << np.uint64(32)) | (s << np.uint64(40)) \
+                    | (np.uint64(f) << np.uint64(48)) | (np.uint64(1) << np.uint64(63))
+                pos += 2
+            else:
+                records[head] = np.uint64(leaf)
+                leaf_nodes[leaf] = node
+                leaf += 1
+            head += 1
+    roots[n_trees] = pos
+    leaf_starts[n_trees] = leaf
+    return records, roots, leaf_starts, leaf_nodes
+
+
+def encode_records(packed, n_features):
+    """Record layout of a packed forest for :func:`walk_block` (see the comment above).
+
+    Parameters
+    ----------
+    packed : dict
+        :func:`forest.tree.pack_trees` layout.
+    n_features : int
+        Columns of the rows to be routed.
+
+    Returns
+    -------
+    dict or None
+        ``records`` (uint64, one per node), ``roots`` (int64, ``(n_trees + 1,)``: tree
+        ``t`` owns records ``roots[t]:roots[t+1]``, its root first), ``leaf_starts``
+        (int64, ``(n_trees + 1,)``: the tree's compact leaf indices), ``leaf_nodes``
+        (int64: compact leaf index -> packed node id), ``table`` (float64,
+        ``(n_features * width,)``: row ``f`` holds ``T_f`` then ``+inf``), ``width``
+        (a power of two above every ``len(T_f)``), ``used`` (int64: the features
+        some innerNode splits on). ``None`` when the forest does not fit the layout:
+        more than :data:`RECORD_MAX_THRESHOLDS` thresholds on a feature, a NaN
+        threshold, too many features or nodes.
+    """
+    feature = np.ascontiguousarray(packed["feature"], dtype=np.int32)
+    if len(feature) >= RECORD_MAX_NODES or n_features > RECORD_MAX_FEATURES:
+        return None
+    threshold = np.ascontiguousarray(packed["threshold"], dtype=np.float64)
+    table, width, _, used, rank = _threshold_ranks(feature, threshold, int(n_features))
+    if width == 0:
+        return None
+    records, roots, leaf_starts, leaf_nodes = _encode_records(
+        feature, rank, np.ascontiguousarray(packed["missing_left"], dtype=np.uint8),
+        np.ascontiguousarray(packed["left"], dtype=np.int32), np.ascontiguousarray(packed["right"], dtype=np.int32),
+        np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64))
+    return dict(records=records, roots=roots, leaf_starts=leaf_starts, leaf_nodes=leaf_nodes, table=table,
+                width=int(width), used=used)
+
+
+@numba.njit(cache=True)
+def code_rows(X, a, n, table, width, used, codes, stride):
+    """Codes of rows ``X[a:a+n]`` for the batch walk, feature-major.
+
+    ``codes[f * stride + r] = #{t in T_f : t < X[a + r, f]}`` (255 for NaN) for
+    each feature ``f`` in ``used``, by a branch-free binary search over the row of
+    ``table``.
+
+    Parameters
+    ----------
+    X : ndarray of float64, shape (n_rows, n_features), C-contiguous
+    a, n : int
+    table : ndarray of float64, shape (n_features * width,)
+    width : int
+    used : ndarray of int64
+    codes : ndarray of uint8, shape (>= n_features * stride,)
+    stride : int
+    """
+    for u in range(used.shape[0]):
+        f = used[u]
+        base = np.uint64(f * width)
+        out = np.uint64(f * stride)
+        for r in range(n):
+            x = X[a + r, f]
+            lo = np.uint64(0)
+            h = np.uint64(width >> 1)
+            while h > 0:
+                lo += np.uint64(table[base + lo + h - np.uint64(1)] < x) * h
+                h >>= np.uint64(1)
+            codes[out + np.uint64(r)] = np.uint8(RECORD_MISSING) if x != x else np.uint8(lo)
+
+
+@numba.njit(cache=True)
+def walk_block(codes, stride, records, root, rows, m, act, leaf):
+    """Route rows ``rows[:m]`` of a coded block through one tree, level by level.
+
+    Each pass over the active rows moves every row one level down, with no branch
+    on the row's data: rows are independent, so the processor overlaps their
+    node and code loads. Rows that reach a leaf drop out of the active list
+    (compacted in place).
+
+    Parameters
+    ----------
+    codes : ndarray of uint8
+        Row ``r``'s code of feature ``f`` at ``f * stride + r`` (:func:`code_rows`).
+    stride : int
+    records : ndarray of uint64
+        :func:`encode_records` layout.
+    root : int
+        Record id of the tree's root.
+    rows : ndarray of uint32, shape (>= m,)
+        Block-local rows to route (< 2**32).
+    m : int
+    act : ndarray of uint64, shape (>= m,)
+        Scratch.
+    leaf : ndarray of uint32
+        ``leaf[r]`` receives the record id of the leaf row ``r`` reaches.
+    """
+    low = _LOW32
+    one = np.uint64(1)
+    top = np.uint64(root) << np.uint64(32)
+    for j in range(m):
+        r = rows[j]
+        act[j] = top | np.uint64(r)
+        leaf[r] = np.uint32(root)
+    if records[root] >> np.uint64(63) == 0:
+        return
+    ustride = np.uint64(stride)
+    while m > 0:
+        k = np.uint64(0)
+        for j in range(m):
+            state = act[j]
+            r = state & low
+            rec = records[state >> np.uint64(32)]
+            f = (rec >> np.uint64(48)) & np.uint64(0x7FFF)
+            code = np.uint64(codes[f * ustride + r])
+            right = one - np.uint64(goes_left_shifted(code, (rec >> np.uint64(32)) & np.uint64(0xFF),
+                                                      (rec >> np.uint64(40)) & np.uint64(0xFF)))
+            link = rec & low
+            child = (link >> np.uint64(2)) + right
+            leaf[r] = np.uint32(child)
+            act[k] = (child << np.uint64(32)) | r
+            k += (link >> right) & one          # the child's "internal" bit
+        m = k

@@ -139,6 +139,46 @@ def tree_row_codes(seed, trees, gids, *, sample_fraction=0.5, ci_group_size=1, h
     return out
 
 
+def sampling_segments(sampling, n_trees):
+    """``[(seed, first tree index, n trees), ...]`` in packed order.
+
+    A fitted forest is one segment ``(seed, 0, n_trees)``; a merged forest
+    (:func:`forest.merge.merge_forests`) records one per part in ``sampling["segments"]``.
+    """
+    segments = sampling.get("segments")
+    if segments is None:
+        return [(int(sampling["seed"]), 0, int(n_trees))]
+    return [(int(a), int(b), int(c)) for a, b, c in segments]
+
+
+def forest_row_codes(sampling, n_trees, gids, clusters=None):
+    """Role of every row in every tree of a fitted forest, in packed tree order.
+
+    Parameters
+    ----------
+    sampling : dict
+        The estimator's ``sampling_`` (``seed, sample_fraction, ci_group_size, honest,
+        honesty_fraction`` and, for merged forests, ``segments``).
+    n_trees : int
+    gids : array-like of int, shape (n,)
+        Global row ids during fitting.
+    clusters : forest.clusters.ClusterLayout, optional
+        Aligned with ``gids`` (see :func:`forest.clusters.layout_rows` for a slice).
+
+    Returns
+    -------
+    ndarray of int8, shape (n_trees, n)
+    """
+    parts = [tree_row_codes(seed, np.arange(first, first + count), gids,
+                            sample_fraction=sampling["sample_fraction"], ci_group_size=sampling["ci_group_size"],
+                            honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"],
+                            clusters=clusters)
+             for seed, first, count in sampling_segments(sampling, n_trees)]
+    if not parts:
+        return np.empty((0, len(gids)), dtype=np.int8)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
 def _sampling_ids(gids, clusters):
     """``(hash ids, within-cluster index, cluster size per row, samples_per_cluster or 0)``."""
     if clusters is None:

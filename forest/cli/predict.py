@@ -1,21 +1,29 @@
 """``forest-predict``: predict a model file on sharded data, keeping the input row order.
 
 Every rank loads the model, reads its own contiguous run of row groups
-(:mod:`forest.dataio`) and predicts those rows. Rank 0 then writes the output
-parquet file: its own rows first, then each other rank's rows as they arrive, in
-rank order (each rank sends its result as one Arrow IPC message over the
-communicator). Because row-group runs are contiguous and in file order, rank order
-is input order. Rank 0 holds at most one rank's predictions at a time besides its
-own. The file is written to a temporary name and renamed, so a failed run never
-leaves a partial output at the target path.
+(:mod:`forest.dataio`) one at a time and predicts it in slices of at most
+:data:`PREDICT_BATCH_ROWS` rows, so a rank holds one row group of input and one
+slice of float features and predictions, never its whole share. Rank 0 appends its
+predictions to the output parquet file as it goes; every other rank appends its own
+to a temporary Arrow IPC file (:func:`tempfile.gettempdir`, deleted at the end), so
+all ranks predict at the same time with flat memory. Then rank 0 receives each
+other rank's spilled batches in rank order, one Arrow IPC message per batch, and
+appends them. Because row-group runs are contiguous and in file order, rank order is
+input order. The file is written to a temporary name and renamed, so a failed run
+never leaves a partial output at the target path. The last line reports the rows
+written and the rows per second (slowest rank's prediction, and the whole run).
 """
 import sys
+import time
 
 from forest.cli.common import (CLIError, Parser, agree, check_not_input, feature_input, guarded, load_model,
                                model_feature_names, plan_source, run_tool, world)
 
 PROG = "forest-predict"
 _TAG = 7421  # point-to-point tag of the output hand-over to rank 0
+
+#: Rows predicted at once: bounds a rank's float feature slice and its predictions.
+PREDICT_BATCH_ROWS = 65_536
 
 
 def build_parser():
@@ -85,13 +93,12 @@ def prediction_columns(est, X, interval, alpha, is_causal):
     return out
 
 
-def _empty_columns(est, names, interval, alpha, is_causal):
-    """Column names and dtypes for a rank with no rows, by predicting one dummy row."""
+def _probe_columns(est, names, interval, alpha, is_causal):
+    """The output columns, by predicting one dummy row: ``{name: array of one value}``."""
     import pyarrow as pa
 
-    probe = prediction_columns(est, feature_input(est, pa.table({n: [0.0] for n in names}), names), interval, alpha,
-                               is_causal)
-    return {k: v[:0] for k, v in probe.items()}
+    return prediction_columns(est, feature_input(est, pa.table({n: [0.0] for n in names}), names), interval, alpha,
+                              is_causal)
 
 
 def _table_bytes(table):
@@ -110,57 +117,127 @@ def _table_from(buf):
     return pa.ipc.open_stream(pa.py_buffer(buf.tobytes())).read_all()
 
 
-def _write_in_rank_order(comm, table, path):
-    """Rank 0: write its table, then every other rank's, in rank order; atomic rename.
+class _ParquetOutput:
+    """Rank 0's output: a parquet file under a temporary name, renamed when complete.
 
-    Every other rank's message is received even after a write error, so no rank is
-    left blocked in its send.
-
-    Returns
-    -------
-    str or None
-        The error message, if writing failed.
+    After the first failed write, later writes are skipped (the error is kept), so
+    rank 0 still drains every other rank's messages.
     """
-    import os
-    import tempfile
 
+    def __init__(self, path, schema):
+        import os
+        import tempfile
+
+        import pyarrow.parquet as pq
+
+        self.path, self.schema, self.error = path, schema, None
+        directory = os.path.dirname(os.path.abspath(path))
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        os.close(fd)
+        self._writer = pq.ParquetWriter(self.tmp, schema)
+
+    def write(self, table):
+        import pyarrow as pa
+
+        if self.error is not None or table.num_rows == 0:
+            return
+        try:
+            self._writer.write_table(table.cast(self.schema))
+        except (OSError, pa.ArrowException) as exc:
+            self.error = f"cannot write {self.path!r}: {exc}"
+
+    def finish(self):
+        """Close and rename into place; returns the error message or None."""
+        import os
+
+        try:
+            self._writer.close()
+            if self.error is None:
+                os.chmod(self.tmp, 0o666 & ~_umask())
+                os.replace(self.tmp, self.path)
+        except OSError as exc:
+            self.error = self.error or f"cannot write {self.path!r}: {exc}"
+        finally:
+            self.discard()
+        return self.error
+
+    def discard(self):
+        import os
+
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - closing after a failed write may fail again
+            pass
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+
+
+class _Spill:
+    """A rank's predictions in a temporary Arrow IPC stream file until rank 0 takes them."""
+
+    def __init__(self, schema):
+        import os
+        import tempfile
+
+        import pyarrow as pa
+
+        self.schema = schema
+        fd, self.path = tempfile.mkstemp(prefix="forest-predict-", suffix=".arrows")
+        os.close(fd)
+        self._sink = pa.OSFile(self.path, "wb")
+        self._writer = pa.ipc.new_stream(self._sink, schema)
+
+    def write(self, table):
+        if table.num_rows:
+            self._writer.write_table(table.cast(self.schema))
+
+    def batches(self):
+        """Close for writing; yield the spilled record batches in order."""
+        import pyarrow as pa
+
+        self._writer.close()
+        self._sink.close()
+        with pa.memory_map(self.path) as source:
+            yield from pa.ipc.open_stream(source)
+
+    def discard(self):
+        import os
+
+        try:
+            self._writer.close()
+            self._sink.close()
+        except Exception:  # noqa: BLE001 - closing after a failed write may fail again
+            pass
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+def _receive_in_rank_order(comm, output):
+    """Rank 0: append every other rank's batches, rank by rank, until each one's end mark."""
+    import numpy as np
+
+    size = np.zeros(1, dtype=np.int64)
+    for r in range(1, comm.size):
+        while True:
+            comm.recv(size, r, _TAG)
+            if size[0] < 0:
+                break
+            buf = np.empty(int(size[0]), dtype=np.uint8)
+            comm.recv(buf, r, _TAG)
+            output.write(_table_from(buf))
+
+
+def _send_spill(comm, spill):
+    """Ranks > 0: send the spilled batches to rank 0, then the end mark (size -1)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    message, writer = None, None
-    try:
-        writer = pq.ParquetWriter(tmp, table.schema)
-        writer.write_table(table)
-    except (OSError, pa.ArrowException) as exc:
-        message = f"cannot write {path!r}: {exc}"
-    for r in range(1, comm.size):
-        n = np.zeros(1, dtype=np.int64)
-        comm.recv(n, r, _TAG)
-        buf = np.empty(int(n[0]), dtype=np.uint8)
-        comm.recv(buf, r, _TAG)
-        if message is None:
-            try:
-                part = _table_from(buf)
-                if part.num_rows:
-                    writer.write_table(part.cast(table.schema))
-            except (OSError, pa.ArrowException) as exc:
-                message = f"cannot write {path!r}: {exc}"
-    try:
-        if writer is not None:
-            writer.close()
-        if message is None:
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, path)
-    except OSError as exc:
-        message = message or f"cannot write {path!r}: {exc}"
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return message
+    if spill is not None:
+        for batch in spill.batches():
+            buf = _table_bytes(pa.Table.from_batches([batch]))
+            comm.send(np.array([buf.size], dtype=np.int64), 0, _TAG)
+            comm.send(buf, 0, _TAG)
+    comm.send(np.array([-1], dtype=np.int64), 0, _TAG)
 
 
 def _umask():
@@ -176,11 +253,11 @@ def _body(argv):
     if not 0.0 < args.alpha < 1.0:
         raise CLIError(f"--alpha must be in (0, 1), got {args.alpha}")
 
-    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from forest import model_io
+    from native import collectives as col
 
     comm = world()
 
@@ -206,7 +283,7 @@ def _body(argv):
     # The output columns are known before any data is read (proba_<class>, tau_<k>
     # and the interval columns depend on the model): a kept id column of the same
     # name would make the output ambiguous.
-    outputs, message = guarded(_empty_columns, est, names, args.interval, args.alpha, causal)
+    outputs, message = guarded(_probe_columns, est, names, args.interval, args.alpha, causal)
     agree(comm, message)
     clash = sorted(set(args.keep) & set(outputs))
     if clash:
@@ -214,42 +291,58 @@ def _body(argv):
                        f"(outputs: {', '.join(outputs)})")
 
     source, _, run, _, _ = plan_source(comm, args.data, names, keep=args.keep, out=args.out)
+    schema = source.arrow_schema().empty_table().select(list(args.keep)).schema
+    for k, v in outputs.items():
+        schema = schema.append(pa.field(k, pa.array(v).type))
+    start = time.perf_counter()
+
+    def _open():
+        return _ParquetOutput(args.out, schema) if comm.rank == 0 else _Spill(schema)
+
+    sink, message = guarded(_open)
+    agree(comm, message)
 
     def _predict():
-        # One row group at a time: only that group's float features exist at once.
+        # One row group at a time, predicted in slices: only a slice's float features exist at once.
         from forest import dataio
 
-        parts = []
+        rows, seconds = 0, 0.0
         wanted = list(dict.fromkeys(list(names) + list(args.keep)))
         for group in dataio.iter_row_groups(source, run, wanted, dataio.ReadStats()):
-            if group.num_rows == 0:
-                continue
-            cols = prediction_columns(est, feature_input(est, group, names), args.interval, args.alpha, causal)
-            table = group.select(list(args.keep))
-            for k, v in cols.items():
-                table = table.append_column(k, pa.array(v))
-            parts.append(table)
-        if parts:
-            return pa.concat_tables(parts)
-        table = source.arrow_schema().empty_table().select(list(args.keep))
-        for k, v in _empty_columns(est, names, args.interval, args.alpha, causal).items():
-            table = table.append_column(k, pa.array(v))
-        return table
+            for lo in range(0, group.num_rows, PREDICT_BATCH_ROWS):
+                part = group.slice(lo, PREDICT_BATCH_ROWS)
+                t0 = time.perf_counter()
+                cols = prediction_columns(est, feature_input(est, part, names), args.interval, args.alpha, causal)
+                seconds += time.perf_counter() - t0
+                table = part.select(list(args.keep))
+                for k, v in cols.items():
+                    table = table.append_column(k, pa.array(v))
+                sink.write(table)
+                if getattr(sink, "error", None):
+                    raise OSError(sink.error)
+                rows += part.num_rows
+        return rows, seconds
 
-    table, message = guarded(_predict)
-    agree(comm, message)
-
-    message = None
-    if comm.rank == 0:
-        message = _write_in_rank_order(comm, table, args.out)
-    else:
-        buf = _table_bytes(table)
-        comm.send(np.array([buf.size], dtype=np.int64), 0, _TAG)
-        comm.send(buf, 0, _TAG)
-    agree(comm, message)
+    try:
+        counts, message = guarded(_predict)
+        agree(comm, message)
+        if comm.rank == 0:
+            _receive_in_rank_order(comm, sink)
+            message = sink.finish()
+        else:
+            _send_spill(comm, sink)
+            message = None
+        agree(comm, message)
+    finally:
+        sink.discard()
+    per_rank = col.allgather_object(comm, counts)
     if comm.rank == 0:
         total = pq.ParquetFile(args.out).metadata.num_rows
-        print(f"{PROG}: wrote {total} rows ({', '.join(c for c in table.column_names)}) to {args.out}",
+        wall = time.perf_counter() - start
+        slowest = max(per_rank, key=lambda c: c[1])
+        rate = f"{slowest[0] / slowest[1]:,.0f} rows/s per rank" if slowest[1] > 0 else "no rows"
+        print(f"{PROG}: wrote {total} rows ({', '.join(schema.names)}) to {args.out} in {wall:.2f} s "
+              f"({total / max(wall, 1e-9):,.0f} rows/s; prediction: {rate}, slowest of {comm.size})",
               file=sys.stderr)
     return 0
 

@@ -5,27 +5,7 @@ import pytest
 from forest.predictor import (accumulate_oob_binned, predict_leaves, predict_leaves_binned, predict_reference, predict_values,
                               predict_values_binned)
 from forest.tree import Tree, pack_trees
-
-
-def _random_tree(rng, n_features, n_outputs, thresholds, depth=4):
-    """A random full-ish tree whose float thresholds are bin edges."""
-    t = Tree(n_outputs)
-    t.add_node(0, 1.0, rng.normal(size=n_outputs))
-    frontier = [0]
-    for d in range(depth):
-        nxt = []
-        for node in frontier:
-            if rng.random() < 0.2:
-                continue
-            f = int(rng.integers(n_features))
-            b = int(rng.integers(len(thresholds[f]) + 1))
-            thr = thresholds[f][b] if b < len(thresholds[f]) else np.inf
-            left = t.add_node(d + 1, 1.0, rng.normal(size=n_outputs))
-            right = t.add_node(d + 1, 1.0, rng.normal(size=n_outputs))
-            t.set_split(node, f, b, thr, bool(rng.random() < 0.5), 1.0, left, right)
-            nxt += [left, right]
-        frontier = nxt
-    return t
+from random_trees import random_tree
 
 
 def _bin(X, thresholds, missing_bin):
@@ -40,7 +20,7 @@ def _bin(X, thresholds, missing_bin):
 def test_numba_matches_reference(rng, n_outputs):
     n_features = 4
     thresholds = [np.sort(rng.normal(size=int(rng.integers(1, 9)))) for _ in range(n_features)]
-    trees = [_random_tree(rng, n_features, n_outputs, thresholds) for _ in range(7)]
+    trees = [random_tree(rng, n_features, n_outputs, thresholds) for _ in range(7)]
     X = rng.normal(size=(300, n_features))
     X[rng.random(X.shape) < 0.1] = np.nan
     X[:5, 0] = thresholds[0][0]  # exactly on a threshold goes left
@@ -64,7 +44,7 @@ def test_numba_matches_reference(rng, n_outputs):
 def test_accumulate_oob_binned_matches_masked_reference(rng, n_rows):
     n_features, n_outputs, missing_bin = 4, 2, 9
     thresholds = [np.sort(rng.normal(size=int(rng.integers(1, 9)))) for _ in range(n_features)]
-    trees = [_random_tree(rng, n_features, n_outputs, thresholds) for _ in range(6)]
+    trees = [random_tree(rng, n_features, n_outputs, thresholds) for _ in range(6)]
     X = rng.normal(size=(n_rows, n_features))
     X[rng.random(X.shape) < 0.1] = np.nan
     ref_leaves, _ = predict_reference(trees, X)
