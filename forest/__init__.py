@@ -15,6 +15,7 @@ _EXPORTS = {
     "RegressionForest": "forest.regression_forest",
     "GBDTRegressor": "forest.gbdt",
     "GBDTClassifier": "forest.gbdt",
+    "PolicyTree": "forest.policy_tree",
 }
 
 __all__ = sorted(_EXPORTS)
