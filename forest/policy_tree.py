@@ -59,11 +59,24 @@ def check_rewards(rewards, n):
 
 
 def _node_sums(leaf, n_nodes, columns):
-    """Per-node column sums of the rows reaching each leaf, shape (n_nodes, k)."""
+    """Per-node column sums of the rows reaching each leaf, shape (n_nodes, k) (leaves only)."""
     out = np.zeros((n_nodes, columns.shape[1]))
     for k in range(columns.shape[1]):
         out[:, k] = np.bincount(leaf, weights=columns[:, k], minlength=n_nodes)
     return out
+
+
+def _add_up(tree, sums):
+    """Fill inner nodes of per-node ``sums`` (axis 0) with their children's totals, in place.
+
+    Node ids are in pre-order (children after their parent), so a reverse sweep sees
+    both children of a node before the node.
+    """
+    is_leaf = tree.is_leaf
+    for node in range(tree.node_count - 1, -1, -1):
+        if not is_leaf[node]:
+            sums[node] = sums[tree.left[node]] + sums[tree.right[node]]
+    return sums
 
 
 class PolicyTree(BaseEstimator):
@@ -236,18 +249,12 @@ class PolicyTree(BaseEstimator):
             buf = col.allreduce(comm, buf)
         fixed = buf[:fixed.size].reshape(fixed.shape)
         floats = buf[fixed.size:].reshape(n_nodes, 5, A)
-        # children follow their parent in pre-order: add leaves up to the root
+        _add_up(tree, fixed)
+        _add_up(tree, floats)
         is_leaf = tree.is_leaf
-        for node in range(n_nodes - 1, -1, -1):
-            if not is_leaf[node]:
-                fixed[node] = fixed[tree.left[node]] + fixed[tree.right[node]]
-                floats[node] = floats[tree.left[node]] + floats[tree.right[node]]
         action = np.argmax(fixed[:, :A], axis=1).astype(np.int64)
         best = fixed[np.arange(n_nodes), action]
-        subtree = best.copy()
-        for node in range(n_nodes - 1, -1, -1):
-            if not is_leaf[node]:
-                subtree[node] = subtree[tree.left[node]] + subtree[tree.right[node]]
+        subtree = _add_up(tree, best.copy())
         if subtree[0] != search_value:
             raise RuntimeError(f"policy tree: leaf sums {subtree[0]!r} differ from the search value "
                                f"{search_value!r} (a bug; please report it)")
@@ -325,6 +332,34 @@ class PolicyTree(BaseEstimator):
             sums = col.allreduce(comm, np.ascontiguousarray(sums))
         est, se = average_effect(sums)
         return float(est), float(se)
+
+    def node_means(self, X, values, sample_weight=None, *, comm=None):
+        """Weighted mean of per-row ``values`` over the rows reaching each node (collective).
+
+        Parameters
+        ----------
+        X : array-like, shape (n_local, n_features)
+        values : array-like, shape (n_local, k)
+        sample_weight : array-like, shape (n_local,), optional
+        comm : native.comm.Communicator, optional
+
+        Returns
+        -------
+        ndarray, shape (node_count, k)
+            NaN for a node no row (of positive weight) reaches.
+        """
+        comm = world() if comm is None else comm
+        check_is_fitted(self, "tree_")
+        X = check_X(X, self.n_features_in_)
+        V = check_rewards(values, len(X))
+        g = check_weight(sample_weight, len(X))
+        leaf = self.apply(X) if len(X) else np.zeros(0, dtype=np.int64)
+        sums = _node_sums(leaf, self.tree_.node_count, np.column_stack([g, g[:, None] * V]))
+        if comm.size > 1:
+            sums = col.allreduce(comm, sums)
+        _add_up(self.tree_, sums)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return sums[:, 1:] / sums[:, :1]
 
     def export_text(self, feature_names=None, action_names=None, decimals=4):
         """The tree as indented ``if/else`` text.
