@@ -39,6 +39,7 @@ side_c)``, the record of its best depth-1 subtree.
 The upper levels (:func:`best_depth1_of_halves_from_quadrants`, :func:`best_root`) are
 small maxima done in NumPy.
 """
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -98,39 +99,48 @@ def cumulate(table, axes):
     return out
 
 
-@njit(cache=True, parallel=True)
-def _cumulate_pairs(T):
-    nb, m, _, C = T.shape
-    for j in prange(m):
-        for b1 in range(nb):
-            for b2 in range(1, nb):
-                for c in range(C):
-                    T[b1, j, b2, c] += T[b1, j, b2 - 1, c]
-        for b1 in range(1, nb):
-            for b2 in range(nb):
-                for c in range(C):
-                    T[b1, j, b2, c] += T[b1 - 1, j, b2, c]
-
-
-@njit(cache=True, parallel=True)
-def _cumulate_triples(T):
-    nb, _, m, _, C = T.shape
-    for j in prange(m):
-        for b1 in range(nb):
-            for b2 in range(nb):
+@njit(cache=True)
+def _cumulate_range(T, j0, j1):
+    """Cumulative sums over the bin axes of features ``j0:j1`` of a (nb, m, nb, C) or
+    (nb, nb, m, nb, C) block (4-D blocks arrive as 5-D with a leading axis of 1)."""
+    n0, n1, _, nb, C = T.shape
+    for j in range(j0, j1):
+        for b0 in range(n0):
+            for b1 in range(n1):
                 for b3 in range(1, nb):
                     for c in range(C):
-                        T[b1, b2, j, b3, c] += T[b1, b2, j, b3 - 1, c]
-        for b1 in range(nb):
-            for b2 in range(1, nb):
+                        T[b0, b1, j, b3, c] += T[b0, b1, j, b3 - 1, c]
+        for b0 in range(n0):
+            for b1 in range(1, n1):
                 for b3 in range(nb):
                     for c in range(C):
-                        T[b1, b2, j, b3, c] += T[b1, b2 - 1, j, b3, c]
-        for b1 in range(1, nb):
-            for b2 in range(nb):
+                        T[b0, b1, j, b3, c] += T[b0, b1 - 1, j, b3, c]
+        for b0 in range(1, n0):
+            for b1 in range(n1):
                 for b3 in range(nb):
                     for c in range(C):
-                        T[b1, b2, j, b3, c] += T[b1 - 1, b2, j, b3, c]
+                        T[b0, b1, j, b3, c] += T[b0 - 1, b1, j, b3, c]
+
+
+@njit(cache=True, parallel=True)
+def _cumulate_chunks(T, n_chunks):
+    m = T.shape[2]
+    for k in prange(n_chunks):
+        _cumulate_range(T, k * m // n_chunks, (k + 1) * m // n_chunks)
+
+
+#: Parallel kernels run serially below this much work (cells x channels): on a busy
+#: machine waking the thread pool costs milliseconds, far more than a small block.
+PARALLEL_MIN_WORK = 1 << 20
+
+
+def _run(serial, parallel, n_items, work, *args):
+    """``serial(*args, 0, n_items)``, or the chunked ``parallel`` driver when it pays."""
+    threads = numba.get_num_threads()
+    if threads == 1 or n_items < 2 or work < PARALLEL_MIN_WORK:
+        serial(*args, 0, n_items)
+    else:
+        parallel(*args, min(n_items, 4 * threads))
 
 
 def cumulate_block(table):
@@ -147,10 +157,8 @@ def cumulate_block(table):
     ndarray
         ``table`` itself.
     """
-    if table.ndim == 4:
-        _cumulate_pairs(table)
-    else:
-        _cumulate_triples(table)
+    T = table[None] if table.ndim == 4 else table
+    _run(_cumulate_range, _cumulate_chunks, T.shape[2], T.size, T)
     return table
 
 
@@ -252,32 +260,13 @@ def _quadrant_maxima(J, c1, c2, total, n_actions, min_rows, out):
     out[3] = m3 if n3 >= min_rows else NEG_INF
 
 
-@njit(cache=True, parallel=True)
-def pair_block_search(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v, best_f, best_b):
-    """Update half-space records with every depth-1 subtree on features ``s1``/``s2``.
-
-    Parameters
-    ----------
-    Jc : ndarray of float64, shape (nb, m, nb, C)
-        ``Jc[b1, j, b2]``: sums over rows with ``code_s1 <= b1`` and
-        ``code_{s2_lo + j} <= b2`` (cumulative over axes 0 and 2, full range).
-    s1, s2_lo : int
-        Root-table feature and the first feature of the block; ``s2_lo >= s1``.
-    lo, hi : ndarray of int64, shape (S,)
-    total : ndarray of float64, shape (C,)
-    n_actions, min_rows : int
-    best_v, best_f, best_b : ndarray, shape (2, S, nb)
-        Half-space records (:func:`half_leaf_records`), updated in place: the half
-        ``(side, s, b)`` may split on the other feature of the pair.
-    """
-    nb, m = Jc.shape[0], Jc.shape[1]
-    # Orientation 1 (root s1, child s2) targets s1's records from every j: per-j
-    # buffers keep the threads apart; they are merged below in j order.
-    loc_v = np.full((m, 2, nb), NEG_INF)
-    loc_b = np.full((m, 2, nb), NO_KEY, dtype=np.int32)
-    for j in prange(m):
+@njit(cache=True)
+def _pair_range(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v, best_f, best_b, loc_v, loc_b, j0, j1):
+    """:func:`pair_block_search` for block features ``j0:j1``."""
+    nb = Jc.shape[0]
+    q = np.empty(4)
+    for j in range(j0, j1):
         s2 = s2_lo + j
-        q = np.empty(4)
         for b1 in range(lo[s1], hi[s1]):
             c1 = Jc[b1, j, nb - 1]
             for b2 in range(lo[s2], hi[s2]):
@@ -302,7 +291,20 @@ def pair_block_search(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v,
                     best_v[1, s2, b2] = v
                     best_f[1, s2, b2] = s1
                     best_b[1, s2, b2] = b1
-    for j in range(m):
+
+
+@njit(cache=True, parallel=True)
+def _pair_chunks(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v, best_f, best_b, loc_v, loc_b,
+                 n_chunks):
+    m = Jc.shape[1]
+    for k in prange(n_chunks):
+        _pair_range(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v, best_f, best_b, loc_v, loc_b,
+                    k * m // n_chunks, (k + 1) * m // n_chunks)
+
+
+@njit(cache=True)
+def _pair_merge(s1, s2_lo, lo, hi, best_v, best_f, best_b, loc_v, loc_b):
+    for j in range(loc_v.shape[0]):
         for side in range(2):
             for b1 in range(lo[s1], hi[s1]):
                 v = loc_v[j, side, b1]
@@ -311,6 +313,39 @@ def pair_block_search(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v,
                     best_v[side, s1, b1] = v
                     best_f[side, s1, b1] = s2_lo + j
                     best_b[side, s1, b1] = loc_b[j, side, b1]
+
+
+def pair_block_search(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v, best_f, best_b):
+    """Update half-space records with every depth-1 subtree on features ``s1``/``s2``.
+
+    Parameters
+    ----------
+    Jc : ndarray of float64, shape (nb, m, nb, C)
+        ``Jc[b1, j, b2]``: sums over rows with ``code_s1 <= b1`` and
+        ``code_{s2_lo + j} <= b2`` (cumulative over axes 0 and 2, full range).
+    s1, s2_lo : int
+        Root-table feature and the first feature of the block; ``s2_lo >= s1``.
+    lo, hi : ndarray of int64, shape (S,)
+    total : ndarray of float64, shape (C,)
+    n_actions, min_rows : int
+    best_v, best_f, best_b : ndarray, shape (2, S, nb)
+        Half-space records (:func:`half_leaf_records`), updated in place: the half
+        ``(side, s, b)`` may split on the other feature of the pair.
+
+    Notes
+    -----
+    Block features ``j`` run in parallel. The orientation "root ``s2_lo + j``, child
+    ``s1``" writes the records of ``s2_lo + j`` (one thread each); the orientation
+    "root ``s1``" would have every thread write ``s1``'s records, so it goes to
+    per-feature buffers merged afterwards.
+    """
+    nb, m = Jc.shape[0], Jc.shape[1]
+    loc_v = np.full((m, 2, nb), NEG_INF)
+    loc_b = np.full((m, 2, nb), NO_KEY, dtype=np.int32)
+    args = (Jc, int(s1), int(s2_lo), lo, hi, total, int(n_actions), float(min_rows), best_v, best_f, best_b,
+            loc_v, loc_b)
+    _run(_pair_range, _pair_chunks, m, Jc.size, *args)
+    _pair_merge(int(s1), int(s2_lo), lo, hi, best_v, best_f, best_b, loc_v, loc_b)
 
 
 def _merge(best, cand_v, f, cand_b, target):
@@ -486,7 +521,33 @@ def _merge_records(tv, tf, tb, sv, sf, sb):
             c[i] = z[i]
 
 
+@njit(cache=True)
+def _triple_range(Jc, s1, s2, s3_lo, lo, hi, total, n_actions, min_rows, bv, bf, bb, shared_v, shared_f,
+                  shared_b, j0, j1):
+    """:func:`triple_block_search` for block features ``j0:j1``."""
+    nb = Jc.shape[0]
+    M = np.empty((nb, nb, nb, 8))
+    for j in range(j0, j1):
+        feats = np.array([s1, s2, s3_lo + j], dtype=np.int64)
+        _octant_table(Jc, j, total, n_actions, min_rows, M)
+        for k in range(6):
+            ax_r, ax_c, ax_g = ORIENTATIONS[k, 0], ORIENTATIONS[k, 1], ORIENTATIONS[k, 2]
+            if k < 2:  # grandchild on the block feature: shared target
+                _orient_update(M, ax_r, ax_c, ax_g, feats, lo, hi, shared_v[j, k], shared_f[j, k], shared_b[j, k])
+            else:
+                r, c = feats[ax_r], feats[ax_c]
+                _orient_update(M, ax_r, ax_c, ax_g, feats, lo, hi, bv[r, c], bf[r, c], bb[r, c])
+
+
 @njit(cache=True, parallel=True)
+def _triple_chunks(Jc, s1, s2, s3_lo, lo, hi, total, n_actions, min_rows, bv, bf, bb, shared_v, shared_f,
+                   shared_b, n_chunks):
+    m = Jc.shape[2]
+    for k in prange(n_chunks):
+        _triple_range(Jc, s1, s2, s3_lo, lo, hi, total, n_actions, min_rows, bv, bf, bb, shared_v, shared_f,
+                      shared_b, k * m // n_chunks, (k + 1) * m // n_chunks)
+
+
 def triple_block_search(Jc, s1, s2, s3_lo, lo, hi, total, n_actions, min_rows, bv, bf, bb):
     """Update quadrant records with every depth-1 subtree inside features s1, s2, s3.
 
@@ -506,27 +567,19 @@ def triple_block_search(Jc, s1, s2, s3_lo, lo, hi, total, n_actions, min_rows, b
 
     Notes
     -----
-    Thread ``j`` writes the records of pairs that contain ``s3_lo + j`` directly;
-    those are distinct between threads because ``s1 <= s2 <= s3``. The two
-    orientations whose grandchild is the block feature target ``(s1, s2)`` and
-    ``(s2, s1)`` from every ``j``: they go to per-thread buffers merged afterwards.
+    Block features ``j`` run in parallel. Thread ``j`` writes the records of pairs
+    that contain ``s3_lo + j`` directly; those are distinct between threads because
+    ``s1 <= s2 <= s3``. The two orientations whose grandchild is the block feature
+    target ``(s1, s2)`` and ``(s2, s1)`` from every ``j``: they go to per-feature
+    buffers merged afterwards.
     """
     nb, m = Jc.shape[0], Jc.shape[2]
     shared_v = np.full((m, 2, nb, nb, 2, 2), NEG_INF)
     shared_f = np.full((m, 2, nb, nb, 2, 2), NO_KEY, dtype=np.int32)
     shared_b = np.full((m, 2, nb, nb, 2, 2), NO_KEY, dtype=np.int32)
-    for j in prange(m):
-        feats = np.array([s1, s2, s3_lo + j], dtype=np.int64)
-        M = np.empty((nb, nb, nb, 8))
-        _octant_table(Jc, j, total, n_actions, min_rows, M)
-        for k in range(6):
-            ax_r, ax_c, ax_g = ORIENTATIONS[k, 0], ORIENTATIONS[k, 1], ORIENTATIONS[k, 2]
-            if k < 2:  # grandchild on the block feature: shared target
-                _orient_update(M, ax_r, ax_c, ax_g, feats, lo, hi, shared_v[j, k], shared_f[j, k],
-                               shared_b[j, k])
-            else:
-                r, c = feats[ax_r], feats[ax_c]
-                _orient_update(M, ax_r, ax_c, ax_g, feats, lo, hi, bv[r, c], bf[r, c], bb[r, c])
+    args = (Jc, int(s1), int(s2), int(s3_lo), lo, hi, total, int(n_actions), float(min_rows), bv, bf, bb,
+            shared_v, shared_f, shared_b)
+    _run(_triple_range, _triple_chunks, m, 8 * Jc.size, *args)
     for j in range(m):
         _merge_records(bv[s1, s2], bf[s1, s2], bb[s1, s2], shared_v[j, 0], shared_f[j, 0], shared_b[j, 0])
         _merge_records(bv[s2, s1], bf[s2, s1], bb[s2, s1], shared_v[j, 1], shared_f[j, 1], shared_b[j, 1])

@@ -33,8 +33,16 @@ def _records_equal(a, b):
     return all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+@pytest.fixture(params=["serial", "parallel"])
+def driver(request, monkeypatch):
+    """Run the kernels serially, or through their parallel chunk drivers (even for tiny blocks)."""
+    if request.param == "parallel":
+        monkeypatch.setattr(ps, "PARALLEL_MIN_WORK", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("seed", [0, 1])
-def test_pair_kernel_matches_reference(seed):
+def test_pair_kernel_matches_reference(seed, driver):
     X, R = _data(400, 3, 3, seed)
     space, _ = _space(X, 6)
     ch = _channels(R)
@@ -57,7 +65,7 @@ def test_pair_kernel_matches_reference(seed):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_triple_kernel_matches_reference(seed):
+def test_triple_kernel_matches_reference(seed, driver):
     X, R = _data(300, 3, 2, seed)
     space, _ = _space(X, 4)
     ch = _channels(R)
