@@ -392,58 +392,30 @@ def pair_block_search_reference(Jc, s1, s2_lo, lo, hi, total, n_actions, min_row
 # ---------------------------------------------------------------------------- depth 3
 
 @njit(cache=True, inline="always")
-def _octant_maxima(J, P12, P13, P23, c1, c2, c3, total, n_actions, min_rows, out):
+def _octant_maxima(J, P12, P13, P23, c1, c2, c3, total, n_actions, min_rows, out, vals):
     """``out[o] = m(octant o)``, ``o = 4 i1 + 2 i2 + i3`` (``i = 1``: the ``>`` side).
 
     ``J`` sums (<= b1, <= b2, <= b3); ``P12``, ``P13``, ``P23`` the pair sums; ``c1``,
-    ``c2``, ``c3`` the single-feature sums (all cumulative, channel vectors).
+    ``c2``, ``c3`` the single-feature sums (all cumulative, channel vectors); ``vals``
+    is scratch space of 8.
     """
     for o in range(8):
         out[o] = NEG_INF
-    A = n_actions
-    for a in range(A + 1):
-        o000 = J[a]
-        o001 = P12[a] - J[a]
-        o010 = P13[a] - J[a]
-        o011 = c1[a] - P12[a] - P13[a] + J[a]
-        o100 = P23[a] - J[a]
-        o101 = c2[a] - P12[a] - P23[a] + J[a]
-        o110 = c3[a] - P13[a] - P23[a] + J[a]
-        o111 = total[a] - c1[a] - c2[a] - c3[a] + P12[a] + P13[a] + P23[a] - J[a]
-        if a < A:
-            if o000 > out[0]:
-                out[0] = o000
-            if o001 > out[1]:
-                out[1] = o001
-            if o010 > out[2]:
-                out[2] = o010
-            if o011 > out[3]:
-                out[3] = o011
-            if o100 > out[4]:
-                out[4] = o100
-            if o101 > out[5]:
-                out[5] = o101
-            if o110 > out[6]:
-                out[6] = o110
-            if o111 > out[7]:
-                out[7] = o111
-        else:  # the count channel
-            if o000 < min_rows:
-                out[0] = NEG_INF
-            if o001 < min_rows:
-                out[1] = NEG_INF
-            if o010 < min_rows:
-                out[2] = NEG_INF
-            if o011 < min_rows:
-                out[3] = NEG_INF
-            if o100 < min_rows:
-                out[4] = NEG_INF
-            if o101 < min_rows:
-                out[5] = NEG_INF
-            if o110 < min_rows:
-                out[6] = NEG_INF
-            if o111 < min_rows:
-                out[7] = NEG_INF
+    for a in range(n_actions + 1):
+        vals[0] = J[a]
+        vals[1] = P12[a] - J[a]
+        vals[2] = P13[a] - J[a]
+        vals[3] = c1[a] - P12[a] - P13[a] + J[a]
+        vals[4] = P23[a] - J[a]
+        vals[5] = c2[a] - P12[a] - P23[a] + J[a]
+        vals[6] = c3[a] - P13[a] - P23[a] + J[a]
+        vals[7] = total[a] - c1[a] - c2[a] - c3[a] + P12[a] + P13[a] + P23[a] - J[a]
+        for o in range(8):
+            if a < n_actions:
+                if vals[o] > out[o]:
+                    out[o] = vals[o]
+            elif vals[o] < min_rows:  # the count channel
+                out[o] = NEG_INF
 
 
 #: The six orientations (root, child, grandchild) as axes of the octant table.
@@ -459,6 +431,7 @@ def _octant_table(Jc, j, total, n_actions, min_rows, M):
     """
     nb = Jc.shape[0]
     last = nb - 1
+    vals = np.empty(8)
     for b1 in range(nb):
         c1 = Jc[b1, last, j, last]
         for b2 in range(nb):
@@ -466,7 +439,7 @@ def _octant_table(Jc, j, total, n_actions, min_rows, M):
             c2 = Jc[last, b2, j, last]
             for b3 in range(nb):
                 _octant_maxima(Jc[b1, b2, j, b3], P12, Jc[b1, last, j, b3], Jc[last, b2, j, b3], c1, c2,
-                               Jc[last, last, j, b3], total, n_actions, min_rows, M[b1, b2, b3])
+                               Jc[last, last, j, b3], total, n_actions, min_rows, M[b1, b2, b3], vals)
 
 
 @njit(cache=True)

@@ -304,6 +304,13 @@ class PolicyTree(BaseEstimator):
         """Training mean reward of every action in each row's leaf, shape (n, A)."""
         return self.tree_.value[self.apply(X)]
 
+    def _rows(self, X, values, sample_weight, comm):
+        """Checked ``(comm, X, values (n, k), weights)`` of per-row methods."""
+        check_is_fitted(self, "tree_")
+        X = check_X(X, self.n_features_in_)
+        return (world() if comm is None else comm), X, check_rewards(values, len(X)), \
+            check_weight(sample_weight, len(X))
+
     def evaluate(self, X, rewards, sample_weight=None, *, comm=None):
         """Mean reward of this policy on other rows (held-out rewards give an honest value).
 
@@ -319,13 +326,9 @@ class PolicyTree(BaseEstimator):
         -------
         value, stderr : float
         """
-        comm = world() if comm is None else comm
-        check_is_fitted(self, "tree_")
-        X = check_X(X, self.n_features_in_)
-        R = check_rewards(rewards, len(X))
+        comm, X, R, g = self._rows(X, rewards, sample_weight, comm)
         if R.shape[1] != self.n_actions_:
             raise ValueError(f"rewards have {R.shape[1]} actions, the tree was fitted with {self.n_actions_}")
-        g = check_weight(sample_weight, len(X))
         r_pi = R[np.arange(len(R)), self.predict(X)] if len(X) else np.zeros(0)
         sums = average_effect_sums(r_pi, g)
         if comm.size > 1:
@@ -348,11 +351,7 @@ class PolicyTree(BaseEstimator):
         ndarray, shape (node_count, k)
             NaN for a node no row (of positive weight) reaches.
         """
-        comm = world() if comm is None else comm
-        check_is_fitted(self, "tree_")
-        X = check_X(X, self.n_features_in_)
-        V = check_rewards(values, len(X))
-        g = check_weight(sample_weight, len(X))
+        comm, X, V, g = self._rows(X, values, sample_weight, comm)
         leaf = self.apply(X) if len(X) else np.zeros(0, dtype=np.int64)
         sums = _node_sums(leaf, self.tree_.node_count, np.column_stack([g, g[:, None] * V]))
         if comm.size > 1:
