@@ -568,7 +568,8 @@ def cost_curves(effects, costs, scores, *, lower=None, n_points=101, per_arm=Tru
     if n_points < 2:
         raise ValueError(f"n_points must be >= 2, got {n_points}")
     v, c, eligible = check_allocation_inputs(effects, costs, lower)
-    S = np.asarray(scores, dtype=np.float64).reshape(v.shape[0], -1)
+    S = np.asarray(scores, dtype=np.float64)
+    S = S.reshape(len(S), 1) if S.ndim == 1 else S
     if S.shape != v.shape or not np.all(np.isfinite(S)):
         raise ValueError(f"scores must be finite with the shape of effects {v.shape}, got {np.shape(scores)}")
     first, exponent = _layout(v, c, comm)

@@ -86,7 +86,8 @@ def fixed_point_exponent(max_abs, n_global):
     if not max_abs > 0:
         return 0
     # n (max 2^e + 1/2) <= 2^51 + n/2 < 2^52 for n < 2^51
-    return int(math.floor(math.log2(2.0 ** (FIXED_POINT_BITS - 1) / (n_global * max_abs))))
+    # in logs: n_global * max_abs may overflow a float
+    return int(math.floor(FIXED_POINT_BITS - 1 - math.log2(n_global) - math.log2(max_abs)))
 
 
 def fixed_point(x, exponent):

@@ -5,6 +5,7 @@ import pytest
 
 from forest import allocation as al
 from forest.policy_simulate import budget_design
+from native.blocks import block_range
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()
@@ -40,3 +41,16 @@ def test_same_cost_curves_for_any_rank_count(comm, rank_slice):
             for k in ref]
     assert sorted(dist) == sorted(ref)
     assert max(gaps) < 1e-8
+
+
+@pytest.mark.mpi
+def test_rank_without_units(comm):
+    """The last rank holds no units (when there are several): the others still agree with -np 1."""
+    X, tau, costs, scores = budget_design(300, n_arms=2, seed=12)
+    lo, hi = block_range(300, max(comm.size - 1, 1), comm.rank) if comm.rank < max(comm.size - 1, 1) else (300, 300)
+    dist = al.allocate(tau[lo:hi], costs[lo:hi], 25.0, comm=comm)
+    curve = al.cost_curves(tau[lo:hi], costs[lo:hi], scores[lo:hi], n_points=11, per_arm=False, comm=comm)["all"]
+    ref = al.allocate(tau, costs, 25.0, comm=SELF)
+    ref_curve = al.cost_curves(tau, costs, scores, n_points=11, per_arm=False, comm=SELF)["all"]
+    assert np.array_equal(dist.action, ref.action[lo:hi]) and abs(dist.value - ref.value) < 1e-9
+    assert np.max(np.abs(curve.gain - ref_curve.gain)) < 1e-8
