@@ -200,8 +200,9 @@ def main(argv=None):
                          _cell(r, lambda r: r["search"]["predicted_bytes"][ex] / 2**20), same])
         body += ["", f"#### Distributed depth 2 on {big['n']:,} x {big['d']} x {big['n_actions']}, "
                      f"1 thread per rank", "",
-                 _harness.markdown_table(["ranks", "exchange", "fit s", "MiB sent (max rank)",
-                                          "predicted MiB per rank", "same tree as -np 1"], rows)]
+                 _harness.markdown_table(["ranks", "exchange", "fit s", "MiB sent by the fit (max rank)",
+                                          "predicted MiB of the exchange alone", "same tree as -np 1"], rows),
+                 "", "The fit's bytes also hold the binning's sample exchange and the records' combine."]
 
     for r in failed:
         body += ["", f"- {r['name']}: {r['status']}"]
