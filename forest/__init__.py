@@ -18,6 +18,7 @@ _EXPORTS = {
     "GBDTClassifier": "forest.gbdt",
     "Checkpoint": "forest.checkpoint",
     "merge_forests": "forest.merge",
+    "PolicyTree": "forest.policy_tree",
 }
 
 __all__ = sorted(_EXPORTS)

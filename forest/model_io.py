@@ -96,6 +96,7 @@ BUILTIN_CLASSES = (
     "forest.regression_forest.RegressionForest",
     "forest.gbdt.GBDTRegressor",
     "forest.gbdt.GBDTClassifier",
+    "forest.policy_tree.PolicyTree",
     "forest.tree.Tree",
     "histogram.binning.BinMapper",
 )

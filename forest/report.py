@@ -406,3 +406,68 @@ def html_page(title, sections):
             parts.append(f"<img alt=\"{html.escape(heading)}\" src=\"data:image/png;base64,{png}\">")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+# ------------------------------------------------------------------ policy trees
+
+def policy_tree_figure(tree, actions, feature_names, action_names, decimals=3):
+    """A drawing of a policy tree (splits as boxes, leaves with their action); base64 PNG.
+
+    Parameters
+    ----------
+    tree : forest.tree.Tree
+        ``value[node]`` holds each action's mean reward in the node.
+    actions : ndarray of int, shape (node_count,)
+    feature_names, action_names : list of str
+    """
+    plt = _pyplot()
+    leaves = [0]
+    x = {}
+
+    def place(node):  # leaves left to right, parents centred over their children
+        if tree.feature[node] < 0:
+            x[node] = leaves[0]
+            leaves[0] += 1
+        else:
+            place(int(tree.left[node]))
+            place(int(tree.right[node]))
+            x[node] = (x[int(tree.left[node])] + x[int(tree.right[node])]) / 2.0
+    place(0)
+    depth = int(tree.depth.max()) if tree.node_count else 0
+    fig, ax = plt.subplots(figsize=(max(4.0, 2.4 * leaves[0]), 1.6 * (depth + 1) + 0.6))
+    for node in range(tree.node_count):
+        y = -float(tree.depth[node])
+        if tree.feature[node] >= 0:
+            name = feature_names[int(tree.feature[node])]
+            thr = tree.threshold[node]
+            cond = f"{name} <= {thr:.{decimals}g}" if np.isfinite(thr) else f"{name} not missing"
+            label = f"{cond}\nmissing {'left' if tree.missing_left[node] else 'right'}\n{int(tree.count[node])} rows"
+            colour = "#dde6f0"
+            for child, tag in ((int(tree.left[node]), "yes"), (int(tree.right[node]), "no")):
+                ax.annotate("", xy=(x[child], y - 1 + 0.22), xytext=(x[node], y - 0.22),
+                            arrowprops=dict(arrowstyle="->", color="#555555"))
+                ax.text((x[node] + x[child]) / 2, y - 0.5, tag, fontsize=8, ha="center", color="#555555")
+        else:
+            a = int(actions[node])
+            label = f"{action_names[a]}\nmean reward {tree.value[node, a]:.{decimals}g}\n{int(tree.count[node])} rows"
+            colour = "#f3e3c3"
+        ax.text(x[node], y, label, ha="center", va="center", fontsize=8,
+                bbox=dict(boxstyle="round", facecolor=colour, edgecolor="#666666"))
+    ax.set_xlim(-0.7, leaves[0] - 0.3)
+    ax.set_ylim(-depth - 0.5, 0.5)
+    ax.axis("off")
+    return _figure_png(fig)
+
+
+def cost_curve_figure(curves):
+    """Cost curves ``{name: (spend, gain)}`` with random targeting for the first; base64 PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for i, (name, (spend, gain)) in enumerate(curves.items()):
+        ax.plot(spend, gain, label=name, linewidth=2.0 if i == 0 else 1.2)
+        if i == 0 and len(spend):
+            ax.plot([0, spend[-1]], [0, gain[-1]], linestyle="--", color="gray", label="random order")
+    ax.set_xlabel("spend")
+    ax.set_ylabel("incremental gain (doubly robust)")
+    ax.legend(fontsize=8)
+    return _figure_png(fig)

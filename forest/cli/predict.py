@@ -252,6 +252,9 @@ def _body(argv):
     args = build_parser().parse_args(argv)
     if not 0.0 < args.alpha < 1.0:
         raise CLIError(f"--alpha must be in (0, 1), got {args.alpha}")
+    from forest.cli import policy
+    if policy.is_policy_model(args.model):  # policy trees: action (and budget allocation) per row
+        return policy.predict(args.model, args.data, args.out, args.keep, interval=args.interval)
 
     import pyarrow as pa
     import pyarrow.parquet as pq

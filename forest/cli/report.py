@@ -198,6 +198,9 @@ def _body(argv):
     args = build_parser().parse_args(argv)
     if args.top < 1:
         raise CLIError("--top must be at least 1")
+    from forest.cli import policy
+    if policy.is_policy_model(args.model):  # policy trees: the tree, its value and cost curves
+        return policy.report(args.model, html=args.html, as_json=args.json, data=args.data)
     from forest import report as rep
     from forest.dataio import DataError
     from forest.model_io import check_writable
