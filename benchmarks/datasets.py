@@ -294,6 +294,57 @@ def wager_athey(n, d=20, n_test=10_000, seed=0, noise=1.0, out_dir=OUT_DIR, cach
     return out
 
 
+# --------------------------------------------------------------------------- several treatments
+
+def arm_tau(X, k):
+    """Effect of arm ``k >= 1`` against arm 0: ``k/2 + s(x_k) s(x_{k+1})`` (columns k-1, k).
+
+    Each arm's heterogeneity lives on its own pair of features, so a forest has to find
+    different splits for different arms.
+    """
+    return 0.5 * k + wa_sigma(X[:, k - 1]) * wa_sigma(X[:, k])
+
+
+def multi_arm(n, arms=3, d=20, n_test=10_000, seed=0, noise=1.0):
+    """Categorical treatment with ``arms`` levels, uniform assignment, main effect of :func:`wa_main_effect`.
+
+    ``y = m(x) + tau_t(x) + noise * N(0, 1)`` with ``tau_0 = 0`` and ``tau_k`` from
+    :func:`arm_tau` (so ``d >= max(arms, 4)``).
+
+    Returns
+    -------
+    dict
+        ``X`` (n, d), ``t`` (n,) int64 in ``0..arms-1``, ``y`` (n,), ``X_test`` (n_test, d),
+        ``tau_test`` (n_test, arms - 1): each arm's effect against arm 0.
+    """
+    if d < max(arms, 4):
+        raise ValueError(f"the design needs d >= max(arms, 4), got d={d}, arms={arms}")
+    rng = np.random.default_rng([seed, 31, arms])
+    X = rng.uniform(size=(n, d))
+    t = rng.integers(0, arms, size=n)
+    taus = np.column_stack([np.zeros(n)] + [arm_tau(X, k) for k in range(1, arms)])
+    y = wa_main_effect(X) + taus[np.arange(n), t] + noise * rng.normal(size=n)
+    X_test = rng.uniform(size=(n_test, d))
+    return {"X": X, "t": t, "y": y, "X_test": X_test,
+            "tau_test": np.column_stack([arm_tau(X_test, k) for k in range(1, arms)])}
+
+
+def continuous_two(n, d=20, n_test=10_000, seed=0, noise=1.0):
+    """Two continuous treatment columns, ``t_j = 0.3 x_{j+4} + N(0, 1)`` (confounded through x5, x6).
+
+    ``y = m(x) + t_1 tau_1(x) + t_2 tau_2(x) + noise * N(0, 1)`` with ``tau_j`` from
+    :func:`arm_tau` (``j = 1, 2``). ``tau_test`` has shape (n_test, 2).
+    """
+    rng = np.random.default_rng([seed, 37])
+    X = rng.uniform(size=(n, d))
+    T = 0.3 * X[:, 4:6] + rng.normal(size=(n, 2))
+    taus = np.column_stack([arm_tau(X, 1), arm_tau(X, 2)])
+    y = wa_main_effect(X) + np.sum(T * taus, axis=1) + noise * rng.normal(size=n)
+    X_test = rng.uniform(size=(n_test, d))
+    return {"X": X, "t": T, "y": y, "X_test": X_test,
+            "tau_test": np.column_stack([arm_tau(X_test, 1), arm_tau(X_test, 2)])}
+
+
 # --------------------------------------------------------------------------- IHDP
 
 #: The 25 IHDP covariates of Hill (2011): 6 continuous, then 19 binary.

@@ -32,7 +32,7 @@ from native.stats import STATS
 
 from . import policy_exact
 from .honest_forest import fit_binning, global_ids
-from .inference import average_effect, average_effect_sums
+from .score_means import average_effect, average_effect_sums
 from .predictor import predict_leaves, predict_leaves_binned
 from .regression_forest import check_weight, check_X
 from .tree import Tree
