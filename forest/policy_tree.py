@@ -34,7 +34,8 @@ from . import policy_exact
 from .honest_forest import fit_binning, global_ids
 from .score_means import average_effect, average_effect_sums
 from .predictor import predict_leaves, predict_leaves_binned
-from .regression_forest import check_weight, check_X
+from ._validation import agreed_features, check_weight, feature_summary, validate_features
+from .collective_checks import collective_checks, require_same
 from .tree import Tree
 
 #: ``max_bins=None`` by depth: the search grows as nb^(depth) per feature tuple.
@@ -174,14 +175,16 @@ class PolicyTree(BaseEstimator):
         self
         """
         comm = world() if comm is None else comm
-        depth, min_rows, bins, seed = self._check_params()
-        X = check_X(X)
-        n, n_features = X.shape
-        R = check_rewards(rewards, n)
-        g = check_weight(sample_weight, n)
-        shapes = col.allgather_object(comm, (n_features, R.shape[1])) if comm.size > 1 else [(n_features, R.shape[1])]
-        if len(set(shapes)) != 1:
-            raise ValueError(f"ranks disagree on (n_features, n_actions): {shapes}")
+        # Collective input checks: a bad input on one rank raises the same error on all.
+        with collective_checks(comm) as checks:
+            depth, min_rows, bins, seed = self._check_params()
+            X = validate_features(self, X, reset=True, min_samples=1 if comm.size == 1 else 0)
+            n, n_features = X.shape
+            R = check_rewards(rewards, n)
+            g = check_weight(sample_weight, n)
+            checks.share(actions=R.shape[1], **feature_summary(self))
+        agreed_features(checks.summaries)
+        require_same(checks.summaries, "actions", lambda a: f"rewards have {a} actions")
         bytes_before = STATS.bytes_sent
         _, n_global = global_ids(comm, n)
         if n_global == 0:
@@ -283,7 +286,7 @@ class PolicyTree(BaseEstimator):
     def apply(self, X):
         """Leaf (node id of ``tree_``) of each row, shape (n,)."""
         check_is_fitted(self, "tree_")
-        X = check_X(X, self.n_features_in_)
+        X = validate_features(self, X, reset=False, min_samples=0)
         return predict_leaves(self.tree_, X)[:, 0].astype(np.int64)
 
     def predict(self, X):
@@ -307,7 +310,7 @@ class PolicyTree(BaseEstimator):
     def _rows(self, X, values, sample_weight, comm):
         """Checked ``(comm, X, values (n, k), weights)`` of per-row methods."""
         check_is_fitted(self, "tree_")
-        X = check_X(X, self.n_features_in_)
+        X = validate_features(self, X, reset=False, min_samples=0)
         return (world() if comm is None else comm), X, check_rewards(values, len(X)), \
             check_weight(sample_weight, len(X))
 

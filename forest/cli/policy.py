@@ -350,7 +350,7 @@ def predict(model_path, data, out, keep=(), interval=False):
 
     from forest import model_io
     from forest.allocation import allocate
-    from forest.cli.predict import _TAG, _table_bytes, _write_in_rank_order
+    from forest.cli.predict import gather_to_parquet
     from forest.policy_tree import PolicyTree
 
     if interval:
@@ -395,14 +395,7 @@ def predict(model_path, data, out, keep=(), interval=False):
                       for name, values in columns.items()})
     for j, name in enumerate(shard.keep.column_names if shard.keep is not None else []):
         table = table.add_column(j, name, shard.keep.column(name))
-    message = None
-    if comm.rank == 0:
-        message = _write_in_rank_order(comm, table, out)
-    else:
-        buf = _table_bytes(table)
-        comm.send(np.array([buf.size], dtype=np.int64), 0, _TAG)
-        comm.send(buf, 0, _TAG)
-    agree(comm, message)
+    agree(comm, gather_to_parquet(comm, table, out))
     if comm.rank == 0:
         total = pq.ParquetFile(out).metadata.num_rows
         print(f"forest-predict: wrote {total} rows ({', '.join(table.column_names)}) to {out}", file=sys.stderr)

@@ -240,6 +240,55 @@ def _send_spill(comm, spill):
     comm.send(np.array([-1], dtype=np.int64), 0, _TAG)
 
 
+class _Drain:
+    """Stands in for rank 0's output when it could not be opened: takes and drops rows."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def write(self, table):
+        pass
+
+    def finish(self):
+        return self.error
+
+    def discard(self):
+        pass
+
+
+def gather_to_parquet(comm, table, path):
+    """Write every rank's ``table`` to ``path`` in rank order (collective; atomic rename).
+
+    For outputs small enough to hold per rank (policy decisions); ``forest-predict``'s
+    own rows stream through :class:`_Spill` instead. Rank 0 drains every other rank's
+    message even after a write error, so no rank is left blocked in its send.
+
+    Returns
+    -------
+    str or None
+        On rank 0 the error message if writing failed; None elsewhere.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    if comm.rank != 0:
+        buf = _table_bytes(table)
+        comm.send(np.array([buf.size], dtype=np.int64), 0, _TAG)
+        comm.send(buf, 0, _TAG)
+        comm.send(np.array([-1], dtype=np.int64), 0, _TAG)
+        return None
+    try:
+        sink = _ParquetOutput(path, table.schema)
+    except (OSError, pa.ArrowException) as exc:
+        sink = _Drain(f"cannot write {path!r}: {exc}")
+    try:
+        sink.write(table)
+        _receive_in_rank_order(comm, sink)
+        return sink.finish()
+    finally:
+        sink.discard()
+
+
 def _umask():
     import os
 

@@ -143,7 +143,7 @@ def test_bad_inputs():
         PolicyTree().fit(d.X, d.rewards, sample_weight=-np.ones(100), comm=SELF)
     X = d.X.copy()
     X[0, 0] = np.inf
-    with pytest.raises(ValueError, match="infinite"):
+    with pytest.raises(ValueError, match="infinity"):
         PolicyTree().fit(X, d.rewards, comm=SELF)
     tree = PolicyTree(1).fit(d.X, d.rewards, comm=SELF)
     with pytest.raises(ValueError, match="features"):
