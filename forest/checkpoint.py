@@ -265,7 +265,10 @@ def _on_rank0(comm, work, failure=str, share=True):
         except (OSError, ValueError, TypeError) as exc:
             message = failure(_error_text(exc))
     if comm.size > 1:
-        result, message = col.bcast_object(comm, (result if share else None, message), root=0)
+        # Rank 0 keeps its own result: with share=False only the message travels.
+        shared, message = col.bcast_object(comm, (result if share else None, message), root=0)
+        if comm.rank != 0 or share:
+            result = shared
     if message is not None:
         raise CheckpointError(message)
     return result

@@ -12,6 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_helpers import make_table, rank_pid, run_mpi, start_mpi, tool
+# Loading a checkpoint file checks it through the estimators' modules; import them now,
+# so the first poll of a running job's manifest does not spend seconds importing
+# scikit-learn while the job runs past the point where it should be killed.
+import forest.causal_forest  # noqa: F401
+import forest.gbdt  # noqa: F401
 from forest import model_io
 from forest.checkpoint import MANIFEST_NAME, CheckpointManifest, TreeSegment
 from forest.cli import train
