@@ -35,8 +35,8 @@ def check_estimator(est):
     Parameters
     ----------
     est : object
-        A CausalForest, RegressionForest, GBDTRegressor or GBDTClassifier; instances
-        of other classes pass unchecked.
+        A CausalForest, RegressionForest, GBDTRegressor, GBDTClassifier or PolicyTree;
+        instances of other classes pass unchecked.
 
     Raises
     ------
@@ -48,10 +48,12 @@ def check_estimator(est):
     """
     from .causal_forest import CausalForest
     from .gbdt import GBDTClassifier, GBDTRegressor
+    from .policy_tree import PolicyTree
     from .regression_forest import RegressionForest
 
     checks = {CausalForest: _check_causal_forest, RegressionForest: _check_regression_forest,
-              GBDTRegressor: _check_gbdt_regressor, GBDTClassifier: _check_gbdt_classifier}
+              GBDTRegressor: _check_gbdt_regressor, GBDTClassifier: _check_gbdt_classifier,
+              PolicyTree: _check_policy_tree}
     check = checks.get(type(est))
     if check is None:
         return  # a class registered by other code: its own business
@@ -182,7 +184,7 @@ def _check_gbdt_classifier(est):
 _SAMPLING_TYPES = {"seed": numbers.Integral, "sample_fraction": numbers.Real, "ci_group_size": numbers.Integral,
                    "honest": (bool, np.bool_), "honesty_fraction": numbers.Real}
 #: Keys of ``sampling_`` that files written before they existed may lack.
-_SAMPLING_OPTIONAL = {"clusters": (bool, np.bool_)}
+_SAMPLING_OPTIONAL = {"clusters": (bool, np.bool_), "segments": list}
 
 
 def _check_forest(est, width):
@@ -197,6 +199,15 @@ def _check_forest(est, width):
             and all(isinstance(sampling[k], t) for k, t in types.items())
             and all(not isinstance(sampling[k], (bool, np.bool_)) for k in _SAMPLING_TYPES if k != "honest")):
         raise ValueError(f"sampling_ must map {sorted(_SAMPLING_TYPES)} to values of their types")
+    segments = sampling.get("segments")
+    if segments is not None:
+        # A merged forest (forest.merge): [seed, first tree, count] per part, in packed order.
+        n_trees = len(est.estimators_["tree_offsets"]) - 1
+        if not (all(isinstance(seg, list) and len(seg) == 3 and all(isinstance(v, numbers.Integral)
+                                                                    and not isinstance(v, (bool, np.bool_))
+                                                                    and v >= 0 for v in seg) for seg in segments)
+                and sum(seg[2] for seg in segments) == n_trees):
+            raise ValueError(f"sampling_['segments'] must list [seed, first tree, count] parts of all {n_trees} trees")
     if not (sampling["seed"] >= 0 and 0 < sampling["sample_fraction"] <= 1 and sampling["ci_group_size"] >= 1
             and 0 < sampling["honesty_fraction"] < 1):
         raise ValueError(f"sampling_ holds values out of range: {sampling}")
@@ -243,9 +254,14 @@ def _check_causal_forest(est):
     from .causal_criterion import CausalChannels
 
     if not _is_fitted(est, ("estimators_", "bin_mapper_", "treatment_type_", "classes_", "n_treatments_",
-                            "n_outcomes_", "n_features_in_", "y_ndim_", "sampling_", "ate_", "ate_stderr_",
+                            "n_outcomes_", "n_features_in_", "y_ndim_", "sampling_",
                             "feature_importances_", "gain_importances_")):
         return
+    # A merged forest (forest.merge) has no average effect: its rows' out-of-bag trees
+    # span several fits. Every other fitted causal forest has one.
+    merged = isinstance(est.sampling_, dict) and est.sampling_.get("segments") is not None
+    if not merged:
+        _is_fitted(est, ("ate_", "ate_stderr_", "treatment_type_"))
     kind = est.treatment_type_
     if kind not in _TREATMENT_KINDS:
         raise ValueError(f"treatment_type_ must be one of {_TREATMENT_KINDS}, got {kind!r}")
@@ -270,9 +286,38 @@ def _check_causal_forest(est):
     _check_forest(est, CausalChannels(K, M).n_moments + 1)  # moments, then the estimation count
     one_row = (() if K == 1 else (K,)) if y_ndim == 1 else ((M,) if K == 1 else (K, M))
     for name in ("ate_", "ate_stderr_"):
-        _float_array(est, name, one_row)
+        if name in vars(est):
+            _float_array(est, name, one_row)
     # Held-out doubly robust scores predict with the nuisance forests of E[Y|x], E[W|x]
     # and, for continuous treatments, of Var[W|x] (its K (K + 1) / 2 products).
     for name, n_outputs in (("outcome_forest_", M), ("treatment_forest_", K),
                             ("treatment_variance_forest_", K * (K + 1) // 2)):
         _check_nuisance(est, name, n_outputs)
+
+
+# ------------------------------------------------------------------ policy trees
+
+def _check_policy_tree(est):
+    required = ("tree_", "bin_mapper_", "n_actions_", "n_features_in_", "objective_", "action_",
+                "value_stderr_per_action_", "action_value_", "action_value_stderr_", "value_", "gain_",
+                "value_stderr_", "gain_stderr_")
+    if not _is_fitted(est, required):
+        return
+    n_features = _n_features(est)
+    A = _int(est, "n_actions_", 1)
+    bins = _bin_thresholds(est, n_features)
+    tree = vars(est)["tree_"]
+    if not isinstance(tree, Tree):
+        raise ValueError(f"tree_ must be a Tree, got {type(tree).__name__}")
+    validate_packed(pack_trees([tree]), n_features, bins, A, what="tree_")
+    nodes = tree.node_count
+    action = vars(est)["action_"]
+    if not (isinstance(action, np.ndarray) and action.dtype == np.int64 and action.shape == (nodes,)
+            and np.all((action >= 0) & (action < A))):
+        raise ValueError(f"action_ must be int64 of shape ({nodes},) with actions in [0, {A})")
+    _float_array(est, "value_stderr_per_action_", (nodes, A))
+    _float_array(est, "action_value_", (A,))
+    _float_array(est, "action_value_stderr_", (A,))
+    for name in ("objective_", "value_", "gain_", "value_stderr_", "gain_stderr_"):
+        if not isinstance(vars(est)[name], numbers.Real) or isinstance(vars(est)[name], (bool, np.bool_)):
+            raise ValueError(f"{name} must be a number, got {type(vars(est)[name]).__name__}")
