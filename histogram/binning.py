@@ -633,9 +633,10 @@ def _greedy_cuts(counts, max_bins):
         used += 1
 
     cuts = np.empty(max_bins - 1, dtype=np.int64)
-    n_cuts = 0
+    # int64 zeros, not literals: Numba would also compile the callee for literal 0s.
+    n_cuts = np.int64(0)
     s = 0
-    i = 0
+    i = np.int64(0)
     while i < n:
         if heavy[i]:
             stop = i + 1
