@@ -191,6 +191,17 @@ def _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, sign):
 
 
 @numba.njit(cache=True)
+def _hist_sub(hist, hcnt, slot, s2):
+    """``hist[slot] -= hist[s2]`` and ``hcnt[slot] -= hcnt[s2]`` as plain loops (the array
+    expressions compiled a broadcasting kernel and its error formatting: ~3 s cold)."""
+    for f in range(hist.shape[1]):
+        for b in range(hist.shape[2]):
+            hcnt[slot, f, b] -= hcnt[s2, f, b]
+            for k in range(hist.shape[3]):
+                hist[slot, f, b, k] -= hist[s2, f, b, k]
+
+
+@numba.njit(cache=True)
 def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                 tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
     """Grow the subtrees of trees ``t_lo..t_hi``, task after task; fills ``rec_count[t]``.
@@ -497,8 +508,7 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
                             _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, mid, hi, 1)
                             slot_l = slot
                             slot_r = s2
-                        hist[slot] -= hist[s2]
-                        hcnt[slot] -= hcnt[s2]
+                        _hist_sub(hist, hcnt, slot, s2)
                         if not big_l:
                             n_free += 1
                             free[n_free - 1] = slot_l
