@@ -22,7 +22,7 @@ PhaseEvent = namedtuple("PhaseEvent", "start name seconds")
 TreeMark = namedtuple("TreeMark", "start done total")
 
 #: Canonical phase names, in the order reports list them.
-PHASES = ("binning", "histogram", "communication", "split", "partition", "local", "leaves", "prediction",
+PHASES = ("compile", "binning", "histogram", "communication", "split", "partition", "local", "leaves", "prediction",
           "other")
 
 

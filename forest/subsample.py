@@ -38,6 +38,7 @@ Codes returned by :func:`tree_row_codes`: ``0`` out of bag, ``1`` structure only
 ``2`` estimation only, ``3`` both (no honesty), ``4`` in a drawn cluster but not
 among its kept rows.
 """
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -69,12 +70,12 @@ def _scrambled_index(key, j, n):
             return np.int64(x)
 
 
-@njit(cache=True, parallel=True)
-def _codes_kernel(seed, trees, ids, group_size, keep_frac, honest, honesty_fraction, within, csize, per_cluster,
-                  out):
-    n_trees = trees.shape[0]
+@njit(cache=True)
+def _codes_trees(j0, j1, seed, trees, ids, group_size, keep_frac, honest, honesty_fraction, within, csize,
+                 per_cluster, out):
+    """Rows ``j0:j1`` of :func:`tree_row_codes`' output (the serial kernel)."""
     n = ids.shape[0]
-    for j in prange(n_trees):
+    for j in range(j0, j1):
         b = trees[j]
         k_half = key_of(seed, _HALF + 16 * (b // group_size))
         k_sub = key_of(seed, _SUB + 16 * b)
@@ -95,6 +96,14 @@ def _codes_kernel(seed, trees, ids, group_size, keep_frac, honest, honesty_fract
                     else:
                         code = 2
             out[j, i] = code
+
+
+@njit(cache=True, parallel=True)
+def _codes_parallel(seed, trees, ids, group_size, keep_frac, honest, honesty_fraction, within, csize, per_cluster,
+                    out):
+    for j in prange(trees.shape[0]):
+        _codes_trees(j, j + 1, seed, trees, ids, group_size, keep_frac, honest, honesty_fraction, within, csize,
+                     per_cluster, out)
 
 
 def keep_fraction(sample_fraction, ci_group_size):
@@ -133,9 +142,14 @@ def tree_row_codes(seed, trees, gids, *, sample_fraction=0.5, ci_group_size=1, h
     ids, within, csize, per_cluster = _sampling_ids(gids, clusters)
     out = np.empty((len(trees), len(gids)), dtype=np.int8)
     if len(trees) and len(gids):
-        _codes_kernel(np.int64(seed), trees, ids, np.int64(ci_group_size),
-                      float(keep_fraction(sample_fraction, ci_group_size)), bool(honest),
-                      float(honesty_fraction), within, csize, np.int64(per_cluster), out)
+        args = (np.int64(seed), trees, ids, np.int64(ci_group_size),
+                float(keep_fraction(sample_fraction, ci_group_size)), bool(honest), float(honesty_fraction),
+                within, csize, np.int64(per_cluster), out)
+        # One thread: the serial kernel (a parallel=True kernel costs more to compile).
+        if numba.get_num_threads() == 1 or len(trees) == 1:
+            _codes_trees(0, len(trees), *args)
+        else:
+            _codes_parallel(*args)
     return out
 
 

@@ -33,6 +33,7 @@ Conventions (the contract in ``docs/ARCHITECTURE.md``):
 The fitted state is plain numpy arrays and Python scalars (see
 :meth:`BinMapper.get_state`), so model files can store it without pickle.
 """
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -633,9 +634,10 @@ def _greedy_cuts(counts, max_bins):
         used += 1
 
     cuts = np.empty(max_bins - 1, dtype=np.int64)
-    n_cuts = 0
+    # int64 zeros, not literals: Numba would also compile the callee for literal 0s.
+    n_cuts = np.int64(0)
     s = 0
-    i = 0
+    i = np.int64(0)
     while i < n:
         if heavy[i]:
             stop = i + 1
@@ -700,39 +702,56 @@ def _search_tables(thresholds, offsets):
     return padded, coarse
 
 
-@njit(cache=True, parallel=True)
-def _transform_numba(X, padded, coarse, missing_bin, out):
-    """out[f, i] = number of feature-f thresholds < X[i, f]; NaN -> missing_bin.
+#: Rows per task of :func:`_transform_parallel`.
+_TRANSFORM_BLOCK = 4096
 
-    Parallel over row blocks; each thread writes its own columns of ``out``. The count
-    is found in two levels of 16 comparisons each (the blocks of 16 thresholds that lie
-    wholly below ``x``, then the thresholds below ``x`` inside the next block), counted,
-    not branched on, so the compiler vectorises them and nothing mispredicts. A binary
-    search mispredicts about half of its ~8 steps per value on continuous data (LLVM
-    turns the select back into a branch) and measured 4x slower: 44 vs 11.5 ns/value,
-    one thread, 200k x 28.
+
+@njit(cache=True)
+def _transform_rows(X, padded, coarse, missing_bin, out, start, stop):
+    """out[f, i] = number of feature-f thresholds < X[i, f] for rows ``start:stop``; NaN -> missing_bin.
+
+    The count is found in two levels of 16 comparisons each (the blocks of 16
+    thresholds that lie wholly below ``x``, then the thresholds below ``x`` inside the
+    next block), counted, not branched on, so the compiler vectorises them and nothing
+    mispredicts. A binary search mispredicts about half of its ~8 steps per value on
+    continuous data (LLVM turns the select back into a branch) and measured 4x slower:
+    44 vs 11.5 ns/value, one thread, 200k x 28.
     """
-    n_rows, n_features = X.shape
-    block = 4096
-    n_blocks = (n_rows + block - 1) // block
+    n_features = X.shape[1]
+    for i in range(start, stop):
+        for f in range(n_features):
+            x = X[i, f]
+            if x != x:
+                out[f, i] = missing_bin
+                continue
+            cf = coarse[f]
+            c1 = 0
+            for k in range(16):
+                c1 += cf[k] < x
+            pf = padded[f, 16 * c1:16 * c1 + 16]
+            c2 = 0
+            for k in range(16):
+                c2 += pf[k] < x
+            out[f, i] = 16 * c1 + c2
+
+
+@njit(cache=True, parallel=True)
+def _transform_parallel(X, padded, coarse, missing_bin, out):
+    """:func:`_transform_rows` over row blocks in parallel; each thread writes its own columns."""
+    n_rows = X.shape[0]
+    n_blocks = (n_rows + _TRANSFORM_BLOCK - 1) // _TRANSFORM_BLOCK
     for blk in prange(n_blocks):
-        start = blk * block
-        stop = min(start + block, n_rows)
-        for i in range(start, stop):
-            for f in range(n_features):
-                x = X[i, f]
-                if x != x:
-                    out[f, i] = missing_bin
-                    continue
-                cf = coarse[f]
-                c1 = 0
-                for k in range(16):
-                    c1 += cf[k] < x
-                pf = padded[f, 16 * c1:16 * c1 + 16]
-                c2 = 0
-                for k in range(16):
-                    c2 += pf[k] < x
-                out[f, i] = 16 * c1 + c2
+        start = blk * _TRANSFORM_BLOCK
+        _transform_rows(X, padded, coarse, missing_bin, out, start, min(start + _TRANSFORM_BLOCK, n_rows))
+
+
+def _transform_numba(X, padded, coarse, missing_bin, out):
+    """Bin codes of ``X`` into ``out``: serially on one thread or one block of rows (a
+    ``parallel=True`` kernel costs more to compile and to start), else in parallel."""
+    if numba.get_num_threads() == 1 or X.shape[0] <= _TRANSFORM_BLOCK:
+        _transform_rows(X, padded, coarse, missing_bin, out, 0, X.shape[0])
+    else:
+        _transform_parallel(X, padded, coarse, missing_bin, out)
 
 
 def transform_reference(X, bin_thresholds, missing_bin):

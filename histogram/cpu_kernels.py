@@ -619,11 +619,6 @@ def _gh_features_packed(codes4, gh, s, e, f0, f1, out):
         f += 1
 
 
-@njit(cache=True)
-def _gh_packed_serial(codes4, gh, s, e, out):
-    _gh_features_packed(codes4, gh, s, e, 0, codes4.shape[0], out)
-
-
 @njit(cache=True, parallel=True)
 def _gh_packed_parallel(codes4, gh, s, e, out, n_parts):
     n_features = codes4.shape[0]
@@ -658,15 +653,6 @@ def pack_codes(binned):
 def _gather(gh, rows, s, e, buf):
     for k in range(s, e):
         buf[k - s] = gh[rows[k]]
-
-
-@njit(cache=True)
-def _gh_serial(binned, gh, rows, s, e, identity, buf, out):
-    if identity:
-        _gh_features(binned, gh, rows, s, e, True, 0, binned.shape[0], out)
-    else:
-        _gather(gh, rows, s, e, buf)
-        _gh_features(binned, buf, rows, s, e, False, 0, binned.shape[0], out)
 
 
 @njit(cache=True, parallel=True)
@@ -802,16 +788,23 @@ def build_gh_histogram(binned, channels, rows, start, stop, out, buf, n_threads=
             _gh_rows_parallel(binned, codes4, gh, rows, int(start), int(stop), identity, use_packed, bv, hv, pv)
             return out
     n_parts = min(int(n_threads), binned.shape[0])
+    start, stop = int(start), int(stop)
+    # One thread: the feature kernels straight from here. A jitted wrapper around them
+    # would compile their machine code a second time (Numba links a callee into its
+    # caller and LLVM optimises it again there), about a second of cold start each.
     if identity and packed is not None:
         if n_parts <= 1:
-            _gh_packed_serial(packed, gh, int(start), int(stop), hv)
+            _gh_features_packed(packed, gh, start, stop, 0, packed.shape[0], hv)
         else:
-            _gh_packed_parallel(packed, gh, int(start), int(stop), hv, n_parts)
+            _gh_packed_parallel(packed, gh, start, stop, hv, n_parts)
         return out
-    if n_parts <= 1:
-        _gh_serial(binned, gh, rows, int(start), int(stop), identity, bv, hv)
+    if n_parts > 1:
+        _gh_parallel(binned, gh, rows, start, stop, identity, bv, hv, n_parts)
+    elif identity:
+        _gh_features(binned, gh, rows, start, stop, identity, 0, binned.shape[0], hv)
     else:
-        _gh_parallel(binned, gh, rows, int(start), int(stop), identity, bv, hv, n_parts)
+        _gather(gh, rows, start, stop, bv)
+        _gh_features(binned, bv, rows, start, stop, identity, 0, binned.shape[0], hv)
     return out
 
 

@@ -416,6 +416,14 @@ def _body(argv):
 
     TIMER.reset()
     STATS.reset()
+    from forest.warmup import compile_once_per_node, variants_for
+
+    with phase("compile"):
+        # Before the progress bar starts: a first run on a machine compiles the
+        # kernels (once per node), announced on rank 0 instead of a frozen bar.
+        compile_once_per_node(comm, variants_for(args.model, values if args.treatment else None,
+                                                 source.types.get(args.treatment) if args.treatment else None),
+                              announce=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True))
     with phase("binning"):
         mapper = fitter.finish(comm)
         binned, message = guarded(dataio.bin_features, source, run, features, mapper.transform, n_local)
