@@ -40,9 +40,10 @@ def main(argv=None):
     p.add_argument("--trees", type=int, default=200)
     p.add_argument("--nuisance", type=int, default=None, help="trees per centering forest (default: the model's)")
     p.add_argument("--threads", type=int, default=None, help="Numba threads (default: Numba's)")
-    p.add_argument("--threshold", type=float, default=None, help="local_threshold (inf: all local; 0: histograms)")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="EngineOptions.local_threshold (inf: all local; 0: histograms)")
     p.add_argument("--hist-rows", type=float, default=None,
-                   help="forest.local_growth.HIST_ROWS (inf: sorted-code scan only)")
+                   help="EngineOptions.hist_rows (inf: sorted-code scan only)")
     p.add_argument("--repeat", type=int, default=1, help="fits (the first one includes Numba cache loading)")
     p.add_argument("--cprofile", action="store_true")
     p.add_argument("--quick", action="store_true", help="2000 rows, 20 trees")
@@ -53,23 +54,14 @@ def main(argv=None):
     import numba
 
     import forest.profiling
-    from forest import grower
-    from forest.causal_forest import CausalForest
-    from forest.profiling import TIMER
+    from forest.growth_options import engine_options
     from forest.regression_forest import RegressionForest
     from forest.simulate import athey_wager
-    from forest.tree import unpack_trees
     from native.comm import world
 
     comm = world()
     if a.threads:
         numba.set_num_threads(a.threads)
-    if a.threshold is not None:
-        grower.DEFAULT_LOCAL_THRESHOLD = a.threshold
-    if a.hist_rows is not None:
-        from forest import local_growth
-
-        local_growth.HIST_ROWS = a.hist_rows
     forest.profiling.time = _CpuClock
     data = athey_wager(a.rows, a.features, seed=1)
     lo = a.rows * comm.rank // comm.size
@@ -86,6 +78,18 @@ def main(argv=None):
             centering_s[0] += time.perf_counter() - start
 
     RegressionForest.fit = timed_fit
+    with engine_options(local_threshold=a.threshold, hist_rows=a.hist_rows) as engine:
+        _fits(a, comm, est_args=(X, t, y), data=data, centering_s=centering_s, engine=engine)
+
+
+def _fits(a, comm, est_args, data, centering_s, engine):
+    import numba
+
+    from forest.causal_forest import CausalForest
+    from forest.profiling import TIMER
+    from forest.tree import unpack_trees
+
+    X, t, y = est_args
     for rep in range(a.repeat):
         centering_s[0] = 0.0
         TIMER.reset()
@@ -111,7 +115,8 @@ def main(argv=None):
         nodes = len(est.estimators_["feature"])
         if comm.rank == 0:
             print(f"rows={a.rows} d={a.features} trees={a.trees} ranks={comm.size} threads={numba.get_num_threads()} "
-                  f"threshold={grower.DEFAULT_LOCAL_THRESHOLD} rep={rep}: wall {wall:.2f} s, CPU {cpu:.2f} s "
+                  f"threshold={engine.local_threshold} hist_rows={engine.hist_rows} rep={rep}: wall {wall:.2f} s, "
+                  f"CPU {cpu:.2f} s "
                   f"(all ranks {cpus[0]:.2f} s), nodes {nodes}, rmse(tau) {rmse:.4f}")
             print(TIMER.table())
             trees = unpack_trees(est.estimators_)

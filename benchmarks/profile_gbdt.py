@@ -78,33 +78,26 @@ def _ours(X, y, threads, trees, cprofile):
     return est, wall, cpu, TIMER.table()
 
 
-#: Threading settings compared by --ab: (LeafwiseGrower._hist_split,
-#: partition._PARALLEL_BLOCKS_MIN_ROWS, LeafwiseGrower._gh_parallel_rows).
-AB_VARIANTS = {"before": ("features", 1 << 62, 16384), "after": None}
+#: Threading settings compared by --ab, as forest.growth_options.EngineOptions fields
+#: (None: the defaults).
+AB_VARIANTS = {"before": dict(gh_hist_split="features", partition_blocks_min_rows=1 << 62, gh_parallel_rows=16384),
+               "after": None}
 
 
 def _ab(X, y, threads, trees, reps):
     """Interleaved fits per AB_VARIANTS; returns {name: [(wall_s, main_thread_cpu_s), ...]}."""
-    from forest import partition
     from forest.gbdt import GBDTClassifier
-    from forest.grower import LeafwiseGrower
+    from forest.growth_options import engine_options
 
-    defaults = (LeafwiseGrower._hist_split, partition._PARALLEL_BLOCKS_MIN_ROWS, LeafwiseGrower._gh_parallel_rows)
     out = {name: [] for name in AB_VARIANTS}
-    try:
-        for _ in range(reps):
-            for name, setting in AB_VARIANTS.items():
-                split, blocks, par = defaults if setting is None else setting
-                LeafwiseGrower._hist_split, partition._PARALLEL_BLOCKS_MIN_ROWS = split, blocks
-                LeafwiseGrower._gh_parallel_rows = par
+    for _ in range(reps):
+        for name, setting in AB_VARIANTS.items():
+            with engine_options(**(setting or {})):
                 est = GBDTClassifier(n_estimators=trees, max_leaf_nodes=31, max_bins=255, learning_rate=0.1,
                                      early_stopping=False, n_threads=threads, random_state=0)
                 w0, c0 = time.perf_counter(), time.thread_time()
                 est.fit(X, y)
                 out[name].append((time.perf_counter() - w0, time.thread_time() - c0))
-    finally:
-        LeafwiseGrower._hist_split, partition._PARALLEL_BLOCKS_MIN_ROWS = defaults[:2]
-        LeafwiseGrower._gh_parallel_rows = defaults[2]
     return out
 
 

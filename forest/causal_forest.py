@@ -40,7 +40,7 @@ from .profiling import phase
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_param_types, check_row_count,
                           check_target, check_weight, feature_summary, fit_features, moment_sums, validate_features)
 from .collective_checks import collective_checks, input_error, require_same, total
-from .regression_forest import RegressionForest, check_forest_params, resolve_mtry
+from .regression_forest import RegressionForest, check_forest_params, forest_spec, resolve_mtry
 from .treatment import check_treatment_type, encode_treatment, resolve_treatment, treatment_summary
 
 
@@ -374,12 +374,9 @@ class CausalForest(CausalAnalysisMixin, BaseEstimator):
                                           sampling=sampling, n_estimators=int(self.n_estimators), oob=True,
                                           clusters=clusters_layout)
         packed, acc, cnt = grow_honest_forest(
-            binned, mapper, gids, channels, crit, n_estimators=int(self.n_estimators), seed=seed,
-            sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
-            honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
-            min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
-            batch_size=self.batch_size, n_global=n_global, value_fn=crit.node_value, count_col=layout.n_moments,
-            comm=comm, oob=True, progress=progress, clusters=clusters_layout, start=start, on_batch=on_batch)
+            binned, mapper, gids, channels, crit,
+            forest_spec(self, sampling, n_features, crit.node_value, layout.n_moments), n_global=n_global, comm=comm,
+            oob=True, progress=progress, clusters=clusters_layout, start=start, on_batch=on_batch)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         self.treatment_type_ = kind

@@ -46,10 +46,6 @@ CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
 
 MODELS = ("gbdt-regressor", "gbdt-classifier", "regression", "causal")
 
-#: Fall-back engine constants (read from the engine when it has them).
-_LOCAL_TASK_BYTES = 1024 * 2 ** 20
-
-
 # ----------------------------------------------------------------------------- cluster
 @dataclasses.dataclass(frozen=True)
 class Cluster:
@@ -322,6 +318,7 @@ def forest_geometry(workload, spec, constants=None):
         ``nodes`` (nodes per tree), ``hist_levels`` (top levels grown from histograms
         because their nodes exceed one local-growth task), ``task_rows``.
     """
+    from .growth_options import current_engine_options
     from .honest_forest import PROGRESS_MIN_BATCH, auto_batch_size
     from .regression_forest import resolve_mtry
 
@@ -337,10 +334,11 @@ def forest_geometry(workload, spec, constants=None):
     depth = max(1.0, math.log2(max(rows / m, 2.0)))
     if prm["max_depth"] is not None:
         depth = min(depth, float(prm["max_depth"]))
-    task_rows = _engine_constant("LOCAL_TASK_BYTES", _LOCAL_TASK_BYTES) / (6 * F + 8 * spec.channels + 48)
+    engine = current_engine_options()
+    task_rows = engine.task_rows(F, spec.channels)
     bins = int(prm["max_bins"]) + 1
     batch = auto_batch_size(rows, F, bins, spec.channels, m, prm["max_depth"], spec.n_trees,
-                            _engine_constant("DEFAULT_LOCAL_THRESHOLD", float("inf")))
+                            engine.local_threshold)
     if prm["batch_size"] is not None:
         batch = int(prm["batch_size"])
     if spec.progress:  # grow_honest_forest's rule: at least ten progress updates
@@ -360,14 +358,6 @@ def forest_geometry(workload, spec, constants=None):
 def workload_family(workload):
     """``"gbdt"``, ``"regression"`` or ``"causal"``: the family of the main model."""
     return "gbdt" if workload.model.startswith("gbdt") else workload.model
-
-
-def _engine_constant(name, default):
-    try:
-        from . import grower
-    except ImportError:
-        return default
-    return getattr(grower, name, default)
 
 
 def _forest_fit_steps(w, p, constants):
@@ -540,6 +530,8 @@ def peak_memory(workload, p, constants=None):
     dict
         ``base``, ``features``, ``per_row``, ``model``, ``gathered`` (bytes).
     """
+    from .growth_options import current_engine_options, task_row_bytes
+
     constants = calibration() if constants is None else constants
     mem = constants.get("memory", {})
     fam = "gbdt" if workload.model.startswith("gbdt") else "forest"
@@ -554,12 +546,12 @@ def peak_memory(workload, p, constants=None):
     if fam == "forest":
         node_bytes = constants.get("trace", {}).get("node_bytes", 120.0)
         sizes, gathered = [], 0.0
-        chunk = _engine_constant("LOCAL_GATHER_BYTES", 256 * 2 ** 20)
+        chunk = current_engine_options().local_gather_bytes
         for spec in forest_specs(workload):
             g = forest_geometry(workload, spec, constants)
             sizes.append(spec.n_trees * g["nodes"] * node_bytes)
             row_bytes = 16 + F + 8 * spec.channels
-            task = min(g["rows"], g["task_rows"]) * (6 * F + 8 * spec.channels + 48)
+            task = min(g["rows"], g["task_rows"]) * task_row_bytes(F, spec.channels)
             held = 0.0
             if p > 1:
                 # one chunk of the batch's rows on the wire (all ranks together), held

@@ -2,7 +2,7 @@
 
 This module owns the boosting loop and the scikit-learn face of it. Each iteration:
 the loss (:mod:`forest.losses`) writes gradients and hessians into an ``(n, 2K)``
-channel array; :class:`forest.grower.LeafwiseGrower` grows one tree best-first
+channel array; :class:`forest.expansion.LeafwiseGrower` grows one tree best-first
 (``max_leaf_nodes``, optional ``max_depth``) from Newton gains
 (:class:`forest.criteria.NewtonCriterion`), one fused collective per split step; the
 training scores are updated from the grower's row partition (no re-traversal) and the
@@ -48,7 +48,8 @@ from .checkpoint import stored_seed
 from .collective_checks import collective_checks, total
 from .continuation import fit_fingerprint, open_stage, warm_mapper
 from .criteria import NewtonCriterion
-from .grower import SPLIT_MODES, LeafwiseGrower
+from .expansion import LeafwiseGrower
+from .growth_options import SPLIT_MODES
 from .importance import gain_importance, split_counts
 from .losses import LogLoss, SoftmaxLoss, SquaredError
 from .partition import add_leaf_values
@@ -448,7 +449,7 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
     backend : {'auto', 'numba', 'numpy', 'cuda'}
         Histogram backend.
     split_mode : {'allreduce', 'reduce_scatter'}
-        How histograms are combined across ranks (see :mod:`forest.grower`).
+        How histograms are combined across ranks (see :mod:`forest.reducers`).
     warm_start : bool, default False
         When True and the model is fitted, ``fit`` keeps its trees, bin edges, seed,
         baseline and validation losses and boosts on up to ``n_estimators``: the trees

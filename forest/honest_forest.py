@@ -3,10 +3,12 @@
 This module owns the forest-level loop that both :class:`forest.RegressionForest` and
 :class:`forest.CausalForest` run: bin the data with global edges, then per batch of
 trees draw each tree's rows (:mod:`forest.subsample`), grow the batch level-wise on the
-structure halves (:func:`forest.grower.grow_levelwise`: one histogram pass and one
-collective per level), re-estimate every node from the estimation halves
-(:func:`forest.grower.reestimate_leaves`: one collective per batch), and optionally
-accumulate out-of-bag leaf values for this rank's rows.
+structure halves (:func:`forest.expansion.grow_levelwise`: tree-parallel subtree
+kernels, or one histogram pass and one collective per level), re-estimate every node
+from the estimation halves (:func:`forest.leaf_estimation.reestimate_leaves`: one
+collective per batch), and optionally accumulate out-of-bag leaf values for this
+rank's rows. What to grow comes as one :class:`ForestSpec`; how to grow it (engine
+settings) as :class:`forest.growth_options.EngineOptions`.
 
 Leaves whose estimation half is empty take their parent's value (walking up to the
 nearest non-empty ancestor), so every tree contributes to every prediction; this
@@ -25,6 +27,8 @@ on three or more ranks). Out-of-bag sums of the earlier trees are recomputed by
 so the sums are the same bits.
 """
 from collections import namedtuple
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import numpy as np
 from numba import njit
@@ -32,11 +36,12 @@ from numba import njit
 from histogram.binning import BinMapper
 from native import collectives as col
 
-from . import grower as _grower
-from .grower import grow_levelwise, reestimate_leaves
+from .expansion import grow_levelwise
+from .growth_options import TreeParams, current_engine_options
+from .leaf_estimation import reestimate_leaves
 from .predictor import accumulate_oob_binned, oob_average, tree_values  # noqa: F401 (re-exported)
 from .profiling import phase
-from .subsample import OUT, STRUCTURE, BOTH, ESTIMATION, sampling_segments, tree_row_codes  # noqa: F401
+from .subsample import OUT, STRUCTURE, BOTH, ESTIMATION, sampled_row_codes, sampling_segments  # noqa: F401
 from .tree import pack_trees
 
 #: Histogram memory a batch of trees may use at its widest level (bytes, estimate).
@@ -82,7 +87,7 @@ def auto_batch_size(n_struct_global, n_features, n_bins, n_channels, min_leaf, m
     A tree of ``s`` structure rows with children of at least ``min_leaf`` rows has
     at most ``s / min_leaf`` nodes on a level (fewer with ``max_depth``); a level keeps
     about three histogram copies of its frontier. With local finishing
-    (``local_threshold > 0``, see :func:`forest.grower.grow_levelwise`) only nodes
+    (``local_threshold > 0``, see :func:`forest.expansion.grow_levelwise`) only nodes
     heavier than the threshold get histograms: at most ``s / local_threshold`` per
     level, two children each.
     """
@@ -187,18 +192,41 @@ def _oob_code_chunks(sampling, gids, n_trees, chunk_trees, clusters=None):
     for seed, first, count in sampling_segments(sampling, n_trees):
         for a in range(0, count, chunk_trees):
             b = min(count, a + chunk_trees)
-            codes = tree_row_codes(seed, np.arange(first + a, first + b), gids,
-                                   sample_fraction=sampling["sample_fraction"], ci_group_size=sampling["ci_group_size"],
-                                   honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"],
-                                   clusters=clusters)
+            codes = sampled_row_codes(sampling, seed, np.arange(first + a, first + b), gids, clusters)
             yield pos + a, pos + b, codes
         pos += count
 
 
-def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimators, seed, sample_fraction,
-                       ci_group_size, honest, honesty_fraction, max_depth, min_samples_split, mtry,
-                       batch_size, n_global, value_fn, count_col, comm, oob=False, progress=None,
-                       local_threshold=None, clusters=None, start=None, on_batch=None):
+@dataclass(frozen=True)
+class ForestSpec:
+    """What :func:`grow_honest_forest` grows, from an estimator's parameters.
+
+    Attributes
+    ----------
+    n_estimators : int
+    sampling : dict
+        Each tree's rows: the estimator's ``sampling_`` (``seed, sample_fraction,
+        ci_group_size, honest, honesty_fraction``; :mod:`forest.subsample`).
+    tree : forest.growth_options.TreeParams
+        The trees' shape (its ``seed`` keys the mtry draw).
+    value_fn : callable
+        Node sums (n_nodes, C) -> node values (n_nodes, n_outputs).
+    count_col : int
+        Column of the node values holding the estimation count (empty-leaf fallback).
+    batch_size : int or None
+        Trees per batch; ``None`` chooses by :func:`auto_batch_size`.
+    """
+
+    n_estimators: int
+    sampling: dict
+    tree: TreeParams
+    value_fn: Callable
+    count_col: int
+    batch_size: Optional[int] = None
+
+
+def grow_honest_forest(binned, mapper, gids, channels, criterion, spec, *, n_global, comm, oob=False, progress=None,
+                       clusters=None, start=None, on_batch=None, engine=None):
     """Grow and honestly re-estimate a forest in batches.
 
     Parameters
@@ -209,33 +237,21 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
     channels : ndarray of float64, shape (n_local, C)
         Per-row channels (used for growing and for re-estimation).
     criterion : forest.criteria.Criterion
-    n_estimators, seed : int
-    sample_fraction, honesty_fraction : float
-    ci_group_size : int
-    honest : bool
-    max_depth : int or None
-    min_samples_split : float
-    mtry : int or None
-    batch_size : int or None
-        ``None`` chooses by :func:`auto_batch_size`.
+    spec : ForestSpec
     n_global : int
-    value_fn : callable
-        Node sums (n_nodes, C) -> node values (n_nodes, n_outputs).
-    count_col : int
-        Column of the node values holding the estimation count (empty-leaf fallback).
     comm : native.comm.Communicator
     oob : bool
         Also accumulate out-of-bag leaf values for this rank's rows.
     progress : callable, optional
         ``progress(n_trees_done, n_trees_total)`` after each batch.
-    local_threshold : float or None
-        Passed to :func:`forest.grower.grow_levelwise` (``None``: its default).
     clusters : forest.clusters.ClusterLayout, optional
         Sample by cluster (:func:`forest.subsample.tree_row_codes`).
     start : ForestStart, optional
         Continue after these trees (grow trees ``len(start.trees) .. n_estimators - 1``).
     on_batch : callable, optional
         ``on_batch(new_trees, n_done, batch_size)`` after each batch, before ``progress``.
+    engine : forest.growth_options.EngineOptions, optional
+        Default: :func:`forest.growth_options.current_engine_options`.
 
     Returns
     -------
@@ -244,21 +260,24 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
     oob_acc : ndarray, shape (n_local, n_outputs), or None
     oob_cnt : ndarray, shape (n_local,), or None
     """
+    engine = current_engine_options() if engine is None else engine
+    n_estimators, sampling, params = int(spec.n_estimators), spec.sampling, spec.tree
     n_local = binned.shape[1]
-    if local_threshold is None:
-        local_threshold = _grower.DEFAULT_LOCAL_THRESHOLD  # read at call time (benchmarks tune it)
-    finishes_locally = local_threshold > 0 and criterion.compiled() is not None
+    finishes_locally = engine.local_threshold > 0 and criterion.compiled() is not None
+    batch_size = spec.batch_size
     if batch_size is None:
-        n_struct = n_global * sample_fraction * (honesty_fraction if honest else 1.0)
+        n_struct = n_global * sampling["sample_fraction"] * (sampling["honesty_fraction"] if sampling["honest"]
+                                                             else 1.0)
         batch_size = auto_batch_size(n_struct, binned.shape[0], mapper.n_bins_, criterion.n_channels,
-                                     getattr(criterion, "min_samples_leaf", 1), max_depth, n_estimators,
-                                     local_threshold if finishes_locally else 0.0)
+                                     getattr(criterion, "min_samples_leaf", 1), params.max_depth, n_estimators,
+                                     engine.local_threshold if finishes_locally else 0.0)
     if progress is not None:
         # A progress bar that jumps from 0 to 100% says nothing: report at least ten
         # times. Batches of 8+ trees still keep every thread busy on small machines,
         # and the trees do not depend on the batching (sampling is hashed per tree).
         # A constant, not the thread count, since all ranks must run the same batches.
         batch_size = min(batch_size, max(PROGRESS_MIN_BATCH, -(-n_estimators // 10)))
+    ci_group_size = int(sampling["ci_group_size"])
     if ci_group_size > 1:
         batch_size = max(ci_group_size, batch_size - batch_size % ci_group_size)
     trees = [] if start is None else list(start.trees)
@@ -271,17 +290,16 @@ def grow_honest_forest(binned, mapper, gids, channels, criterion, *, n_estimator
     for lo, hi in batch_ranges(len(trees), n_estimators, batch_size):
         idx = np.arange(lo, hi, dtype=np.int64)
         with phase("other"):
-            codes = tree_row_codes(seed, idx, gids, sample_fraction=sample_fraction, ci_group_size=ci_group_size,
-                                   honest=honest, honesty_fraction=honesty_fraction, clusters=clusters)
+            codes = sampled_row_codes(sampling, sampling["seed"], idx, gids, clusters)
             grow_rows = [np.flatnonzero((c == STRUCTURE) | (c == BOTH)).astype(np.int32) for c in codes]
             est_rows = [np.flatnonzero((c == ESTIMATION) | (c == BOTH)).astype(np.int32) for c in codes]
-        batch = grow_levelwise(binned, channels, grow_rows, criterion, mapper, tree_indices=idx,
-                               max_depth=max_depth, min_samples_split=min_samples_split, mtry=mtry, seed=seed,
-                               comm=comm, gids=gids, local_threshold=local_threshold)
-        reestimate_leaves(batch, binned, channels, est_rows, value_fn, mapper.missing_bin_, comm=comm)
+        batch = grow_levelwise(binned, channels, grow_rows, criterion, mapper, params, tree_indices=idx, comm=comm,
+                               gids=gids, engine=engine)
+        reestimate_leaves(batch, binned, channels, est_rows, spec.value_fn, mapper.missing_bin_, comm=comm,
+                          algorithm=engine.algorithm)
         with phase("leaves"):
             for tree in batch:
-                fill_empty_from_parent(tree, count_col)
+                fill_empty_from_parent(tree, spec.count_col)
         if oob:
             packed = pack_trees(batch)
             if oob_acc is None:

@@ -1,38 +1,43 @@
 """Exact growth of whole subtrees from binned codes, one task per node, trees in parallel.
 
-This module owns the "finish nodes locally" step of level-wise forest growth
-(:func:`forest.grower.grow_levelwise`), which by default covers whole trees from the
-root (tree-parallel growth; see ``forest.grower.DEFAULT_LOCAL_THRESHOLD``). Deep forest trees (``min_samples_leaf`` ~ 5)
-have thousands of nodes of a handful of rows each; giving every one of them a dense
-``n_features x n_bins x C`` histogram costs ``nodes x F x B x C`` work (and bytes in the
-collectives). A node of ``m`` rows instead is split exactly from its rows: per
-feature, its rows are kept ordered by bin code, channel sums are accumulated along
-that order, and every boundary between two distinct codes is scored, with the missing
-bin on either side. A whole subtree costs ``O(F m depth)`` after one counting sort.
+This module owns the compiled subtree kernel that finishes nodes of level-wise
+forest growth (:mod:`forest.tree_parallel`), by default whole trees from the root.
+Deep forest trees (``min_samples_leaf`` ~ 5) have thousands of nodes of a handful
+of rows each; a dense ``n_features x n_bins x C`` histogram for each of them costs
+``nodes x F x B x C`` work (and bytes in the collectives). Here a node is split
+exactly from its rows.
 
-Two regimes inside a task (:func:`_grow_task_hybrid`)
-    Nodes of more than :data:`HIST_ROWS` rows are split from per-feature histograms
-    of their rows (``F x bins x C``; the smaller child is built and its sibling is the
-    parent minus it, so a level costs about ``F x m/2 x C`` plus ``F x bins x C`` per
-    node), keeping only a position list in gid order; nodes of at most
-    :data:`HIST_ROWS` rows get the per-feature sorted orders and the exact scan
-    (:func:`_grow_task`), where a node has fewer distinct codes than bins. Row-count
-    histograms, not subtracted sums, decide which bins and missing rows exist. Measured
-    on 25k rows, F = 20, causal channels, one thread: 104-117 ms per tree with the
-    scan only, 82-85 ms with ``HIST_ROWS`` 256..1024 (92 at 2048, 100 at 4096).
-
+One depth-first kernel, two candidate sources (:func:`_grow_task`)
+    Nodes of more than ``EngineOptions.hist_rows`` rows (histogram mode) are split
+    from per-feature histograms of their rows (:func:`forest.splitting.hist_candidates`,
+    the source the level-wise search uses too; the smaller child is built and its
+    sibling is the parent minus it, so a level costs about ``F x m/2 x C`` plus
+    ``F x bins x C`` per node), keeping only a position list in gid order. The
+    first node at or below it enters scan mode: its rows are sorted by code per
+    feature once (a counting sort), channel sums are accumulated along that order and
+    every boundary between two distinct codes is scored, with the missing bin on
+    either side (:func:`_scan_candidates`); partitions keep every order, so the
+    whole subtree costs ``O(F m depth)``. Row-count histograms, not subtracted sums,
+    decide which bins and missing rows exist. Measured on 25k rows, F = 20, causal
+    channels, one thread: 104-117 ms per tree with the scan only, 82-85 ms with
+    ``hist_rows`` 256..1024 (92 at 2048, 100 at 4096).
+The criterion
+    The kernel is specialised per criterion through the criterion's parameter record
+    (:mod:`forest.compiled_criterion`): it calls ``prepare`` once per node, ``gains``
+    once per (node, feature) with that feature's candidates, and the ``sides_ok`` /
+    ``right_exhausted`` count shortcuts while scanning. Growth settings travel as one
+    record (:data:`GrowthRecord`).
 Same split rule as the histogram path (:mod:`forest.splitting`)
     Of all histogram thresholds that give the same partition, the histogram search's
     tie rule picks the lowest bin, so only the present codes ``c`` (threshold
     ``b = c``) and, when the node has missing rows and no row in bin 0, the
     "missing rows alone on the left" candidate (``b = 0``, missing left) can win;
     these are exactly the candidates scored here, in the same (feature, bin,
-    missing-right before missing-left) order. The best gain ``g`` wins with ties
-    within ``rel_tol * |g|`` going to the first candidate in that order; a split
-    needs ``g > min_gain``; a node whose chosen feature has no missing weight sends
-    missing values to the heavier child. ``min_samples_split`` and ``max_depth``
-    stop growth as in the histogram path, and per-node feature subsampling uses the
-    draw as the histogram path (:mod:`forest.mtry`).
+    missing-right before missing-left) order, and the choice among them is
+    :func:`forest.splitting.first_near_best`. A node whose chosen feature has no
+    missing weight sends missing values to the heavier child. ``min_samples_split``
+    and ``max_depth`` stop growth as in the histogram path, and per-node feature
+    subsampling uses the draw of the histogram path (:mod:`forest.mtry`).
 Determinism
     A subtree is a pure function of its rows *in their given order* (the caller passes
     them in global-row-id order), so every rank and every rank count that finishes a
@@ -44,9 +49,9 @@ Node ids
     ids are contiguous, parents precede children, and the mtry key of a node is its
     final id.
 
-The kernels return flat records (one per split); :func:`forest.grower.grow_levelwise`
-appends them to the :class:`forest.tree.Tree` objects. :func:`grow_subtrees_reference`
-is a slow pure-Python version used by tests.
+The kernels return flat records (one per split), which :mod:`forest.tree_parallel`
+appends to the :class:`forest.tree.Tree` objects. :func:`grow_subtrees_reference` is
+a slow pure-Python version used by tests.
 """
 import numba
 import numpy as np
@@ -54,6 +59,7 @@ from collections import namedtuple
 
 from . import compiled_criterion as cc
 from ._validation import check_codes
+from .growth_options import current_engine_options
 from .mtry import mtry_feature_mask, mtry_keys, node_mask
 from .routing import goes_left_code, goes_left_codes
 from .splitting import admissible_jit, first_near_best, hist_candidates
@@ -61,16 +67,6 @@ from .splitting import admissible_jit, first_near_best, hist_candidates
 #: Columns of the integer record array.
 REC_NODE, REC_LEFT, REC_DEPTH, REC_FEATURE, REC_BIN, REC_MISSING_LEFT = range(6)
 N_INT_FIELDS = 6
-
-#: Nodes of more rows than this are split from per-feature histograms inside a task
-#: (smaller child built, sibling by subtraction: about F x m/2 x C per level plus
-#: F x bins x C per node), nodes of at most this many by the sorted-code scan (F x m
-#: x C per level plus a gain per distinct code). Chosen by measurement (see the commit log).
-HIST_ROWS = 1024
-
-#: Histogram slots one task may hold at once (pending big nodes of a depth-first
-#: growth: about one per level); past it, big nodes take the sorted-code scan.
-MAX_HIST_SLOTS = 32
 
 #: Below this many rows in a call, the kernel runs on one thread (waking the pool
 #: costs more than the work).
@@ -604,13 +600,13 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
         The criterion's compiled pieces (``criterion.compiled()``).
     missing_bin : int
     min_samples_split, max_depth, min_gain, rel_tol, mtry, seed
-        As in :func:`forest.grower.grow_levelwise`.
-    hist_rows : int or None
+        As in :class:`forest.growth_options.TreeParams`; ``rel_tol``: :data:`forest.splitting.REL_TOL`.
+    hist_rows : float or None
         Nodes of more rows than this split from histograms (see :func:`_grow_task`);
-        ``None`` means :data:`HIST_ROWS`.
+        ``None`` means ``EngineOptions.hist_rows`` of the current engine settings.
     max_hist_slots : int or None
-        Histograms a task may hold at once (``None``: :data:`MAX_HIST_SLOTS`); a big
-        node met with all of them live is split by the sorted-code scan instead
+        Histograms a task may hold at once (``None``: ``EngineOptions.max_hist_slots``);
+        a big node met with all of them live is split by the sorted-code scan instead
         (the same split; tests lower this to reach that path).
 
     Returns
@@ -644,11 +640,12 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     rec_f = np.empty((total, 1 + 2 * c))
     rec_count = np.zeros(n_trees, dtype=np.int64)
     key1, key2 = mtry_keys(seed)
+    engine = current_engine_options()
     gp = GrowthRecord(int(missing_bin), compiled.min_child_rows, compiled.weight_channel, compiled.n_consts,
                       float(min_samples_split), np.iinfo(np.int64).max if max_depth is None else int(max_depth),
                       float(min_gain), float(rel_tol), 0 if mtry is None else int(mtry), key1, key2,
-                      _as_row_bound(HIST_ROWS if hist_rows is None else hist_rows),
-                      max(1, int(MAX_HIST_SLOTS if max_hist_slots is None else max_hist_slots)))
+                      _as_row_bound(engine.hist_rows if hist_rows is None else hist_rows),
+                      max(1, int(engine.max_hist_slots if max_hist_slots is None else max_hist_slots)))
     args = (binned, channels, rows, task_starts, tree_task_starts, np.ascontiguousarray(task_node, dtype=np.int64),
             np.ascontiguousarray(task_depth, dtype=np.int64), tree_next,
             np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count, compiled.record,

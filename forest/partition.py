@@ -23,7 +23,7 @@ _PARALLEL_ONE_SEGMENT_MIN_ROWS = 1 << 21
 #: call, 2 threads vs serial (HIGGS codes, OMP_WAIT_POLICY=passive, minima of 25 on a
 #: loaded machine): 1M rows 1.87 vs 3.19 ms, 500k 0.99 vs 1.51, 125k 0.34 vs 0.37,
 #: 31k 0.16 vs 0.10 ms (there the wake-up of the pool costs more than half the loop).
-_PARALLEL_BLOCKS_MIN_ROWS = 1 << 17
+PARALLEL_BLOCKS_MIN_ROWS = 1 << 17
 
 
 @numba.njit(cache=True)
@@ -224,7 +224,8 @@ def partition_rows(rows, scratch, starts, stops, binned, features, bin_threshold
     return n_left
 
 
-def partition_segment(rows, scratch, lo, hi, binned, feature, bin_threshold, missing_left, missing_bin):
+def partition_segment(rows, scratch, lo, hi, binned, feature, bin_threshold, missing_left, missing_bin,
+                      parallel_min_rows=None):
     """Stable in-place partition of one segment ``rows[lo:hi]``; scalar split arguments.
 
     The boosting grower splits one node at a time; this entry point skips the
@@ -239,6 +240,9 @@ def partition_segment(rows, scratch, lo, hi, binned, feature, bin_threshold, mis
     feature, bin_threshold : int
     missing_left : bool
     missing_bin : int
+    parallel_min_rows : int, optional
+        Segments of this many rows are split across threads by per-thread blocks;
+        default :data:`PARALLEL_BLOCKS_MIN_ROWS`.
 
     Returns
     -------
@@ -248,7 +252,7 @@ def partition_segment(rows, scratch, lo, hi, binned, feature, bin_threshold, mis
     if not 0 <= lo <= hi <= len(rows) or len(scratch) < hi:
         raise ValueError(f"segment {lo}:{hi} outside rows of length {len(rows)} / scratch of length {len(scratch)}")
     threads = numba.get_num_threads()
-    if threads > 1 and hi - lo >= _PARALLEL_BLOCKS_MIN_ROWS:
+    if threads > 1 and hi - lo >= (PARALLEL_BLOCKS_MIN_ROWS if parallel_min_rows is None else parallel_min_rows):
         return int(_partition_blocks_parallel(rows, scratch, int(lo), int(hi), binned, int(feature),
                                               int(bin_threshold), int(bool(missing_left)), int(missing_bin),
                                               threads))

@@ -22,7 +22,8 @@ from .clusters import resolve_clusters
 from .collective_checks import collective_checks, require_same, total
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
 from .criteria import VarianceCriterion
-from .honest_forest import global_ids, grow_honest_forest, oob_average, oob_sums_binned
+from .growth_options import TreeParams
+from .honest_forest import ForestSpec, global_ids, grow_honest_forest, oob_average, oob_sums_binned
 from .importance import depth_weighted_importance, gain_importance
 from .predictor import predict_values, predict_values_binned
 
@@ -119,6 +120,31 @@ def check_forest_params(est):
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"random_state must be a non-negative int or None, got {est.random_state!r}")
     return int(seed)
+
+
+def forest_spec(est, sampling, n_features, value_fn, count_col):
+    """:class:`forest.honest_forest.ForestSpec` of a forest estimator's parameters.
+
+    Parameters
+    ----------
+    est : RegressionForest or CausalForest
+    sampling : dict
+        The fit's ``sampling_`` (:func:`forest.continuation.forest_sampling`); its
+        ``seed`` also keys the mtry draw.
+    n_features : int
+    value_fn : callable
+        Node sums (n_nodes, C) -> node values (n_nodes, n_outputs).
+    count_col : int
+        Column of the node values holding the estimation count.
+
+    Returns
+    -------
+    ForestSpec
+    """
+    tree = TreeParams(max_depth=est.max_depth, min_samples_split=2 * est.min_samples_leaf,
+                      mtry=resolve_mtry(est.max_features, n_features), seed=sampling["seed"])
+    return ForestSpec(int(est.n_estimators), sampling, tree, value_fn=value_fn, count_col=count_col,
+                      batch_size=est.batch_size)
 
 
 def n_estimators_fitted(packed):
@@ -295,12 +321,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self.n_outputs_ = n_out
         self.sampling_ = sampling
         packed, acc, cnt = grow_honest_forest(
-            codes, mapper, gids, channels, crit, n_estimators=int(self.n_estimators), seed=seed,
-            sample_fraction=float(self.max_samples), ci_group_size=int(self.ci_group_size), honest=bool(self.honest),
-            honesty_fraction=float(self.honesty_fraction), max_depth=self.max_depth,
-            min_samples_split=2 * self.min_samples_leaf, mtry=resolve_mtry(self.max_features, n_features),
-            batch_size=self.batch_size, n_global=n_global, value_fn=value_fn, count_col=n_out, comm=comm, oob=True,
-            progress=progress, clusters=layout, start=start, on_batch=on_batch)
+            codes, mapper, gids, channels, crit, forest_spec(self, sampling, n_features, value_fn, n_out),
+            n_global=n_global, comm=comm, oob=True, progress=progress, clusters=layout, start=start,
+            on_batch=on_batch)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         oob = self._oob_from_sums(acc, cnt, codes)

@@ -9,7 +9,7 @@ A split node ``(feature f, bin threshold b, threshold t, missing_left m)`` sends
 The two agree because ``x <= bin_thresholds_[f][b]`` exactly when ``bin(x) <= b``.
 Every kernel that partitions rows or walks trees (:mod:`forest.partition`,
 :mod:`forest.local_growth`, :mod:`forest.predictor`, leaf re-estimation in
-:mod:`forest.grower`) calls the Numba functions here, and the slow references call
+:mod:`forest.leaf_estimation`) calls the Numba functions here, and the slow references call
 :func:`goes_left_codes`, so the rule cannot drift between them.
 """
 import numba

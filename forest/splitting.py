@@ -118,6 +118,10 @@ def _candidate_valid(nb, n_value_bins):
 # is finite and > min_gain, and the first candidate in (feature, bin, missing-right
 # before missing-left) order whose gain is >= tie_threshold(g) wins.
 
+#: Gains within this relative distance count as tied everywhere in growth.
+REL_TOL = 1e-12
+
+
 def tie_threshold(best, rel_tol):
     """Gains at or above this tie with ``best`` (scalars or NumPy arrays)."""
     return best - rel_tol * abs(best)
@@ -299,7 +303,7 @@ def _compiled_search_kernel(p, n_consts, weight_channel, hist, parent, nb, missi
 
 
 def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, feature_mask=None,
-                     parent_count=None, min_gain=0.0, rel_tol=1e-12, feature_offset=0):
+                     parent_count=None, min_gain=0.0, rel_tol=REL_TOL, feature_offset=0):
     """Best split of every node, vectorised over nodes, features, bins and directions.
 
     Parameters
@@ -319,7 +323,7 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
         Exact row count of each node, passed to the criterion.
     min_gain : float, default 0.0
         A split must have ``gain > min_gain``.
-    rel_tol : float, default 1e-12
+    rel_tol : float, default REL_TOL
         Relative tolerance of the tie test (see the module docstring).
     feature_offset : int, default 0
         Added to the returned feature indices (the first global feature of ``hist``,

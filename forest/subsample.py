@@ -165,6 +165,28 @@ def sampling_segments(sampling, n_trees):
     return [(int(a), int(b), int(c)) for a, b, c in segments]
 
 
+def sampled_row_codes(sampling, seed, trees, gids, clusters=None):
+    """:func:`tree_row_codes` of trees ``trees`` drawn with ``seed`` under a sampling dict.
+
+    Parameters
+    ----------
+    sampling : dict
+        An estimator's ``sampling_`` (``sample_fraction, ci_group_size, honest,
+        honesty_fraction``; its ``seed`` is ignored for the segment's ``seed``).
+    seed : int
+    trees : array-like of int, shape (n_trees,)
+    gids : array-like of int, shape (n,)
+    clusters : forest.clusters.ClusterLayout, optional
+
+    Returns
+    -------
+    ndarray of int8, shape (n_trees, n)
+    """
+    return tree_row_codes(seed, trees, gids, sample_fraction=sampling["sample_fraction"],
+                          ci_group_size=sampling["ci_group_size"], honest=sampling["honest"],
+                          honesty_fraction=sampling["honesty_fraction"], clusters=clusters)
+
+
 def forest_row_codes(sampling, n_trees, gids, clusters=None):
     """Role of every row in every tree of a fitted forest, in packed tree order.
 
@@ -183,10 +205,7 @@ def forest_row_codes(sampling, n_trees, gids, clusters=None):
     -------
     ndarray of int8, shape (n_trees, n)
     """
-    parts = [tree_row_codes(seed, np.arange(first, first + count), gids,
-                            sample_fraction=sampling["sample_fraction"], ci_group_size=sampling["ci_group_size"],
-                            honest=sampling["honest"], honesty_fraction=sampling["honesty_fraction"],
-                            clusters=clusters)
+    parts = [sampled_row_codes(sampling, seed, np.arange(first, first + count), gids, clusters)
              for seed, first, count in sampling_segments(sampling, n_trees)]
     if not parts:
         return np.empty((0, len(gids)), dtype=np.int8)

@@ -7,15 +7,25 @@ the same grower must give bit-identical trees.
 import numpy as np
 import pytest
 
-from forest.criteria import NewtonCriterion
-from forest.grower import LeafwiseGrower
+from forest.criteria import Criterion, NewtonCriterion
+from forest.expansion import LeafwiseGrower
+from forest.growth_options import EngineOptions
 from histogram.binning import BinMapper
 
 
-def _grow(binned, bm, crit, channels, fast, rows=None):
-    g = LeafwiseGrower(binned, bm, crit, max_leaf_nodes=15)
+class _GenericNewton(NewtonCriterion):
+    """Newton boosting through the generic node methods (no scalar node_summary)."""
+
+    node_summary = Criterion.node_summary
+
+
+def _grow(binned, bm, crit, channels, fast, rows=None, engine=None):
     if not fast:
-        g._packed, g._direct_search, g._scalar = None, False, False
+        crit = _GenericNewton(crit.n_outputs, crit.l2_regularization, crit.min_samples_leaf, crit.min_child_weight)
+    g = LeafwiseGrower(binned, bm, crit, max_leaf_nodes=15, engine=engine)
+    if not fast:
+        # unpacked root codes; the split search through find_best_splits
+        g.builder._packed, g._fused = None, None
     return g.grow(channels, rows=rows, shrinkage=0.3)
 
 
@@ -49,14 +59,11 @@ def test_fast_paths_grow_identical_trees(rng, n, k, subset):
 
 
 @pytest.mark.parametrize("subset", [False, True])
-def test_threaded_row_split_and_block_partition_grow_the_same_tree(rng, monkeypatch, subset):
+def test_threaded_row_split_and_block_partition_grow_the_same_tree(rng, subset):
     """Two threads with every node built by row-split partial histograms and partitioned
     by per-thread blocks (thresholds forced down) grow the one-thread tree: same
     structure and rows, values equal up to summation order."""
     import numba
-
-    from forest import grower as G
-    from forest import partition as P
 
     n = 3001
     X = rng.normal(size=(n, 6))
@@ -67,12 +74,11 @@ def test_threaded_row_split_and_block_partition_grow_the_same_tree(rng, monkeypa
     crit = NewtonCriterion(1, l2_regularization=0.5, min_samples_leaf=5)
     rows = np.sort(rng.permutation(n)[: 2 * n // 3]).astype(np.int32) if subset else None
     one = _grow(binned, bm, crit, channels, True, rows)
-    monkeypatch.setattr(G.LeafwiseGrower, "_gh_parallel_rows", 16)
-    monkeypatch.setattr(P, "_PARALLEL_BLOCKS_MIN_ROWS", 16)
     old = numba.get_num_threads()
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
     try:
-        two = _grow(binned, bm, crit, channels, True, rows)
+        two = _grow(binned, bm, crit, channels, True, rows,
+                    engine=EngineOptions(gh_parallel_rows=16, partition_blocks_min_rows=16))
     finally:
         numba.set_num_threads(old)
     assert one.tree.node_count > 5

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from forest.criteria import NewtonCriterion, VarianceCriterion
-from forest.grower import BinInfo, LeafwiseGrower, grow_levelwise, reestimate_leaves
+from forest.expansion import LeafwiseGrower, grow_levelwise
+from forest.growth_options import EngineOptions, TreeParams
+from forest.leaf_estimation import reestimate_leaves
 from forest.partition import partition_rows, partition_rows_reference
 from forest.predictor import predict_leaves_binned, predict_values, predict_values_binned
 from histogram.binning import BinMapper
@@ -71,7 +73,7 @@ def _check_against_brute(tree, node, codes, y, w, rows, nb, missing_bin, min_lea
                                depth + 1, max_depth)
 
 
-@pytest.mark.parametrize("local_threshold", [0, None])  # histogram path only / exact small-node finishing
+@pytest.mark.parametrize("local_threshold", [0, float("inf")])  # histogram path only / subtree kernel
 def test_levelwise_matches_brute_force(rng, local_threshold):
     X, y = _data(rng)
     w = rng.uniform(0.5, 2.0, size=len(y))
@@ -80,7 +82,8 @@ def test_levelwise_matches_brute_force(rng, local_threshold):
     crit = VarianceCriterion(min_samples_leaf=8, count_channel=True)
     ch = crit.make_channels(y, w)
     sets = [np.arange(len(y), dtype=np.int32), np.flatnonzero(rng.random(len(y)) < 0.6).astype(np.int32)]
-    trees = grow_levelwise(codes, ch, sets, crit, bm, max_depth=3, comm=SELF, local_threshold=local_threshold)
+    trees = grow_levelwise(codes, ch, sets, crit, bm, TreeParams(max_depth=3), comm=SELF,
+                           engine=EngineOptions(local_threshold=local_threshold))
     for tree, rows in zip(trees, sets):
         n = _check_against_brute(tree, 0, codes, y, w, rows, bm.n_bins_non_missing_, bm.missing_bin_, 8, 0, 3)
         assert n == tree.node_count and tree.node_count >= 7
@@ -95,8 +98,8 @@ def test_leafwise_unlimited_equals_levelwise(rng):
     codes = bm.transform(X)
     crit = NewtonCriterion(min_samples_leaf=10, l2_regularization=0.5)
     ch = NewtonCriterion.make_channels(-y, np.ones_like(y))
-    level = grow_levelwise(codes, ch, [np.arange(len(y), dtype=np.int32)], crit, bm, max_depth=3,
-                           min_samples_split=20, comm=SELF)[0]
+    level = grow_levelwise(codes, ch, [np.arange(len(y), dtype=np.int32)], crit, bm,
+                           TreeParams(max_depth=3, min_samples_split=20), comm=SELF)[0]
     grown = LeafwiseGrower(codes, bm, crit, max_leaf_nodes=None, max_depth=3, comm=SELF).grow(ch)
     leaf = grown.tree
     assert leaf.n_leaves == level.n_leaves and leaf.node_count == level.node_count
@@ -142,10 +145,9 @@ def test_mtry_restricts_features(rng):
     crit = VarianceCriterion(min_samples_leaf=5)
     ch = crit.make_channels(y)
     rows = [np.arange(400, dtype=np.int32)] * 6
-    a = grow_levelwise(codes, ch, rows, crit, bm, tree_indices=np.arange(10, 16), max_depth=4, mtry=2, seed=3,
-                       comm=SELF)
-    b = grow_levelwise(codes, ch, rows[:3], crit, bm, tree_indices=np.arange(10, 13), max_depth=4, mtry=2, seed=3,
-                       comm=SELF)
+    params = TreeParams(max_depth=4, mtry=2, seed=3)
+    a = grow_levelwise(codes, ch, rows, crit, bm, params, tree_indices=np.arange(10, 16), comm=SELF)
+    b = grow_levelwise(codes, ch, rows[:3], crit, bm, params, tree_indices=np.arange(10, 13), comm=SELF)
     for x, z in zip(a[:3], b):  # a tree depends on its global index, not the batch
         assert x == z
     assert len({tuple(t.feature) for t in a}) > 1  # mtry makes trees differ
@@ -182,7 +184,7 @@ def test_reestimate_leaves(rng):
     crit = VarianceCriterion(min_samples_leaf=5)
     half = rng.random(400) < 0.5
     grow_rows, est_rows = np.flatnonzero(half).astype(np.int32), np.flatnonzero(~half).astype(np.int32)
-    trees = grow_levelwise(codes, crit.make_channels(y), [grow_rows], crit, bm, max_depth=3, comm=SELF)
+    trees = grow_levelwise(codes, crit.make_channels(y), [grow_rows], crit, bm, TreeParams(max_depth=3), comm=SELF)
     est_ch = np.stack([np.ones(400), y, y ** 2], axis=1)
     sums = reestimate_leaves(trees, codes, est_ch, [est_rows], lambda s: s[:, 1:2] / np.maximum(s[:, :1], 1),
                              bm.missing_bin_, comm=SELF)
@@ -205,7 +207,8 @@ def test_bad_inputs(rng):
     with pytest.raises(ValueError, match="uint8"):
         grow_levelwise(codes.astype(float), crit.make_channels(y), [np.arange(50)], crit, bm, comm=SELF)
     with pytest.raises(ValueError, match="split_mode"):
-        grow_levelwise(codes, crit.make_channels(y), [np.arange(50)], crit, bm, comm=SELF, split_mode="bcast")
+        grow_levelwise(codes, crit.make_channels(y), [np.arange(50)], crit, bm, comm=SELF,
+                       engine=EngineOptions(split_mode="bcast"))
     with pytest.raises(ValueError, match="max_leaf_nodes"):
         LeafwiseGrower(codes, bm, NewtonCriterion(), max_leaf_nodes=1, comm=SELF)
 
@@ -222,7 +225,8 @@ def test_trees_identical_across_ranks(comm, split_mode):
     crit = VarianceCriterion(min_samples_leaf=5, count_channel=True)
     ch_full = crit.make_channels(y)
     sets_full = [np.flatnonzero(rng.random(600) < p).astype(np.int32) for p in (0.5, 0.7, 1.0)]
-    ref = grow_levelwise(codes_full, ch_full, sets_full, crit, bm_full, max_depth=4, mtry=3, seed=1, comm=SELF)
+    params = TreeParams(max_depth=4, mtry=3, seed=1)
+    ref = grow_levelwise(codes_full, ch_full, sets_full, crit, bm_full, params, comm=SELF)
     newton = NewtonCriterion(min_samples_leaf=10)
     gch_full = NewtonCriterion.make_channels(-y, np.ones_like(y))
     ref_leaf = LeafwiseGrower(codes_full, bm_full, newton, max_leaf_nodes=12, comm=SELF).grow(gch_full).tree
@@ -231,13 +235,13 @@ def test_trees_identical_across_ranks(comm, split_mode):
     codes = bm.transform(X[sl])
     sets = [(s[(s >= sl.start) & (s < sl.stop)] - sl.start).astype(np.int32) for s in sets_full]
     gids = np.arange(sl.start, sl.stop, dtype=np.int64)
-    dist = grow_levelwise(codes, ch_full[sl], sets, crit, bm, max_depth=4, mtry=3, seed=1, comm=comm,
-                          split_mode=split_mode, gids=gids)
+    dist = grow_levelwise(codes, ch_full[sl], sets, crit, bm, params, comm=comm, gids=gids,
+                          engine=EngineOptions(split_mode=split_mode))
     # The pure histogram path (no exact small-node finishing) must agree with it too.
-    dist_hist = grow_levelwise(codes, ch_full[sl], sets, crit, bm, max_depth=4, mtry=3, seed=1, comm=comm,
-                               split_mode=split_mode, local_threshold=0)
-    ref_hist = grow_levelwise(codes_full, ch_full, sets_full, crit, bm_full, max_depth=4, mtry=3, seed=1, comm=SELF,
-                              local_threshold=0)
+    hist_only = EngineOptions(split_mode=split_mode, local_threshold=0)
+    dist_hist = grow_levelwise(codes, ch_full[sl], sets, crit, bm, params, comm=comm, engine=hist_only)
+    ref_hist = grow_levelwise(codes_full, ch_full, sets_full, crit, bm_full, params, comm=SELF,
+                              engine=EngineOptions(local_threshold=0))
     dist_leaf = LeafwiseGrower(codes, bm, newton, max_leaf_nodes=12, comm=comm,
                                split_mode=split_mode).grow(gch_full[sl]).tree
     # Honest re-estimation on the other rows, one collective.

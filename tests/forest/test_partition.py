@@ -52,19 +52,18 @@ def test_partition_missing_rows_follow_missing_left(rng):
 
 
 @pytest.mark.parametrize("parallel", [False, True])
-def test_partition_segment_matches_reference(rng, monkeypatch, parallel):
+def test_partition_segment_matches_reference(rng, parallel):
     n, missing_bin = 4000, 8
     codes = rng.integers(0, missing_bin + 1, size=(3, n)).astype(np.uint8)
     rows = rng.permutation(n).astype(np.int32)
-    if parallel:
-        monkeypatch.setattr(P, "_PARALLEL_BLOCKS_MIN_ROWS", 1)
+    min_rows = 1 if parallel else None
     old = numba.get_num_threads()
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
     try:
         for lo, hi, f, thr, ml in [(0, n, 1, 3, True), (17, 2500, 2, 0, False), (300, 300, 0, 4, True)]:
             ref_rows, ref_left = P.partition_rows_reference(rows, [lo], [hi], codes, [f], [thr], [ml], missing_bin)
             got = rows.copy()
-            n_left = P.partition_segment(got, np.empty_like(got), lo, hi, codes, f, thr, ml, missing_bin)
+            n_left = P.partition_segment(got, np.empty_like(got), lo, hi, codes, f, thr, ml, missing_bin, min_rows)
             assert n_left == ref_left[0]
             np.testing.assert_array_equal(got, ref_rows)
     finally:
