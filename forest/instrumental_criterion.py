@@ -64,7 +64,7 @@ import numpy as np
 from numba import njit, vectorize
 
 from ._validation import as_columns
-from .causal_criterion import _safe_div, _scalar_right_exhausted, _scalar_sides_ok
+from .causal_criterion import CausalCriterion, _scalar_right_exhausted, _scalar_sides_ok
 from .compiled_criterion import CompiledCriterion, register
 from .criteria import Criterion
 
@@ -316,29 +316,10 @@ class InstrumentalCriterion(Criterion):
                               *(consts[..., j] for j in range(7)), float(self.min_samples_leaf),
                               self.imbalance_penalty)
 
-    def node_value(self, stats):
-        """Leaf equation moments per row, then the row count.
-
-        Parameters
-        ----------
-        stats : ndarray, shape (..., 9)
-
-        Returns
-        -------
-        ndarray, shape (..., 7)
-            ``stats[..., :6] / n`` (zeros where ``n == 0``) and ``n``.
-        """
-        stats = self._check_stats(stats)
-        L = self.layout
-        n = stats[..., L.i_count]
-        out = np.empty(stats.shape[:-1] + (self.n_outputs,), dtype=np.float64)
-        out[..., :L.n_moments] = _safe_div(stats[..., :L.n_moments], n[..., None])
-        out[..., L.n_moments] = n
-        return out
-
-    def node_weight(self, stats):
-        """Row count, shape (...)."""
-        return self._check_stats(stats)[..., self.layout.i_count]
+    # A leaf stores its first ``n_moments`` channel sums per row, then its row count,
+    # and its weight is the row count: the causal criterion's rules, on this layout.
+    node_value = CausalCriterion.node_value
+    node_weight = CausalCriterion.node_weight
 
     def compiled(self):
         """Compiled pieces for the growth kernels (:class:`forest.compiled_criterion.CompiledCriterion`)."""

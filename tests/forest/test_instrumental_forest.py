@@ -21,10 +21,15 @@ def _rmse(a, b):
 
 @pytest.fixture(scope="module")
 def strong():
-    """A strong-instrument fit (compliance 0.40) and its test points."""
-    d = simulate.instrumental(4000, d=5, strength=1.5, seed=1)
+    """A strong-instrument fit (compliance 0.40) and its test points.
+
+    Confounding 0.5 and noise 0.5 keep the residual variance (about 1.5) small enough
+    for 4000 rows to pin the LATE down; at the default (about 5) the RMSE is about 0.8.
+    """
+    kw = dict(d=5, strength=1.5, confounding=0.5, noise=0.5)
+    d = simulate.instrumental(4000, seed=1, **kw)
     iv = InstrumentalForest(200, nuisance_estimators=50, **FAST).fit(d.X, d.t, d.y, d.z, comm=SELF)
-    return d, iv, simulate.instrumental(500, d=5, seed=2)
+    return d, iv, simulate.instrumental(500, seed=2, **kw)
 
 
 def test_late_recovered_where_a_causal_forest_is_confounded(strong):
@@ -33,10 +38,11 @@ def test_late_recovered_where_a_causal_forest_is_confounded(strong):
     assert late.shape == (500,) and np.isfinite(late).all()
     err_iv = _rmse(late, test.tau)
     # The same data through a causal forest on (X, t, y): U confounds t and y, so it
-    # estimates tau(x) + about 2, whatever the trees.
+    # estimates tau(x) + about 1, whatever the trees. A forest that does not split
+    # (the mean LATE everywhere) has RMSE sd(tau) = 1.04.
     cf = CausalForest(100, nuisance_estimators=50, **FAST).fit(d.X, d.t, d.y, comm=SELF)
     bias_cf = float(np.mean(cf.predict(test.X) - test.tau))
-    assert bias_cf > 1.5
+    assert bias_cf > 0.7, bias_cf
     assert err_iv < 0.6, err_iv
     assert abs(float(np.mean(late - test.tau))) < 0.25
     # the heterogeneity is found: the step in x0 (2.0) shows between the halves
