@@ -151,17 +151,25 @@ def test_cli_train_predict(tmp_path):
 
 @pytest.mark.mpi
 def test_same_forest_for_any_rank_count(comm):
-    """Each rank fits its block; the forest is the single-process fit on all rows, bit for bit."""
+    """Each rank fits its block; the forest is the single-process fit on all rows.
+
+    The same trees bit for bit (every split, child, count and depth); sums of floats
+    over ranks add in another order than one process does, so leaf values, gains and
+    what is computed from them agree to rounding (as the causal and regression
+    forests' own tests require).
+    """
     d = simulate.instrumental(900, d=4, seed=13)
     kw = dict(n_estimators=12, nuisance_estimators=6, max_bins=32, random_state=3)
     sl = block_slice(900, comm.size, comm.rank)
     dist = InstrumentalForest(**kw).fit(d.X[sl], d.t[sl], d.y[sl], d.z[sl], comm=comm)
     ref = InstrumentalForest(**kw).fit(d.X, d.t, d.y, d.z, comm=SELF)
     test = simulate.instrumental(200, d=4, seed=14).X
-    same = all(np.array_equal(dist.estimators_[k], ref.estimators_[k], equal_nan=True) for k in ref.estimators_)
-    pred_same = np.array_equal(dist.predict(test), ref.predict(test), equal_nan=True)
-    var_same = np.array_equal(dist.predict_var(test), ref.predict_var(test), equal_nan=True)
-    oob_same = np.array_equal(dist.oob_predict(d.X[sl], comm=comm), ref.oob_predict(d.X, comm=SELF)[sl],
-                              equal_nan=True)
+    structure = ("feature", "bin_threshold", "missing_left", "left", "right", "count", "depth", "tree_offsets")
+    same = all(np.array_equal(dist.estimators_[k], ref.estimators_[k]) for k in structure)
+    value_diff = np.max(np.abs(dist.estimators_["value"] - ref.estimators_["value"]))
+    pred_diff = np.max(np.abs(dist.predict(test) - ref.predict(test)))
+    var_diff = np.max(np.abs(dist.predict_var(test) - ref.predict_var(test)))
+    oob_diff = np.max(np.abs(dist.oob_predict(d.X[sl], comm=comm) - ref.oob_predict(d.X, comm=SELF)[sl]))
     imp_same = np.array_equal(dist.feature_importances_, ref.feature_importances_)
-    assert same and pred_same and var_same and oob_same and imp_same
+    assert same and imp_same
+    assert value_diff < 1e-9 and pred_diff < 1e-9 and var_diff < 1e-9 and oob_diff < 1e-9
