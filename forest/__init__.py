@@ -4,7 +4,7 @@ The estimators are exported lazily (PEP 562), so ``import forest`` (and therefor
 ``forest-train --help``) does not pay for importing scikit-learn and compiling
 Numba kernels until an estimator is actually used::
 
-    from forest import CausalForest, RegressionForest, GBDTRegressor, GBDTClassifier
+    from forest import CausalForest, InstrumentalForest, RegressionForest, GBDTRegressor, GBDTClassifier
     from forest import Checkpoint, merge_forests    # checkpoint/resume, merging forests
 """
 import importlib
@@ -13,6 +13,7 @@ import histogram  # noqa: F401  (first: sets Numba's cache directory, see histog
 
 _EXPORTS = {
     "CausalForest": "forest.causal_forest",
+    "InstrumentalForest": "forest.instrumental_forest",
     "RegressionForest": "forest.regression_forest",
     "GBDTRegressor": "forest.gbdt",
     "GBDTClassifier": "forest.gbdt",

@@ -147,6 +147,15 @@ class CausalChannels:
         out[:, self.s_arm] = ind
         return out
 
+    #: The instrument of the local estimating equation is the treatment itself, so
+    #: its Jacobian ``g ww - w w^T`` is positive semi-definite (:mod:`forest.inference`).
+    has_instrument = False
+
+    def equation_moments(self, stats):
+        """``g, z, w, y, zy, zw`` of the estimating equation (:mod:`forest.inference`): ``z = w``."""
+        g, w, y, wy, ww = self.moments(stats)
+        return g, w, w, y, wy, ww
+
     def moments(self, stats):
         """Split a moment vector (channels or averaged moments) into its parts.
 

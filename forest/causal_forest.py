@@ -1,12 +1,13 @@
 """CausalForest: GRF's causal forest grown from per-bin moment histograms.
 
 This module owns the public causal-forest estimator: treatment handling (binary,
-multi-arm categorical, continuous scalar or vector), local centering with
-out-of-bag :class:`forest.RegressionForest` nuisance estimates, honest growth with
-:class:`forest.causal_criterion.CausalCriterion`, and the user-facing estimates
-(CATE, BLB variances and intervals, out-of-bag CATE, AIPW average effect, feature
-importances). The statistics live in :mod:`forest.inference`; the forest loop in
-:mod:`forest.honest_forest`.
+multi-arm categorical, continuous scalar or vector), honest growth with
+:class:`forest.causal_criterion.CausalCriterion`, the out-of-bag CATE, the AIPW
+average effect and feature importances. Local centering with out-of-bag
+:class:`forest.RegressionForest` nuisance estimates and the estimates from leaf
+moments (CATE, BLB variances and intervals) are shared with the instrumental forest
+(:mod:`forest.effect_forest`). The statistics live in :mod:`forest.inference`; the
+forest loop in :mod:`forest.honest_forest`.
 
 Leaves store only averaged moment vectors and counts, never sample lists: the model
 is the packed node arrays plus the bin mapper. Out-of-bag membership is recomputed
@@ -16,12 +17,9 @@ Under ``mpirun`` each rank passes its own consecutive block of rows (ranks in or
 sampling keyed by global row id, global bin edges and bitwise-identical reduced
 histograms make the forest the one a single process grows on all rows.
 """
-from statistics import NormalDist
 from types import SimpleNamespace
 
 import numpy as np
-from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted
 
 from native import collectives as col
 from native.comm import world
@@ -30,17 +28,16 @@ from .causal_analysis import CausalAnalysisMixin
 from .causal_criterion import CausalChannels, CausalCriterion
 from .clusters import resolve_clusters
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
-from .fingerprint import content_hash
-from .honest_forest import global_ids, grow_honest_forest, oob_average
+from .effect_forest import EffectForestBase
+from .honest_forest import global_ids, grow_honest_forest
 from .average_effects import average_treatment_effect as _average_effect
 from .importance import depth_weighted_importance, gain_importance
-from .inference import blb_predict, oob_effects, solve_theta
-from .predictor import predict_values, predict_values_binned
+from .inference import oob_effects
 from .profiling import phase
-from ._validation import (agreed_features, as_columns, check_moment_sums, check_param_types, check_row_count,
-                          check_target, check_weight, feature_summary, fit_features, moment_sums, validate_features)
+from ._validation import (agreed_features, as_columns, check_moment_sums, check_row_count,
+                          check_target, check_weight, feature_summary, fit_features, moment_sums)
 from .collective_checks import collective_checks, input_error, require_same, total
-from .regression_forest import RegressionForest, check_forest_params, forest_spec, resolve_mtry
+from .regression_forest import forest_spec, resolve_mtry
 from .treatment import check_treatment_type, encode_treatment, resolve_treatment, treatment_summary
 
 
@@ -57,7 +54,7 @@ def _check_centered_moments(comm, g, yc, wc):
     check_moment_sums(sums, y_name="y - y_hat", t_name="t - t_hat")
 
 
-class CausalForest(CausalAnalysisMixin, BaseEstimator):
+class CausalForest(CausalAnalysisMixin, EffectForestBase):
     """Generalized random forest for heterogeneous treatment effects, on histograms.
 
     Parameters
@@ -143,10 +140,8 @@ class CausalForest(CausalAnalysisMixin, BaseEstimator):
         agree.
     """
 
-    #: scikit-learn checks that cannot hold for this estimator, with the reason: the same as
-    #: the regression forest's (its trees subsample rows the same way). The checks reach
-    #: ``fit(X, t, y)`` through an adapter that supplies ``t`` (tests/forest/test_sklearn_checks.py).
-    _expected_failed_checks = dict(RegressionForest._expected_failed_checks)
+    # scikit-learn's checks reach ``fit(X, t, y)`` through an adapter that supplies ``t``
+    # (tests/forest/test_sklearn_checks.py); the checks that cannot hold are the base class's.
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
@@ -170,20 +165,12 @@ class CausalForest(CausalAnalysisMixin, BaseEstimator):
         self.equalize_cluster_weights = equalize_cluster_weights
         self.warm_start = warm_start
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = True          # NaN is a missing value, with its own bin
-        return tags
-
     def _check_params(self):
         """Validate the parameters before any data is touched; returns the seed.
 
         ``fit`` runs it first; ``forest-train`` and model-file loading run it too.
         """
-        seed = check_forest_params(self)
-        check_param_types(self, optional_ints=("nuisance_estimators",), reals=("alpha", "imbalance_penalty"))
-        if self.nuisance_estimators is not None and self.nuisance_estimators < 1:
-            raise ValueError(f"nuisance_estimators must be >= 1 or None, got {self.nuisance_estimators}")
+        seed = self._check_effect_params()
         check_treatment_type(self.treatment_type)
         CausalCriterion(min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
                         imbalance_penalty=self.imbalance_penalty)  # the criterion's own checks of alpha, penalty
@@ -241,51 +228,6 @@ class CausalForest(CausalAnalysisMixin, BaseEstimator):
         check_moment_sums(moments * max(1.0, n_global / weight_total))
         return SimpleNamespace(seed=seed, X=X, binned=binned, n_global=n_global, kind=kind, classes=classes, W=W,
                                codes=codes, Y=Y, y_ndim=y.ndim, g=g, y_hat=y_hat, t_hat=t_hat)
-
-    def _centering(self, X, Y, W, g, given, binned, seed, comm, stage, warm, layout, gids):
-        """Nuisance estimates ``y_hat``, ``t_hat`` (n, M) / (n, K) and :attr:`nuisance_`.
-
-        Each is given, or the out-of-bag prediction of a nuisance forest: fitted here
-        (checkpointed as a stage of ``stage``'s run), or on a warm start the first fit's
-        forest, whose out-of-bag predictions are recomputed from its trees (the same
-        bits). Sets ``outcome_forest_`` / ``treatment_forest_``.
-
-        Returns
-        -------
-        y_hat, t_hat : ndarray
-        record : dict
-            :attr:`nuisance_`; a warm start must not change it.
-        """
-        prior = getattr(self, "nuisance_", {}) if warm else {}
-        n_nuis = int(prior.get("n_estimators", self.nuisance_estimators or max(50, int(self.n_estimators) // 4)))
-        params = dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
-                      max_features=self.max_features, batch_size=self.batch_size)
-        out, record = {}, {"n_estimators": n_nuis}
-        for name, target, offset, stage_name, attr in (("y_hat", Y, 7919, "nuisance-y", "outcome_forest_"),
-                                                       ("t_hat", W, 104729, "nuisance-t", "treatment_forest_")):
-            width = target.shape[1]
-            if given[name] is not None:
-                out[name] = np.asarray(given[name], dtype=np.float64).reshape(len(target), width)
-                record[name] = {"source": "given", "content": content_hash(comm, gids, columns=[out[name]])}
-                setattr(self, attr, None)
-                continue
-            record[name] = {"source": "forest", "seed": int(seed + offset)}
-            kept = getattr(self, attr, None) if warm and prior.get(name) == record[name] else None
-            if kept is None:
-                kept = RegressionForest(n_nuis, random_state=seed + offset, **params).fit(
-                    X, target[:, 0] if width == 1 else target, g, comm=comm, binned=binned, clusters=layout,
-                    checkpoint=None if stage is None else stage.run.stage(stage_name))
-                pred = kept.oob_prediction_
-                del kept.oob_prediction_        # kept for new rows; training rows are not part of the model
-            else:
-                pred = kept.oob_prediction_binned(binned[1], gids, layout)
-            out[name] = np.asarray(pred).reshape(len(target), width)
-            setattr(self, attr, kept)
-        if warm and record != prior:
-            changed = next(k for k in record if record[k] != prior.get(k))
-            raise ValueError(f"warm start: the nuisance {changed} differs from the first fit's ({prior.get(changed)} "
-                             f"-> {record[changed]}); the trees already grown were centred on it")
-        return out["y_hat"], out["t_hat"], record
 
     def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None, binned=None,
             feature_names=None, clusters=None, checkpoint=None):
@@ -357,12 +299,12 @@ class CausalForest(CausalAnalysisMixin, BaseEstimator):
             data["clusters"] = clusters_layout.codes
         stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),
                            fingerprint=lambda: fit_fingerprint(self, comm, gids, n_global, binned, mapper, data))
-        y_hat, t_hat, nuisance_record = self._centering(X, Y, W, g, {"y_hat": inputs.y_hat, "t_hat": inputs.t_hat},
-                                                        (mapper, binned), seed, comm, stage, earlier is not None,
-                                                        clusters_layout, gids)
+        hats, nuisance_record = self._centering(X, {"y_hat": Y, "t_hat": W}, g,
+                                                {"y_hat": inputs.y_hat, "t_hat": inputs.t_hat}, (mapper, binned),
+                                                seed, comm, stage, earlier is not None, clusters_layout, gids)
+        y_hat, t_hat = hats["y_hat"], hats["t_hat"]
         n_nuis = nuisance_record["n_estimators"]
-        nuisance = dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
-                        max_features=self.max_features, batch_size=self.batch_size)
+        nuisance = self._nuisance_params()
         wc = W - t_hat
         yc = Y - y_hat
         _check_centered_moments(comm, g, yc, wc)
@@ -411,100 +353,3 @@ class CausalForest(CausalAnalysisMixin, BaseEstimator):
     # ------------------------------------------------------------------ shapes
     def _layout(self):
         return CausalChannels(self.n_treatments_, self.n_outcomes_)
-
-    def _shape(self, theta):
-        """(n, K, M) -> (n,) / (n, K) for a 1-D outcome, (n, M) / (n, K, M) for a 2-D one."""
-        K = self.n_treatments_
-        if self.y_ndim_ == 1:
-            return theta[:, 0, 0] if K == 1 else theta[:, :, 0]
-        return theta[:, 0, :] if K == 1 else theta
-
-    def _shape_one(self, v):
-        return self._shape(np.asarray(v)[None])[0]
-
-    def _mean_moments_binned(self, codes, rows):
-        """Mean leaf moments over all trees for training rows ``rows`` (bool mask) given as codes."""
-        n_trees = len(self.estimators_["tree_offsets"]) - 1
-        idx = np.flatnonzero(rows).astype(np.int64)
-        return predict_values_binned(self.estimators_, codes, self.bin_mapper_.missing_bin_, rows=idx) / n_trees
-
-    def _mean_moments(self, X):
-        n_trees = len(self.estimators_["tree_offsets"]) - 1
-        return predict_values(self.estimators_, X) / n_trees
-
-    # ------------------------------------------------------------------ predictions
-    def predict(self, X):
-        """Conditional average treatment effect.
-
-        Parameters
-        ----------
-        X : array-like, shape (n, n_features)
-
-        Returns
-        -------
-        ndarray
-            ``(n,)`` for one treatment column (binary, two-level categorical, scalar
-            continuous) and a 1-D outcome; ``(n, K)`` for ``K > 1`` arms or treatment
-            components; ``(n, M)`` / ``(n, K, M)`` for a 2-D outcome. NaN where the local treatment covariance is singular.
-        """
-        check_is_fitted(self, "estimators_")
-        X = validate_features(self, X, reset=False, min_samples=0)
-        theta, _ = solve_theta(self._mean_moments(X), self._layout())
-        return self._shape(theta)
-
-    def predict_var(self, X, chunk_rows=None):
-        """Bootstrap-of-little-bags variance of each effect component (shape of ``predict``)."""
-        return self._theta_var(X, chunk_rows)[1]
-
-    def _theta_var(self, X, chunk_rows=None):
-        check_is_fitted(self, "estimators_")
-        if self.ci_group_size < 2:
-            raise ValueError("variance estimates need ci_group_size >= 2 at fit time")
-        X = validate_features(self, X, reset=False, min_samples=0)
-        with phase("prediction"):
-            th, var = blb_predict(self.estimators_, X, self._layout(), self.ci_group_size, chunk_rows)
-        return self._shape(th), self._shape(var)
-
-    def predict_interval(self, X, alpha=0.05):
-        """Normal ``1 - alpha`` confidence intervals from the BLB variance.
-
-        Returns
-        -------
-        lower, upper : ndarray
-            Shape of ``predict``.
-        """
-        if not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-        theta, var = self._theta_var(X)
-        z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
-        half = z * np.sqrt(var)
-        return theta - half, theta + half
-
-    def oob_predict(self, X, comm=None, clusters=None):
-        """Out-of-bag CATE for the training rows of this rank (same rows and order as in ``fit``).
-
-        Parameters
-        ----------
-        X : array-like, shape (n_local, n_features)
-        comm : native.comm.Communicator, optional
-            The communicator used in ``fit``.
-        clusters : array-like, optional
-            The cluster labels passed to ``fit`` (needed when it had clusters).
-
-        Returns
-        -------
-        ndarray
-            Shape of ``predict``.
-        """
-        comm = world() if comm is None else comm
-        with collective_checks(comm):
-            check_is_fitted(self, "estimators_")
-            X = validate_features(self, X, reset=False, min_samples=0)
-        gids, _ = global_ids(comm, len(X))
-        layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
-                                  fitted=self.sampling_.get("clusters", False))
-        mbar, cnt = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
-        if (cnt == 0).any():
-            mbar[cnt == 0] = self._mean_moments(X[cnt == 0])
-        theta, _ = solve_theta(mbar, self._layout())
-        return self._shape(theta)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
 
-MODELS = ("gbdt-regressor", "gbdt-classifier", "regression", "causal")
+MODELS = ("gbdt-regressor", "gbdt-classifier", "regression", "causal", "instrumental")
 
 # ----------------------------------------------------------------------------- cluster
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +143,7 @@ class Workload:
 
     Attributes
     ----------
-    model : {"gbdt-regressor", "gbdt-classifier", "regression", "causal"}
+    model : {"gbdt-regressor", "gbdt-classifier", "regression", "causal", "instrumental"}
     n_rows, n_features : int
     params : dict
         Estimator parameters given by the user (the estimator's defaults fill the rest).
@@ -186,6 +186,10 @@ def _estimator_class(model):
         from .regression_forest import RegressionForest
 
         return RegressionForest
+    if model == "instrumental":
+        from .instrumental_forest import InstrumentalForest
+
+        return InstrumentalForest
     from .causal_forest import CausalForest
 
     return CausalForest
@@ -298,6 +302,14 @@ def forest_specs(workload):
     from .criteria import VarianceCriterion
 
     n_nuis = prm["nuisance_estimators"] or max(50, int(prm["n_estimators"]) // 4)
+    if workload.model == "instrumental":
+        # Three one-output nuisance forests (y, t, z), then the forest, priced as a
+        # causal forest of its channel count (no out-of-bag pass).
+        from .instrumental_criterion import InstrumentalCriterion
+
+        nuisance = ForestSpec("regression", n_nuis, VarianceCriterion(1, count_channel=True).n_channels, True, False)
+        return [nuisance] * 3 + [ForestSpec("causal", int(prm["n_estimators"]), InstrumentalCriterion().n_channels,
+                                            False, workload.entry == "cli")]
     return [ForestSpec("regression", n_nuis, VarianceCriterion(workload.n_outcomes, count_channel=True).n_channels,
                        True, False),
             ForestSpec("regression", n_nuis, VarianceCriterion(workload.n_treatments, count_channel=True).n_channels,
@@ -357,6 +369,8 @@ def forest_geometry(workload, spec, constants=None):
 
 def workload_family(workload):
     """``"gbdt"``, ``"regression"`` or ``"causal"``: the family of the main model."""
+    if workload.model == "instrumental":
+        return "causal"  # the same growth, priced with the causal forest's constants
     return "gbdt" if workload.model.startswith("gbdt") else workload.model
 
 

@@ -3,16 +3,20 @@
 This module owns the statistics downstream of the trees:
 
 * :func:`solve_theta` turns averaged leaf moments into ``theta(x) = A(x)^{-1} b(x)``
-  with ``A = g ww - w w^T`` and ``b = g wy - w y^T`` (``g, w, y, wy, ww`` the averaged
-  per-tree leaf means of ``g, gW~, gY~, gW~Y~^T, gW~W~^T``). Averaging each tree's
+  with ``A = g zw - z w^T`` and ``b = g zy - z y^T`` (``g, z, w, y, zy, zw`` the averaged
+  per-tree leaf means of ``g, gZ~, gW~, gY~, gZ~Y~^T, gZ~W~^T``), the solution of the
+  local estimating equation ``sum alpha_i (Z~_i - zbar)(Y~_i - ybar - theta^T (W~_i - wbar)) = 0``.
+  The causal forest's instrument is its treatment (``Z~ = W~``, so ``A = g ww - w w^T``);
+  the instrumental forest's (:mod:`forest.instrumental_criterion`) is its own. A layout
+  gives these moments through ``equation_moments``. Averaging each tree's
   leaf means with equal tree weight is exactly GRF's forest weighting
   ``alpha_i(x) = (1/B) sum_b 1[i in leaf_b(x)] / |leaf_b(x)|``, and the solution is the
   weighted local regression of ``Y~`` on ``W~`` with an intercept.
 * :func:`blb_variance` is the bootstrap of little bags. Trees come in groups of
   ``ci_group_size`` that share a half-sample. ``theta`` is linearised in the moments
   (delta method): for tree ``b``
-  ``psi_b = A^{-1} [ g (wy_b - ww_b theta) + g_b (wy - ww theta)
-  - w_b (y - theta^T w)^T - w (y_b - theta^T w_b)^T ]``
+  ``psi_b = A^{-1} [ g (zy_b - zw_b theta) + g_b (zy - zw theta)
+  - z_b (y - theta^T w)^T - z (y_b - theta^T w_b)^T ]``
   (unsubscripted = forest average), whose forest average is exactly zero, so a
   group's mean ``psi`` is the first-order deviation of the group's half-sample
   estimate from the forest's. The variance of a half-sample estimate around the
@@ -50,12 +54,16 @@ from .causal_criterion import CausalChannels
 PROPENSITY_CLIP = 1e-3
 
 
-def _solve(A, b):
-    """Batched ``A^{-1} b`` with NaN where ``A`` is singular; A (n,K,K), b (n,K,M)."""
+def _solve(A, b, signed=False):
+    """Batched ``A^{-1} b`` with NaN where ``A`` is singular; A (n,K,K), b (n,K,M).
+
+    ``A`` is positive semi-definite (a causal layout), or, with ``signed``, any sign
+    (an instrumented layout's first stage; ``K = 1`` only).
+    """
     K = A.shape[-1]
     scale = np.maximum(np.abs(np.diagonal(A, axis1=-2, axis2=-1)).sum(-1), 1e-300)
     if K == 1:
-        ok = A[:, 0, 0] > 1e-12 * scale
+        ok = (np.abs(A[:, 0, 0]) if signed else A[:, 0, 0]) > 1e-12 * scale
         out = b / np.where(ok, A[:, 0, 0], 1.0)[:, None, None]
     else:
         eig = np.linalg.eigvalsh(A)
@@ -72,19 +80,19 @@ def solve_theta(mbar, layout):
     ----------
     mbar : ndarray, shape (n, >= n_moments)
         Averaged per-tree leaf moments (extra trailing columns are ignored).
-    layout : CausalChannels
+    layout : CausalChannels or InstrumentalChannels
 
     Returns
     -------
     theta : ndarray, shape (n, K, M)
-        NaN where the local treatment covariance is singular.
+        NaN where the local treatment (or first-stage) covariance is singular.
     A : ndarray, shape (n, K, K)
-        ``g ww - w w^T`` (``g^2`` times the local covariance of ``W~``).
+        ``g zw - z w^T`` (``g^2`` times the local covariance of ``Z~`` and ``W~``).
     """
-    g, w, y, wy, ww = layout.moments(np.asarray(mbar, dtype=np.float64))
-    A = g[:, None, None] * ww - w[:, :, None] * w[:, None, :]
-    b = g[:, None, None] * wy - w[:, :, None] * y[:, None, :]
-    theta, _ = _solve(A, b)
+    g, z, w, y, zy, zw = layout.equation_moments(np.asarray(mbar, dtype=np.float64))
+    A = g[:, None, None] * zw - z[:, :, None] * w[:, None, :]
+    b = g[:, None, None] * zy - z[:, :, None] * y[:, None, :]
+    theta, _ = _solve(A, b, layout.has_instrument)
     return theta, A
 
 
@@ -101,7 +109,7 @@ def oob_effects(mbar, layout, all_tree_moments):
     mbar : ndarray, shape (n, >= n_moments)
         Averaged out-of-bag leaf moments; rows replaced by the fallback are
         overwritten in place.
-    layout : CausalChannels
+    layout : CausalChannels or InstrumentalChannels
     all_tree_moments : callable
         ``all_tree_moments(mask) -> ndarray (mask.sum(), mbar.shape[1])``: the moments
         averaged over all trees for the rows selected by the boolean ``mask``.
@@ -121,15 +129,15 @@ def oob_effects(mbar, layout, all_tree_moments):
 
 def _psi(tree_m, mbar, theta, layout):
     """Per-tree linearised deviations ``psi_b`` (before ``A^{-1}``), shape (n, B, K, M)."""
-    g, w, y, wy, ww = layout.moments(mbar)                # (n,), (n,K), (n,M), (n,K,M), (n,K,K)
-    gb, wb, yb, wyb, wwb = layout.moments(tree_m)          # (n,B), (n,B,K), ...
+    g, z, w, y, zy, zw = layout.equation_moments(mbar)    # (n,), (n,K), (n,K), (n,M), (n,K,M), (n,K,K)
+    gb, zb, wb, yb, zyb, zwb = layout.equation_moments(tree_m)   # (n,B), (n,B,K), ...
     th = theta[:, None]                                   # (n,1,K,M)
-    u = g[:, None, None, None] * (wyb - wwb @ th)
-    u += gb[..., None, None] * (wy - ww @ theta)[:, None]
+    u = g[:, None, None, None] * (zyb - zwb @ th)
+    u += gb[..., None, None] * (zy - zw @ theta)[:, None]
     r = y - np.einsum("nkm,nk->nm", theta, w)              # (n,M)
-    u -= wb[..., :, None] * r[:, None, None, :]
+    u -= zb[..., :, None] * r[:, None, None, :]
     rb = yb - np.einsum("nkm,nbk->nbm", theta, wb)         # (n,B,M)
-    u -= w[:, None, :, None] * rb[:, :, None, :]
+    u -= z[:, None, :, None] * rb[:, :, None, :]
     return u
 
 
@@ -169,7 +177,7 @@ def blb_variance(tree_m, layout, ci_group_size):
         Each tree's leaf moments at each point; trees ``q*L .. q*L+L-1`` form group
         ``q`` (``L = ci_group_size``); a trailing partial group is ignored. Trees whose
         leaf count (column ``n_moments``) is zero make their group unusable.
-    layout : CausalChannels
+    layout : CausalChannels or InstrumentalChannels
     ci_group_size : int
         ``L >= 2``.
 
@@ -383,8 +391,8 @@ def blb_predict(forest, X, layout, ci_group_size, chunk_rows=None):
     """Forest estimate and bootstrap-of-little-bags variance at new points.
 
     Equal, bit for bit, to :func:`blb_variance` of each tree's leaf moments at ``X``.
-    For one treatment and one outcome the variance is computed row by row from the
-    leaves each row reaches (:func:`_blb_sums_scalar`), never materialising the
+    For one treatment and one outcome of a causal layout the variance is computed
+    row by row from the leaves each row reaches (:func:`_blb_sums_scalar`), never materialising the
     ``(rows, trees, moments)`` array; otherwise chunks of that array go through
     :func:`blb_variance`.
 
@@ -393,7 +401,7 @@ def blb_predict(forest, X, layout, ci_group_size, chunk_rows=None):
     forest : dict
         Packed causal forest (node values: averaged moments, then the count).
     X : ndarray of float64, shape (n, n_features)
-    layout : CausalChannels
+    layout : CausalChannels or InstrumentalChannels
     ci_group_size : int
     chunk_rows : int, optional
         Rows per chunk (default: about :data:`BLB_CHUNK_ELEMENTS` tree-row cells).
@@ -417,7 +425,7 @@ def blb_predict(forest, X, layout, ci_group_size, chunk_rows=None):
     for lo in range(0, n, chunk_rows):
         hi = min(n, lo + chunk_rows)
         index, values = leaf_value_index(forest, X[lo:hi], batch)
-        if K * M == 1:
+        if K * M == 1 and not layout.has_instrument:
             m = hi - lo
             th, between, within = np.empty(m), np.empty(m), np.empty(m)
             n_good = np.empty(m, dtype=np.int64)

@@ -35,8 +35,8 @@ def check_estimator(est):
     Parameters
     ----------
     est : object
-        A CausalForest, RegressionForest, GBDTRegressor, GBDTClassifier or PolicyTree;
-        instances of other classes pass unchecked.
+        A CausalForest, InstrumentalForest, RegressionForest, GBDTRegressor, GBDTClassifier
+        or PolicyTree; instances of other classes pass unchecked.
 
     Raises
     ------
@@ -48,10 +48,12 @@ def check_estimator(est):
     """
     from .causal_forest import CausalForest
     from .gbdt import GBDTClassifier, GBDTRegressor
+    from .instrumental_forest import InstrumentalForest
     from .policy_tree import PolicyTree
     from .regression_forest import RegressionForest
 
-    checks = {CausalForest: _check_causal_forest, RegressionForest: _check_regression_forest,
+    checks = {CausalForest: _check_causal_forest, InstrumentalForest: _check_instrumental_forest,
+              RegressionForest: _check_regression_forest,
               GBDTRegressor: _check_gbdt_regressor, GBDTClassifier: _check_gbdt_classifier,
               PolicyTree: _check_policy_tree}
     check = checks.get(type(est))
@@ -293,6 +295,19 @@ def _check_causal_forest(est):
     for name, n_outputs in (("outcome_forest_", M), ("treatment_forest_", K),
                             ("treatment_variance_forest_", K * (K + 1) // 2)):
         _check_nuisance(est, name, n_outputs)
+
+
+def _check_instrumental_forest(est):
+    from .instrumental_criterion import InstrumentalChannels
+
+    if not _is_fitted(est, ("estimators_", "bin_mapper_", "n_treatments_", "n_outcomes_", "n_features_in_", "y_ndim_",
+                            "sampling_", "nuisance_", "feature_importances_", "gain_importances_")):
+        return
+    for name in ("n_treatments_", "n_outcomes_", "y_ndim_"):
+        _int(est, name, 1, 1)
+    _check_forest(est, InstrumentalChannels.n_moments + 1)  # equation moments, then the estimation count
+    for name in ("outcome_forest_", "treatment_forest_", "instrument_forest_"):
+        _check_nuisance(est, name, 1)
 
 
 # ------------------------------------------------------------------ policy trees

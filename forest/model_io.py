@@ -93,6 +93,7 @@ _ALLOWED_PACKAGES = ("forest", "histogram", "native")
 #: Classes a model file may name. Estimators and the pieces of their fitted state.
 BUILTIN_CLASSES = (
     "forest.causal_forest.CausalForest",
+    "forest.instrumental_forest.InstrumentalForest",
     "forest.regression_forest.RegressionForest",
     "forest.gbdt.GBDTRegressor",
     "forest.gbdt.GBDTClassifier",

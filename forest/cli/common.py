@@ -143,7 +143,8 @@ def feature_input(est, table, names):
 
 
 #: The estimators a model file read by forest-predict / forest-report may hold.
-ESTIMATORS = (("forest.causal_forest", "CausalForest"), ("forest.regression_forest", "RegressionForest"),
+ESTIMATORS = (("forest.causal_forest", "CausalForest"), ("forest.instrumental_forest", "InstrumentalForest"),
+              ("forest.regression_forest", "RegressionForest"),
               ("forest.gbdt", "GBDTRegressor"), ("forest.gbdt", "GBDTClassifier"))
 
 

@@ -22,10 +22,15 @@ PROG = "forest-train"
 #: ``--model`` choices -> (module, class).
 MODELS = {
     "causal": ("forest.causal_forest", "CausalForest"),
+    "instrumental": ("forest.instrumental_forest", "InstrumentalForest"),
     "regression": ("forest.regression_forest", "RegressionForest"),
     "gbdt-regressor": ("forest.gbdt", "GBDTRegressor"),
     "gbdt-classifier": ("forest.gbdt", "GBDTClassifier"),
 }
+
+#: Models fitted as ``fit(X, t, y, ...)`` (``--treatment``), and those that also take ``z`` (``--instrument``).
+TREATMENT_MODELS = ("causal", "instrumental")
+INSTRUMENT_MODELS = ("instrumental",)
 
 #: Named model options -> estimator parameter name (passed only when given).
 PARAM_OPTIONS = (
@@ -44,12 +49,14 @@ def build_parser():
     """The argument parser of ``forest-train``."""
     p = Parser(
         prog=PROG,
-        description="Train a causal forest, regression forest or gradient-boosted trees on "
+        description="Train a causal forest, instrumental forest, regression forest or gradient-boosted trees on "
                     "parquet/CSV data. Run it under `mpirun -np K` to train on K ranks: each "
                     "rank reads only its share of the row groups and all ranks produce the "
                     "same model.",
         epilog="examples:\n"
                "  mpirun -np 32 forest-train data/ --treatment t --outcome y --out cf.model\n"
+               "  forest-train iv.parquet --model instrumental --treatment t --instrument z --outcome y \\\n"
+               "      --out iv.model\n"
                "  forest-train train.csv --model gbdt-regressor --outcome y --n-estimators 200 --out gb.model\n"
                "  mpirun -np 2 forest-train --demo --verbose --out /tmp/demo.model",
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
@@ -58,14 +65,15 @@ def build_parser():
     p.add_argument("--demo", action="store_true",
                    help="train a causal forest on the embedded demo data set (no DATA needed)")
     p.add_argument("--model", choices=sorted(MODELS), default="causal", help="estimator (default: causal)")
-    p.add_argument("--treatment", help="treatment column (causal model)")
+    p.add_argument("--treatment", help="treatment column (causal and instrumental models)")
+    p.add_argument("--instrument", metavar="COL", help="instrument column (instrumental model)")
     p.add_argument("--outcome", help="outcome column")
     p.add_argument("--features", nargs="+", metavar="COL",
                    help="feature columns (default: every other numeric column)")
     p.add_argument("--weight", metavar="COL", help="sample-weight column")
     p.add_argument("--cluster", metavar="COL",
-                   help="cluster column (integer labels; causal and regression forests): trees sample whole "
-                        "clusters and standard errors are cluster-robust, as grf's clusters")
+                   help="cluster column (integer labels; causal, instrumental and regression forests): trees "
+                        "sample whole clusters and standard errors are cluster-robust, as grf's clusters")
     p.add_argument("--out", required=True, metavar="MODEL", help="model file to write")
     g = p.add_argument_group("model parameters (default: the estimator's own)")
     for flag, dest, _, text in PARAM_OPTIONS:
@@ -195,19 +203,23 @@ def _resolve_columns(args):
         raise CLIError("no DATA given (a parquet file, directory, glob or CSV file; or --demo)")
     if args.outcome is None:
         raise CLIError("--outcome COL is required")
-    if args.model == "causal" and args.treatment is None:
-        raise CLIError("--treatment COL is required for the causal model")
-    if args.model != "causal" and args.treatment is not None:
-        raise CLIError(f"--treatment is only used by the causal model, not {args.model!r}")
-    if args.cluster is not None and args.model not in ("causal", "regression"):
-        raise CLIError(f"--cluster is only used by the causal and regression forests, not {args.model!r}")
-    targets = [c for c in (args.treatment, args.outcome, args.weight, args.cluster) if c is not None]
+    if args.model in TREATMENT_MODELS and args.treatment is None:
+        raise CLIError(f"--treatment COL is required for the {args.model} model")
+    if args.model not in TREATMENT_MODELS and args.treatment is not None:
+        raise CLIError(f"--treatment is only used by the causal and instrumental models, not {args.model!r}")
+    if args.model in INSTRUMENT_MODELS and args.instrument is None:
+        raise CLIError(f"--instrument COL is required for the {args.model} model")
+    if args.model not in INSTRUMENT_MODELS and args.instrument is not None:
+        raise CLIError(f"--instrument is only used by the instrumental model, not {args.model!r}")
+    if args.cluster is not None and args.model not in ("causal", "instrumental", "regression"):
+        raise CLIError(f"--cluster is only used by the causal, instrumental and regression forests, not {args.model!r}")
+    targets = [c for c in (args.treatment, args.instrument, args.outcome, args.weight, args.cluster) if c is not None]
     if len(set(targets)) != len(targets):
-        raise CLIError("treatment, outcome, weight and cluster must be different columns")
+        raise CLIError("treatment, instrument, outcome, weight and cluster must be different columns")
     if args.features is not None:
         clash = sorted(set(args.features) & set(targets))
         if clash:
-            raise CLIError(f"column {clash[0]!r} is both a feature and the treatment/outcome/weight")
+            raise CLIError(f"column {clash[0]!r} is both a feature and the treatment/instrument/outcome/weight")
         if len(set(args.features)) != len(args.features):
             raise CLIError("a feature column is listed twice")
     return targets
@@ -219,7 +231,7 @@ def _validate_shard(args, shard, offset):
 
     from forest.dataio import bad_values
 
-    for name in (args.treatment, args.outcome, args.weight):
+    for name in (args.treatment, args.instrument, args.outcome, args.weight):
         if name is None:
             continue
         message = bad_values(name, shard.columns[name], offset)
@@ -317,6 +329,9 @@ def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_typ
     extra = dict(feature_names=features)  # the model records its feature names (feature_names_in_)
     if args.cluster is not None:
         extra["clusters"] = shard.columns[args.cluster]
+    if kind in INSTRUMENT_MODELS:
+        return est.fit(None, t, y, shard.columns[args.instrument], sample_weight=w, comm=comm, progress=progress,
+                       binned=binned, checkpoint=checkpoint, **extra)
     if kind == "causal":
         return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned, checkpoint=checkpoint,
                        **extra)
@@ -444,7 +459,7 @@ def _body(argv):
     fit_seconds = time.perf_counter() - t_fit
 
     metadata = {
-        "model": args.model, "feature_names": features, "treatment": args.treatment,
+        "model": args.model, "feature_names": features, "treatment": args.treatment, "instrument": args.instrument,
         "outcome": args.outcome, "weight": args.weight, "cluster": args.cluster, "n_rows": source.n_rows,
         "n_ranks": comm.size, "data": [str(p) for p in source.paths],
     }

@@ -1,0 +1,220 @@
+"""What the honest effect forests share: centering, and effects from averaged leaf moments.
+
+This module owns the parts of :class:`forest.CausalForest` and
+:class:`forest.InstrumentalForest` that do not depend on their criterion: the
+parameter checks they have in common, local centering with out-of-bag
+:class:`forest.RegressionForest` nuisance estimates, and the user-facing estimates
+from the trees' averaged leaf moments (``predict``, BLB ``predict_var`` and
+``predict_interval``, ``oob_predict``). The statistics live in :mod:`forest.inference`,
+which reads the moments through the subclass's layout (``_layout()``:
+:class:`forest.causal_criterion.CausalChannels` or
+:class:`forest.instrumental_criterion.InstrumentalChannels`).
+"""
+from statistics import NormalDist
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from native.comm import world
+
+from .clusters import resolve_clusters
+from .collective_checks import collective_checks
+from .fingerprint import content_hash
+from .honest_forest import global_ids, oob_average
+from .inference import blb_predict, solve_theta
+from .predictor import predict_values, predict_values_binned
+from .profiling import phase
+from ._validation import check_param_types, validate_features
+from .regression_forest import RegressionForest, check_forest_params
+
+
+class EffectForestBase(BaseEstimator):
+    """Base class of the honest effect forests (see the module docstring).
+
+    Subclasses define ``_layout()`` (the moment layout of their leaves),
+    :attr:`_nuisance_specs`, the parameters used here (``n_estimators``,
+    ``min_samples_leaf``, ``max_bins``, ``max_features``, ``batch_size``,
+    ``nuisance_estimators``, ``ci_group_size``, ``equalize_cluster_weights``, the
+    forest parameters of :func:`forest.regression_forest.check_forest_params`) and the
+    fitted ``estimators_``, ``bin_mapper_``, ``n_treatments_``, ``n_outcomes_``,
+    ``y_ndim_`` and ``sampling_``.
+    """
+
+    #: scikit-learn checks that cannot hold for these estimators, with the reason: the same
+    #: as the regression forest's (their trees subsample rows the same way).
+    _expected_failed_checks = dict(RegressionForest._expected_failed_checks)
+
+    #: Nuisance estimates of the centering: (estimate name, seed offset, checkpoint
+    #: stage, attribute of the fitted nuisance forest).
+    _nuisance_specs = (("y_hat", 7919, "nuisance-y", "outcome_forest_"),
+                       ("t_hat", 104729, "nuisance-t", "treatment_forest_"))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True          # NaN is a missing value, with its own bin
+        return tags
+
+    def _check_effect_params(self):
+        """The parameter checks all effect forests share; returns the seed."""
+        seed = check_forest_params(self)
+        check_param_types(self, optional_ints=("nuisance_estimators",), reals=("alpha", "imbalance_penalty"))
+        if self.nuisance_estimators is not None and self.nuisance_estimators < 1:
+            raise ValueError(f"nuisance_estimators must be >= 1 or None, got {self.nuisance_estimators}")
+        return seed
+
+    def _nuisance_params(self):
+        """Parameters of the nuisance forests (besides their tree count and seed)."""
+        return dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
+                    max_features=self.max_features, batch_size=self.batch_size)
+
+    def _centering(self, X, targets, g, given, binned, seed, comm, stage, warm, layout, gids):
+        """Nuisance estimates (centering) of each target in :attr:`_nuisance_specs`, and :attr:`nuisance_`.
+
+        Each is given, or the out-of-bag prediction of a nuisance forest: fitted here
+        (checkpointed as a stage of ``stage``'s run), or on a warm start the first fit's
+        forest, whose out-of-bag predictions are recomputed from its trees (the same
+        bits). Sets the spec's forest attribute (``outcome_forest_``, ...).
+
+        Parameters
+        ----------
+        targets : dict
+            Estimate name (``"y_hat"``, ...) -> its target, shape (n, width).
+        given : dict
+            Estimate name -> the user's estimates or None.
+
+        Returns
+        -------
+        hats : dict
+            Estimate name -> ndarray, shape (n, width).
+        record : dict
+            :attr:`nuisance_`; a warm start must not change it.
+        """
+        prior = getattr(self, "nuisance_", {}) if warm else {}
+        n_nuis = int(prior.get("n_estimators", self.nuisance_estimators or max(50, int(self.n_estimators) // 4)))
+        params = self._nuisance_params()
+        out, record = {}, {"n_estimators": n_nuis}
+        for name, offset, stage_name, attr in self._nuisance_specs:
+            target = targets[name]
+            width = target.shape[1]
+            if given[name] is not None:
+                out[name] = np.asarray(given[name], dtype=np.float64).reshape(len(target), width)
+                record[name] = {"source": "given", "content": content_hash(comm, gids, columns=[out[name]])}
+                setattr(self, attr, None)
+                continue
+            record[name] = {"source": "forest", "seed": int(seed + offset)}
+            kept = getattr(self, attr, None) if warm and prior.get(name) == record[name] else None
+            if kept is None:
+                kept = RegressionForest(n_nuis, random_state=seed + offset, **params).fit(
+                    X, target[:, 0] if width == 1 else target, g, comm=comm, binned=binned, clusters=layout,
+                    checkpoint=None if stage is None else stage.run.stage(stage_name))
+                pred = kept.oob_prediction_
+                del kept.oob_prediction_        # kept for new rows; training rows are not part of the model
+            else:
+                pred = kept.oob_prediction_binned(binned[1], gids, layout)
+            out[name] = np.asarray(pred).reshape(len(target), width)
+            setattr(self, attr, kept)
+        if warm and record != prior:
+            changed = next(k for k in record if record[k] != prior.get(k))
+            raise ValueError(f"warm start: the nuisance {changed} differs from the first fit's ({prior.get(changed)} "
+                             f"-> {record[changed]}); the trees already grown were centred on it")
+        return out, record
+
+    # ------------------------------------------------------------------ shapes
+    def _shape(self, theta):
+        """(n, K, M) -> (n,) / (n, K) for a 1-D outcome, (n, M) / (n, K, M) for a 2-D one."""
+        K = self.n_treatments_
+        if self.y_ndim_ == 1:
+            return theta[:, 0, 0] if K == 1 else theta[:, :, 0]
+        return theta[:, 0, :] if K == 1 else theta
+
+    def _shape_one(self, v):
+        return self._shape(np.asarray(v)[None])[0]
+
+    def _mean_moments_binned(self, codes, rows):
+        """Mean leaf moments over all trees for training rows ``rows`` (bool mask) given as codes."""
+        n_trees = len(self.estimators_["tree_offsets"]) - 1
+        idx = np.flatnonzero(rows).astype(np.int64)
+        return predict_values_binned(self.estimators_, codes, self.bin_mapper_.missing_bin_, rows=idx) / n_trees
+
+    def _mean_moments(self, X):
+        n_trees = len(self.estimators_["tree_offsets"]) - 1
+        return predict_values(self.estimators_, X) / n_trees
+
+    # ------------------------------------------------------------------ predictions
+    def predict(self, X):
+        """Estimated effect ``theta(x)`` (the causal forest's CATE, the instrumental forest's LATE).
+
+        Parameters
+        ----------
+        X : array-like, shape (n, n_features)
+
+        Returns
+        -------
+        ndarray
+            ``(n,)`` for one treatment column (binary, two-level categorical, scalar
+            continuous) and a 1-D outcome; ``(n, K)`` for ``K > 1`` arms or treatment
+            components; ``(n, M)`` / ``(n, K, M)`` for a 2-D outcome. NaN where the local treatment
+            (instrumental forest: first-stage) covariance is singular.
+        """
+        check_is_fitted(self, "estimators_")
+        X = validate_features(self, X, reset=False, min_samples=0)
+        theta, _ = solve_theta(self._mean_moments(X), self._layout())
+        return self._shape(theta)
+
+    def predict_var(self, X, chunk_rows=None):
+        """Bootstrap-of-little-bags variance of each effect component (shape of ``predict``)."""
+        return self._theta_var(X, chunk_rows)[1]
+
+    def _theta_var(self, X, chunk_rows=None):
+        check_is_fitted(self, "estimators_")
+        if self.ci_group_size < 2:
+            raise ValueError("variance estimates need ci_group_size >= 2 at fit time")
+        X = validate_features(self, X, reset=False, min_samples=0)
+        with phase("prediction"):
+            th, var = blb_predict(self.estimators_, X, self._layout(), self.ci_group_size, chunk_rows)
+        return self._shape(th), self._shape(var)
+
+    def predict_interval(self, X, alpha=0.05):
+        """Normal ``1 - alpha`` confidence intervals from the BLB variance.
+
+        Returns
+        -------
+        lower, upper : ndarray
+            Shape of ``predict``.
+        """
+        if not 0.0 < alpha < 1.0:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        theta, var = self._theta_var(X)
+        z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
+        half = z * np.sqrt(var)
+        return theta - half, theta + half
+
+    def oob_predict(self, X, comm=None, clusters=None):
+        """Out-of-bag effects for the training rows of this rank (same rows and order as in ``fit``).
+
+        Parameters
+        ----------
+        X : array-like, shape (n_local, n_features)
+        comm : native.comm.Communicator, optional
+            The communicator used in ``fit``.
+        clusters : array-like, optional
+            The cluster labels passed to ``fit`` (needed when it had clusters).
+
+        Returns
+        -------
+        ndarray
+            Shape of ``predict``.
+        """
+        comm = world() if comm is None else comm
+        with collective_checks(comm):
+            check_is_fitted(self, "estimators_")
+            X = validate_features(self, X, reset=False, min_samples=0)
+        gids, _ = global_ids(comm, len(X))
+        layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
+                                  fitted=self.sampling_.get("clusters", False))
+        mbar, cnt = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
+        if (cnt == 0).any():
+            mbar[cnt == 0] = self._mean_moments(X[cnt == 0])
+        theta, _ = solve_theta(mbar, self._layout())
+        return self._shape(theta)
