@@ -345,7 +345,7 @@ def contender_ours_multi(design, n, d, seed, cfg, threads, binary=False, **_):
     if not binary:
         # The kernels of this treatment kind compile (or load) here, untimed, as the
         # binary ones do in _warm_numba: a tiny fit of the same design.
-        small = _multi_data(design, 2000, d, seed + 1)
+        small = _multi_data(design, 20_000, d, seed + 1)  # large enough to reach the level-wise search
         start = time.perf_counter()
         model, _ = _ours_fit(small["X"], small["t"], small["y"], dict(cfg, n_estimators=4, mtry=None))
         model.predict(small["X_test"][:100])
