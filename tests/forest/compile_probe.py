@@ -68,8 +68,11 @@ def main(mode, variant):
         comm = SelfCommunicator()
         announced, in_warmup = [], []
     in_fit = counted(lambda: fit(variant, comm))
-    print("PROBE " + json.dumps({"rank": comm.rank, "announced": announced, "warmup": in_warmup, "fit": in_fit}),
-          flush=True)
+    # One write per line, newline included: mpirun forwards each write of each rank as a
+    # chunk, so a line printed in pieces can interleave with another rank's.
+    sys.stdout.write("PROBE " + json.dumps({"rank": comm.rank, "announced": announced, "warmup": in_warmup,
+                                            "fit": in_fit}) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,19 @@ import pytest
 
 from native_mpirun import REPO, run_mpirun, run_script
 
-CRASH = """
+# One write per line: mpirun forwards each write of each rank as a chunk, so a line printed
+# in pieces (print writes its arguments and the newline separately when unbuffered) can
+# interleave with another rank's line.
+SAY = """
+import sys
+
+
+def say(*words):
+    sys.stdout.write(" ".join(map(str, words)) + "\\n")
+    sys.stdout.flush()
+"""
+
+CRASH = SAY + """
 import time
 import numpy as np
 from native.comm import world
@@ -20,13 +32,13 @@ from native.errors import abort_on_uncaught
 abort_on_uncaught()
 comm = world()
 if comm.rank == 1:
-    print("RAISE_AT", time.time(), flush=True)
+    say("RAISE_AT", time.time())
     raise ValueError("rank one fails on purpose")
 col.allreduce(comm, np.ones(4))  # the others would wait here forever
-print("rank", comm.rank, "passed the collective", flush=True)
+say("rank", comm.rank, "passed the collective")
 """
 
-EXITER = """
+EXITER = SAY + """
 import sys
 import time
 import numpy as np
@@ -35,13 +47,13 @@ from native import collectives as col
 from native.errors import job_guard
 with job_guard() as comm:
     if comm.rank == 1:
-        print("EXIT_AT", time.time(), flush=True)
+        say("EXIT_AT", time.time())
         sys.exit(3)  # no exception hook sees this
     col.allreduce(comm, np.ones(4))
-    print("rank", comm.rank, "passed the collective", flush=True)
+    say("rank", comm.rank, "passed the collective")
 """
 
-MISMATCH = """
+MISMATCH = SAY + """
 import os
 import numpy as np
 from native.comm import world
@@ -51,9 +63,9 @@ comm = world()
 n = 11 if comm.rank == 1 else 10
 try:
     col.allreduce(comm, np.ones(n), algorithm="ring", check=True)
-    print(f"rank {comm.rank}: first call passed", flush=True)
+    say(f"rank {comm.rank}: first call passed")
 except CollectiveMismatchError as exc:
-    print(f"rank {comm.rank}: caught1 {exc}", flush=True)
+    say(f"rank {comm.rank}: caught1 {exc}")
 # Second case through the environment variable: a different collective on rank 1.
 os.environ["HISTFOREST_CHECK_COLLECTIVES"] = "1"
 try:
@@ -61,12 +73,12 @@ try:
         col.bcast(comm, np.ones(3, dtype=np.int64))
     else:
         col.allreduce(comm, np.ones(3, dtype=np.int64))
-    print(f"rank {comm.rank}: second call passed", flush=True)
+    say(f"rank {comm.rank}: second call passed")
 except CollectiveMismatchError as exc:
-    print(f"rank {comm.rank}: caught2 {exc}", flush=True)
+    say(f"rank {comm.rank}: caught2 {exc}")
 # The ranks are still in step afterwards.
 total = col.allreduce(comm, np.ones(2))
-print(f"rank {comm.rank}: after {total.tolist()}", flush=True)
+say(f"rank {comm.rank}: after {total.tolist()}")
 """
 
 
@@ -138,7 +150,7 @@ def test_native_mpi_tests_pass_on_five_ranks():
     assert re.search(r"\d+ passed", out), out[-2000:]
 
 
-SKIPPER = """
+SKIPPER = SAY + """
 import time
 import numpy as np
 from native.comm import world
@@ -149,9 +161,9 @@ comm = world()
 if comm.rank == 2:
     time.sleep(120)  # never reaches the collective: stuck elsewhere
 else:
-    print("CHECK_AT", time.time(), flush=True)
+    say("CHECK_AT", time.time())
 col.allreduce(comm, np.ones(4), check=True)
-print("rank", comm.rank, "passed the collective", flush=True)
+say("rank", comm.rank, "passed the collective")
 """
 
 
@@ -166,7 +178,7 @@ def test_check_mode_timeout_turns_missing_rank_into_abort(tmp_path):
     assert "passed the collective" not in out
 
 
-PSEUDO = """
+PSEUDO = SAY + """
 import numpy as np
 from native.comm import world
 from native import collectives as col
@@ -176,7 +188,7 @@ topo = topology(comm)
 x = np.random.default_rng(comm.rank).standard_normal(1001) * 1e6
 a = col.allreduce(comm, x, algorithm="hierarchical")
 b = col.allreduce(comm, x, algorithm="direct")
-print(f"rank {comm.rank}: nodes={[list(n) for n in topo.nodes]} same={a.tobytes() == b.tobytes()}", flush=True)
+say(f"rank {comm.rank}: nodes={[list(n) for n in topo.nodes]} same={a.tobytes() == b.tobytes()}")
 """
 
 

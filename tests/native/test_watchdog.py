@@ -18,56 +18,66 @@ import numpy as np
 from native.comm import world
 from native import collectives as col
 comm = world()
+
+
+def say(*words):
+    # One write per line: mpirun forwards each write of each rank as a chunk, so a line
+    # printed in pieces (print with several arguments, unbuffered) can interleave with
+    # another rank's.
+    sys.stdout.write(" ".join(map(str, words)) + "\n")
+    sys.stdout.flush()
+
+
 for _ in range(3):
     col.allreduce(comm, np.ones(1000))   # everyone healthy first
 """
 
 STALL = HEAD + """
 if comm.rank == 2:
-    print("TROUBLE_AT", time.time(), flush=True)
+    say("TROUBLE_AT", time.time())
     time.sleep(3600)                      # alive, answering its watchdog, doing nothing
 col.allreduce(comm, np.ones(100_000))
-print("rank", comm.rank, "passed", flush=True)
+say("rank", comm.rank, "passed")
 """
 
 FROZEN = HEAD + """
 if comm.rank == 1:
-    print("TROUBLE_AT", time.time(), flush=True)
+    say("TROUBLE_AT", time.time())
     os.kill(os.getpid(), signal.SIGSTOP)  # the whole process frozen, watchdog thread too
 for _ in range(100):
     col.allreduce(comm, np.ones(100_000))
-print("rank", comm.rank, "passed", flush=True)
+say("rank", comm.rank, "passed")
 """
 
 KILLED = HEAD + """
 if comm.rank == 1:
     def die():
-        print("TROUBLE_AT", time.time(), flush=True)
+        say("TROUBLE_AT", time.time())
         os.kill(os.getpid(), signal.SIGKILL)
     threading.Timer(0.5, die).start()     # dies in the middle of the collectives below
 for _ in range(100000):
     col.allreduce(comm, np.ones(100_000))
-print("rank", comm.rank, "passed", flush=True)
+say("rank", comm.rank, "passed")
 """
 
 DISAGREE = HEAD + """
-print("TROUBLE_AT", time.time(), flush=True)
+say("TROUBLE_AT", time.time())
 if comm.rank == 1:
     col.bcast(comm, np.ones(10), root=0)  # the others are in an allreduce
 else:
     col.allreduce(comm, np.ones(10), algorithm="ring")
-print("rank", comm.rank, "passed", flush=True)
+say("rank", comm.rank, "passed")
 """
 
 SLOW = HEAD + """
 if comm.rank == 1:
-    print("TROUBLE_AT", time.time(), flush=True)
+    say("TROUBLE_AT", time.time())
     end = time.time() + 8                 # busy for longer than PROBE + STALL
     x = 0
     while time.time() < end:
         x += 1
 col.allreduce(comm, np.ones(1000))
-print("rank", comm.rank, "passed", flush=True)
+say("rank", comm.rank, "passed")
 """
 
 
@@ -107,11 +117,14 @@ def test_a_slow_but_busy_rank_is_waited_for(tmp_path):
     assert out.count("passed") == 3, out
 
 
+ACTIVITY = "say('rank', comm.rank, 'activity', comm.activity is None)\n"
+
+
 def test_watchdog_can_be_switched_off(tmp_path):
-    rc, out = run_job(HEAD + "print('rank', comm.rank, 'activity', comm.activity is None, flush=True)\n",
+    rc, out = run_job(HEAD + ACTIVITY,
                       tmp_path, env={"HISTFOREST_WATCHDOG": "0"})
     assert rc == 0 and out.count("activity True") == 3, out
-    rc, out = run_job(HEAD + "print('rank', comm.rank, 'activity', comm.activity is None, flush=True)\n",
+    rc, out = run_job(HEAD + ACTIVITY,
                       tmp_path, env={})
     assert rc == 0 and out.count("activity False") == 3, out
 
