@@ -323,15 +323,14 @@ class LeafwiseGrower:
                 local = col.allreduce(self.comm, local)
         return np.ascontiguousarray(local, dtype=np.int64)
 
-    def _reduce_codes(self, rows, lo, hi, row_cap, parent_hist):
+    def _reduce_codes(self, rows, lo, hi, row_cap):
         """Reduced exact ``(G, H)`` histogram (n_features, n_bins, 2K) int64 and global rows of one node."""
         quant = self._quant
         k = quant.n_outputs
         local = self.builder.build_codes(quant.codes, rows, lo, hi)
 
         def layout():
-            h_cap = None if parent_hist is None else np.ascontiguousarray(parent_hist[..., k:]).reshape(-1)
-            return WireLayout(self._bin_rows, row_cap, h_cap, k, quant.levels)
+            return WireLayout(self._bin_rows, row_cap, k, quant.levels)
 
         sums, count = self.reducer.reduce_codes(local, k, hi - lo, layout)
         return sums.reshape(self.binned.shape[0], self.bin_info.n_bins, 2 * k), count
@@ -378,7 +377,7 @@ class LeafwiseGrower:
             if n_local * quantized.levels >= 2 ** 31:
                 raise ValueError(f"quantized histograms hold at most {2 ** 31 // quantized.levels} rows per rank")
             hist, root_count = self._reduce_codes(None if identity else rows, 0, n_local,
-                                                  int(self._bin_rows[:self.bin_info.n_bins].sum()), None)
+                                                  int(self._bin_rows[:self.bin_info.n_bins].sum()))
             hist = hist[None]
             # Feature 0's bins hold every row once: their sums are the node's totals.
             root_stats = hist[0, 0].sum(axis=0) * quantized.scale
@@ -429,8 +428,7 @@ class LeafwiseGrower:
                 continue
             build_left = lw <= rw
             if quantized is not None:
-                built, small_count = self._reduce_codes(rows, *((lo, mid) if build_left else (mid, hi)), count,
-                                                        phist)
+                built, small_count = self._reduce_codes(rows, *((lo, mid) if build_left else (mid, hi)), count)
                 sibling = phist - built
                 lh, rh = (built, sibling) if build_left else (sibling, built)
                 small_count = float(small_count)

@@ -18,9 +18,10 @@ sums need to fit, which the bounds guarantee.
 The bounds are known to every rank without a message: the global row count of the
 bin over the whole training set (one reduction per fit), capped by the global row
 count of the node's parent, times the largest integer a row carries (``levels / 2``
-for ``G``, ``levels`` for ``H``); ``H`` is further capped by the parent's reduced
-bin (hessian integers are non-negative, so a child's bin never exceeds its
-parent's). Every rank computes the same layout from the same numbers.
+for ``|G|``, ``levels`` for ``H``; both fields then fit in ``half`` bits under the same
+condition). Every rank computes the same layout from the same numbers. With the
+default 4 levels a bin is narrow when it holds fewer than 16384 rows: with 255
+quantile bins that is every ordinary bin of a 4M-row training set.
 """
 import numba
 import numpy as np
@@ -29,16 +30,14 @@ from histogram.quantize import FIELD_BITS, split_code, unpack
 
 
 @numba.njit(cache=True)
-def _layout(bin_rows, row_cap, h_cap, k_out, g_max, h_max, half, slot, wide):
+def _layout(bin_rows, row_cap, k_out, g_max, h_max, half, slot, wide):
     """Slot of each (bin, output) entry: -1 absent, else its first slot; ``wide`` marks two slots.
 
-    ``bin_rows`` (n_bins_total,) global rows per bin; ``h_cap`` (n_bins_total * K,) caps
-    of the H sums (or empty: none). Returns the number of slots.
+    ``bin_rows`` (n_bins_total,) global rows per bin. Returns the number of slots.
     """
     n = 0
     lim_g = np.int64(1) << (half - 1)
     lim_h = np.int64(1) << half
-    use_cap = h_cap.shape[0] > 0
     for b in range(bin_rows.shape[0]):
         rows = min(bin_rows[b], row_cap)
         for k in range(k_out):
@@ -47,11 +46,8 @@ def _layout(bin_rows, row_cap, h_cap, k_out, g_max, h_max, half, slot, wide):
                 slot[e] = -1
                 wide[e] = False
                 continue
-            hb = rows * h_max
-            if use_cap and h_cap[e] < hb:
-                hb = h_cap[e]
             slot[e] = n
-            narrow = rows * g_max < lim_g and hb < lim_h
+            narrow = rows * g_max < lim_g and rows * h_max < lim_h
             wide[e] = not narrow
             n += 1 if narrow else 2
     return n
@@ -101,8 +97,6 @@ class WireLayout:
         Global training rows per (feature, bin).
     row_cap : int
         Global rows of the node's parent (or of the training set for the root).
-    h_cap : ndarray of int64, shape (n_features * n_bins * K,), or None
-        The parent's reduced ``H`` per (feature, bin, output), or None.
     n_outputs : int
     levels : int
 
@@ -113,9 +107,8 @@ class WireLayout:
     n_slots : int
     """
 
-    def __init__(self, bin_rows, row_cap, h_cap, n_outputs, levels):
+    def __init__(self, bin_rows, row_cap, n_outputs, levels):
         n_entries = bin_rows.shape[0] * n_outputs
-        cap = np.zeros(0, dtype=np.int64) if h_cap is None else np.ascontiguousarray(h_cap, dtype=np.int64)
         self.n_outputs = int(n_outputs)
         self.slot = np.empty(n_entries, dtype=np.int64)
         self.wide = np.empty(n_entries, dtype=np.bool_)
@@ -124,7 +117,7 @@ class WireLayout:
         top = min(int(bin_rows.max()) if len(bin_rows) else 0, int(row_cap))
         self.half = 16 if top * h_max < 2 ** 31 else FIELD_BITS
         self.dtype = np.dtype(np.int32 if self.half == 16 else np.int64)
-        self.n_slots = int(_layout(bin_rows, np.int64(row_cap), cap, self.n_outputs, np.int64(g_max),
+        self.n_slots = int(_layout(bin_rows, np.int64(row_cap), self.n_outputs, np.int64(g_max),
                                    np.int64(h_max), np.int64(self.half), self.slot, self.wide))
 
     def encode(self, codes, out=None):
