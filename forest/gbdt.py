@@ -55,7 +55,7 @@ from .losses import LogLoss, SoftmaxLoss, SquaredError
 from .partition import add_leaf_values
 from .predictor import predict_leaves, predict_values, predict_values_binned
 from .profiling import phase
-from .quantized import GradientQuantizer, refit_leaves
+from .quantized import GradientQuantizer, exact_sum, refit_leaves
 from .tree import pack_trees
 
 #: rowhash stream of the validation split (independent of the binning sample).
@@ -316,9 +316,20 @@ class _BaseGBDT(BaseEstimator):
             y_tr, w_tr = y, w
         del codes
 
+        quantizer = None
+        if self.quantized:
+            gid_tr = np.arange(offset, offset + n, dtype=np.int64)
+            gid_tr = gid_tr[train] if es else gid_tr
+            quantizer = GradientQuantizer(comm, gid_tr, n_global - (n_val if es else 0), int(self.quantized_bins),
+                                          seed)
         earlier = self._earlier(stage, warm, es)
         if earlier is None:
-            self.baseline_ = loss.baseline(_allreduce(comm, loss.baseline_sums(y_tr, w_tr)))
+            if quantizer is not None:
+                # Exact sums: the quantized model is the same bits on any rank count.
+                sums = exact_sum(comm, loss.baseline_terms(y_tr, w_tr), quantizer.n_global)
+            else:
+                sums = _allreduce(comm, loss.baseline_sums(y_tr, w_tr))
+            self.baseline_ = loss.baseline(sums)
             trees, stop = [], False
         else:
             self.baseline_ = earlier["baseline"]
@@ -330,12 +341,6 @@ class _BaseGBDT(BaseEstimator):
         grower = LeafwiseGrower(binned_tr, self.bin_mapper_, criterion, max_leaf_nodes=self.max_leaf_nodes,
                                 max_depth=self.max_depth, min_gain=self.min_gain_to_split, comm=comm,
                                 backend=self.backend, split_mode=self.split_mode, quantized=bool(self.quantized))
-        quantizer = None
-        if self.quantized:
-            gid_tr = np.arange(offset, offset + n, dtype=np.int64)
-            gid_tr = gid_tr[train] if es else gid_tr
-            quantizer = GradientQuantizer(comm, gid_tr, n_global - (n_val if es else 0), int(self.quantized_bins),
-                                          seed)
         channels = np.empty((len(y_tr), 2 * k))
         losses = []
         if es:

@@ -17,6 +17,9 @@ This module owns the boosting side of quantized training (``quantized=True`` on
     exact and order independent, so the refit model is the same bits on any rank
     count), one int64 allreduce, then ``criterion.node_summary`` (value with ``l2``
     and the learning rate, weight, objective).
+:func:`exact_sum`
+    The same fixed-point sums for the baseline, so that the first gradients (and so
+    every later one) are the same bits on any rank count.
 
 The integer histograms themselves: :func:`histogram.cpu_kernels.build_int_histogram`
 (one integer add per row and feature), the wire packing :mod:`forest.int_packing`,
@@ -79,10 +82,8 @@ class GradientQuantizer:
         self.gids = np.ascontiguousarray(gids, dtype=np.int64)
         self.levels = int(levels)
         self.seed = int(seed)
-        # Fixed-point bits of the refit: n rows of at most 2**b each sum below 2**62.
-        self.fine_bits = 62 - int(n_global).bit_length()
-        if self.fine_bits < 24:
-            raise ValueError(f"quantized boosting supports up to 2**38 rows, got {n_global}")
+        self.n_global = int(n_global)
+        _fine_units(np.ones(1), n_global)  # refuses row counts the fixed point cannot hold
         self._codes = None
 
     def quantize(self, channels, iteration):
@@ -95,7 +96,7 @@ class GradientQuantizer:
                 col.allgather(self.comm, local[None, :]).max(axis=0)
         with phase("other"):
             scale = scales(peak[:k], peak[k:], self.levels)
-            fine = np.where(peak > 0, peak, 1.0) * 2.0 ** -self.fine_bits
+            fine = _fine_units(peak, self.n_global)
             if self._codes is None or self._codes.shape != (k, len(channels)):
                 self._codes = np.empty((k, len(channels)), dtype=np.int64)
             quantize(channels, self.gids, self.seed, _QUANT_STREAM + int(iteration), scale, self.levels,
@@ -120,6 +121,36 @@ def fixed_leaf_sums(channels, rows, starts, stops, fine):
                      np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(stops, dtype=np.int64),
                      1.0 / np.asarray(fine, dtype=np.float64), out)
     return out
+
+
+def _fine_units(peak, n_global):
+    """Fixed-point unit per column: ``2**-b`` of the column's global peak, ``b = 62 - bits(n)``."""
+    bits = 62 - int(n_global).bit_length()
+    if bits < 24:
+        raise ValueError(f"quantized boosting supports up to 2**38 rows, got {n_global}")
+    return np.where(peak > 0, peak, 1.0) * 2.0 ** -bits
+
+
+def exact_sum(comm, terms, n_global):
+    """Column sums of per-row ``terms`` (n, c) over all ranks, the same bits on any rank count.
+
+    Each term is rounded to the fixed-point unit of :func:`_fine_units` and summed in
+    int64 (one allgather of the column peaks, one int64 allreduce); the baseline of a
+    quantized fit comes from here so that every later gradient is rank-count free.
+
+    Returns
+    -------
+    ndarray of float64, shape (c,)
+    """
+    terms = np.ascontiguousarray(terms, dtype=np.float64)
+    local = np.abs(terms).max(axis=0) if len(terms) else np.zeros(terms.shape[1])
+    peak = local if comm.size == 1 else col.allgather(comm, local[None, :]).max(axis=0)
+    fine = _fine_units(peak, n_global)
+    sums = fixed_leaf_sums(terms, np.arange(len(terms), dtype=np.int32), np.array([0]), np.array([len(terms)]),
+                           fine)[0]
+    if comm.size > 1:
+        sums = col.allreduce(comm, sums)
+    return sums * fine
 
 
 def refit_leaves(grown, channels, quant, criterion, comm, shrinkage):

@@ -189,7 +189,9 @@ def test_same_model_bitwise_on_any_rank_count(comm):
         assert dist.n_iter_ == ref.n_iter_
         for a, b in zip(ref.trees_, dist.trees_):
             for key, u in a.to_arrays().items():
-                assert np.array_equal(u, b.to_arrays()[key], equal_nan=u.dtype.kind == "f"), key
-        np.testing.assert_array_equal(dist.validation_loss_, ref.validation_loss_)
+                u, v = np.asarray(u), np.asarray(b.to_arrays()[key])
+                assert np.array_equal(u, v, equal_nan=u.dtype.kind == "f"), key
+        # Validation losses are float sums over ranks (as in the float path): equal to rounding.
+        np.testing.assert_allclose(dist.validation_loss_, ref.validation_loss_, rtol=1e-12)
     for s in seen:
         assert s == seen[0]
