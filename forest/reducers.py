@@ -8,7 +8,8 @@ communicate:
 
 :class:`LocalReducer`
     ``reduce`` returns the local histograms, ``reduce_small`` the local vector,
-    ``reduce_codes`` unpacks a quantized histogram, ``find`` searches every feature (:func:`forest.splitting.find_best_splits`).
+    ``reduce_codes`` unpacks a quantized histogram, ``find`` searches every feature
+    (:func:`forest.splitting.find_best_splits`).
 :class:`AllreduceReducer`
     ``reduce``: one fused collective carries the histograms and the small extras
     (row counts, channel totals); ``reduce_small``: an allreduce; ``reduce_codes``:
