@@ -12,10 +12,16 @@ Distributed part: the same fit under ``mpirun -np 2`` with one thread per rank (
 rank mmaps only its block of rows) against ``-np 1`` with one thread; and LightGBM's
 socket data-parallel learner with two local processes of one thread each.
 
+Quantized training (issue 16): "histforest GBDT quantized" is the same contender with
+``quantized=True`` (4 gradient levels) in the same table, and under ``mpirun -np 2`` the
+histogram allreduces of both modes are traced (``native.stats``): calls, buffer bytes per
+call and bytes sent per rank, float vs quantized.
+
 Usage::
 
     .venv-bench/bin/python benchmarks/bench_gbdt.py            # full size, writes RESULTS.md
     .venv-bench/bin/python benchmarks/bench_gbdt.py --quick    # 100k rows smoke run
+    .venv/bin/python benchmarks/bench_gbdt.py --only ours,ours-q,mpi,mpi-q --no-write   # ours only
 
 The functions named ``contender_*`` run inside the worker processes.
 """
@@ -95,6 +101,8 @@ def _ours_fit(X, y, comm, threads, cfg):
     model = GBDTClassifier(**ours_params(GBDTClassifier, threads, cfg["n_trees"], cfg["num_leaves"],
                                          cfg["max_bins"], cfg["learning_rate"], cfg["min_leaf"],
                                          cfg["seed"]))
+    if cfg.get("quantized"):
+        model.set_params(quantized=True)
     start = time.perf_counter()
     model.fit(X, y, comm=comm)
     return model, time.perf_counter() - start
@@ -119,6 +127,21 @@ def _warm_numba(threads, cfg):
     model, _ = _ours_fit(Xw, yw, SelfCommunicator(), threads, small)
     _ours_predict(model, Xw)
     return time.perf_counter() - start
+
+
+#: Allreduces of at least this many buffer bytes are histogram ones (the others carry a
+#: few scalars: totals, validation losses, quantization maxima, refit leaf sums).
+HIST_MIN_BYTES = 4096
+
+
+def _hist_traffic(events):
+    """Histogram allreduces of a traced fit: calls, buffer bytes per call, bytes sent."""
+    big = [e for e in events if e.op == "allreduce" and e.nbytes >= HIST_MIN_BYTES]
+    if not big:
+        return None
+    return {"calls": len(big), "bytes_per_call": float(np.mean([e.nbytes for e in big])),
+            "sent_mb": sum(e.sent for e in big) / 2 ** 20,
+            "all_sent_mb": sum(e.sent for e in events) / 2 ** 20}
 
 
 # --------------------------------------------------------------------------- contenders (worker side)
@@ -146,10 +169,15 @@ def contender_ours_mpi(n_train, seed, threads, cfg, **_):
     comm = world()
     warm_s = _warm_numba(threads, cfg)
     X, y, paths = _load(n_train, seed, comm.rank, comm.size)
+    from native.stats import STATS
+
     comm.barrier()  # start the clock together so fit_s is the collective fit's wall time
+    STATS.reset()
+    STATS.start_trace()
     model, fit_s = _ours_fit(X, y, comm, threads, cfg)
+    events = STATS.stop_trace()
     del X, y
-    out = {"fit_s": fit_s, "warmup_s": warm_s, "size": comm.size}
+    out = {"fit_s": fit_s, "warmup_s": warm_s, "size": comm.size, "hist_traffic": _hist_traffic(events)}
     if comm.rank == 0:
         Xt, yt = _load_test(paths)
         proba, predict_s = _ours_predict(model, Xt)
@@ -277,6 +305,22 @@ def distributed_table(pairs):
     return _harness.markdown_table(headers, rows)
 
 
+def traffic_table(rows_in):
+    """Markdown table of traced histogram allreduces under mpirun -np 2 (rank 0)."""
+    rows, base = [], None
+    for label, r in rows_in:
+        t = r.get("hist_traffic") if _ok(r) else None
+        if t is None:
+            rows.append([label, "-", "-", "-", "-", "-"])
+            continue
+        base = base or t["bytes_per_call"]
+        rows.append([label, t["calls"], t["bytes_per_call"], base / t["bytes_per_call"], t["sent_mb"],
+                     t["all_sent_mb"]])
+    headers = ["mode", "histogram allreduces", "buffer bytes per allreduce", "float bytes / these bytes",
+               "histogram MB sent by rank 0", "all collectives MB sent by rank 0"]
+    return _harness.markdown_table(headers, rows)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n-train", type=int, default=1_000_000, help="training rows (default 1,000,000)")
@@ -285,7 +329,8 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=None, help="seconds per contender (default 3600; 600 with --quick)")
     p.add_argument("--only", default=None,
-                   help="comma list among ours,lightgbm,xgboost,hgb,mpi,lgb-dp (default: all)")
+                   help="comma list among ours,ours-q,lightgbm,xgboost,hgb,mpi,mpi-q,lgb-dp (default: all; "
+                        "ours-q / mpi-q: the quantized fits)")
     p.add_argument("--write", dest="write", action="store_true", default=None,
                    help="write the tables to RESULTS.md (default for full runs)")
     p.add_argument("--no-write", dest="write", action="store_false",
@@ -302,17 +347,21 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    only = set((args.only or "ours,lightgbm,xgboost,hgb,mpi,lgb-dp").split(","))
+    only = set((args.only or "ours,ours-q,lightgbm,xgboost,hgb,mpi,mpi-q,lgb-dp").split(","))
     cfg = {"n_trees": 100, "num_leaves": 31, "max_bins": 255, "learning_rate": 0.1, "min_leaf": 20,
            "seed": args.seed}
     print(f"generating / loading HIGGS-like data: {args.n_train} train rows", flush=True)
     datasets.higgs_like(args.n_train, args.seed)
     kw = {"n_train": args.n_train, "seed": args.seed, "cfg": cfg}
     run = lambda name, fn, **o: _harness.run_contender(name, THIS, fn, kw, timeout=args.timeout, **o)
+    kw_q = dict(kw, cfg=dict(cfg, quantized=True))
+    run_q = lambda name, fn, **o: _harness.run_contender(name, THIS, fn, kw_q, timeout=args.timeout, **o)
 
     results = []
     if "ours" in only:
         results.append(run("histforest GBDT", "contender_ours", threads=args.threads))
+    if "ours-q" in only:
+        results.append(run_q("histforest GBDT quantized", "contender_ours", threads=args.threads))
     if "lightgbm" in only:
         results.append(run("LightGBM", "contender_lightgbm", threads=args.threads))
     if "xgboost" in only:
@@ -325,6 +374,12 @@ def main(argv=None):
         one = run("histforest mpirun -np 1", "contender_ours_mpi", threads=1, launcher="mpirun", nprocs=1)
         two = run("histforest mpirun -np 2", "contender_ours_mpi", threads=1, launcher="mpirun", nprocs=2)
         pairs.append(("histforest GBDT (mpirun)", one, two))
+    if "mpi-q" in only:
+        one = run_q("histforest quantized mpirun -np 1", "contender_ours_mpi", threads=1, launcher="mpirun",
+                    nprocs=1)
+        two = run_q("histforest quantized mpirun -np 2", "contender_ours_mpi", threads=1, launcher="mpirun",
+                    nprocs=2)
+        pairs.append(("histforest GBDT quantized (mpirun)", one, two))
     if "lgb-dp" in only:
         one = run("LightGBM 1 proc", "contender_lightgbm", threads=1)
         two = run("LightGBM data-parallel x2", "contender_lightgbm_data_parallel", threads=1,
@@ -341,12 +396,23 @@ def main(argv=None):
             "construction."]
     if results:
         body += ["", main_table(results)]
-        warm = next((r.get("warmup_s") for r in results if r["name"] == "histforest GBDT" and _ok(r)), None)
+        fl = next((r for r in results if r["name"] == "histforest GBDT" and _ok(r)), None)
+        qu = next((r for r in results if r["name"] == "histforest GBDT quantized" and _ok(r)), None)
+        if fl and qu:
+            body += ["", f"Quantized vs float (issue 16 targets: AUC within 0.001, fit <= 0.75x): fit "
+                     f"{qu['fit_s'] / fl['fit_s']:.3f}x, AUC {qu['metrics']['auc'] - fl['metrics']['auc']:+.5f}."]
+        warm = next((r.get("warmup_s") for r in results if r["name"].startswith("histforest GBDT") and _ok(r)),
+                    None)
         if warm is not None:
             body += ["", f"histforest's untimed warm-up fit (Numba compile or cache load): {warm:.2f} s."]
     if pairs:
         body += ["", "Distributed: same data, 1 thread per process; speedup = 1-process fit / "
                  "2-process fit (each process holds half the rows).", "", distributed_table(pairs)]
+        traced = [(label.replace(" (mpirun)", ""), two) for label, _, two in pairs if label.startswith("histforest")]
+        if traced:
+            body += ["", f"Histogram allreduces under mpirun -np 2 (rank 0's trace; allreduces of >= "
+                     f"{HIST_MIN_BYTES} buffer bytes; float sends 16 bytes per bin, quantized 4 per "
+                     "16|16-bit bin and 8 per wide one):", "", traffic_table(traced)]
     failed = [r for r in results + [x for p in pairs for x in p[1:]] if not _ok(r)]
     for r in failed:
         body += ["", f"- {r['name']}: {r['status']}"]

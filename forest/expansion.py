@@ -31,12 +31,14 @@ Histogram memory: a level holds the histograms of its frontier,
 """
 import numpy as np
 
+from native import collectives as col
 from native.comm import world
 
 from ._validation import check_codes
 from .bin_info import BinInfo
 from .growth_options import TreeParams, current_engine_options
 from .hist_builder import HistogramBuilder
+from .int_packing import WireLayout
 from .mtry import mtry_feature_mask
 from .node_records import add_roots, record_splits
 from .partition import partition_rows, partition_segment, sum_channels_by_node
@@ -265,10 +267,13 @@ class LeafwiseGrower:
         These three override ``engine``'s.
     engine : forest.growth_options.EngineOptions, optional
         Default: :func:`forest.growth_options.current_engine_options`.
+    quantized : bool, default False
+        Prepare for :meth:`grow` with ``quantized=`` (integer histograms; a
+        :class:`forest.criteria.NewtonCriterion` and ``split_mode="allreduce"``).
     """
 
     def __init__(self, binned, bin_mapper, criterion, *, max_leaf_nodes=31, max_depth=None, min_gain=0.0,
-                 comm=None, backend=None, split_mode=None, algorithm=None, engine=None):
+                 comm=None, backend=None, split_mode=None, algorithm=None, engine=None, quantized=False):
         self.bin_info = BinInfo.from_mapper(bin_mapper)
         self.binned = check_codes(binned, self.bin_info.n_features)
         if max_leaf_nodes is not None and max_leaf_nodes < 2:
@@ -284,9 +289,18 @@ class LeafwiseGrower:
         self.comm = world() if comm is None else comm
         self.reducer = make_reducer(self.comm, self.bin_info.n_features, self.engine.split_mode,
                                     self.engine.algorithm)
-        self.builder = HistogramBuilder(self.binned, self.bin_info.n_bins, criterion.n_channels, self.engine)
+        self.builder = HistogramBuilder(self.binned, self.bin_info.n_bins, criterion.n_channels, self.engine,
+                                        quantized=quantized)
         self.binned = self.builder.binned
         self._scratch = None
+        self._quant = None
+        self._bin_rows = None
+        if quantized:
+            if self.engine.split_mode != "allreduce":
+                raise ValueError("quantized histograms need split_mode='allreduce'")
+            if self.engine.backend not in ("auto", "numba", "numpy"):
+                raise ValueError(f"quantized histograms run on the CPU backends, not {self.engine.backend!r}")
+            self._bin_rows = self._global_bin_rows()
         # A criterion's fused search (numba_search) is called directly when one rank
         # searches every feature without a mask, skipping find_best_splits' per-call
         # checks (the grower's arrays are float64, contiguous and of known shapes).
@@ -297,11 +311,35 @@ class LeafwiseGrower:
                 and self.bin_info.missing_bin > 0) else None
         self._nb = np.ascontiguousarray(self.bin_info.n_bins_non_missing, dtype=np.int64)
 
+    def _global_bin_rows(self):
+        """Training rows per (feature, bin) over all ranks, int64 (n_features * n_bins,): the
+        bound of the quantized wire packing (:mod:`forest.int_packing`)."""
+        from histogram.quantize import pack
+
+        ones = np.full((1, self.binned.shape[1]), pack(0, 1), dtype=np.int64)
+        local = self.builder.build_codes(ones, None, 0, self.binned.shape[1])
+        if self.comm.size > 1:
+            with phase("communication"):
+                local = col.allreduce(self.comm, local)
+        return np.ascontiguousarray(local, dtype=np.int64)
+
+    def _reduce_codes(self, rows, lo, hi, row_cap):
+        """Reduced exact ``(G, H)`` histogram (n_features, n_bins, 2K) int64 and global rows of one node."""
+        quant = self._quant
+        k = quant.n_outputs
+        local = self.builder.build_codes(quant.codes, rows, lo, hi)
+
+        def layout():
+            return WireLayout(self._bin_rows, row_cap, k, quant.levels)
+
+        sums, count = self.reducer.reduce_codes(local, k, hi - lo, layout)
+        return sums.reshape(self.binned.shape[0], self.bin_info.n_bins, 2 * k), count
+
     def _splittable(self, depth, count):
         min_leaf = getattr(self.criterion, "min_samples_leaf", 1)
         return (depth < self.max_depth) & (count >= 2 * min_leaf)
 
-    def grow(self, channels, rows=None, shrinkage=1.0):
+    def grow(self, channels, rows=None, shrinkage=1.0, quantized=None):
         """Grow one tree.
 
         Parameters
@@ -311,6 +349,11 @@ class LeafwiseGrower:
             Local training rows (all rows when omitted); not modified.
         shrinkage : float
             Multiplies every node value (the learning rate).
+        quantized : forest.quantized.QuantizedGradients, optional
+            Grow from its integer histograms (exact sums, converted to float by its
+            scales for the criterion's search) instead of float histograms of
+            ``channels``. Node values are then those of the quantized sums until
+            :func:`forest.quantized.refit_leaves` recomputes them from ``channels``.
 
         Returns
         -------
@@ -327,14 +370,26 @@ class LeafwiseGrower:
             self._scratch = np.empty(len(rows), dtype=np.int32)
         scratch = self._scratch
         n_local = len(rows)
-
-        local = self.builder.build_node(channels, None if identity else rows, 0, n_local)
-        # Every row lands in exactly one bin of feature 0, so its bins sum to the node's
-        # channel totals: no pass over the rows (numpy's strided axis-0 sum of an (n, 2)
-        # array cost 2.6 ms per tree at 200k rows).
-        local_tot = local[0, 0].sum(axis=0) if binned.shape[0] else np.zeros(channels.shape[1])
-        hist, extra = red.reduce(local, np.concatenate([local_tot, [n_local]]))
-        root_stats, root_count = extra[:-1], extra[-1]
+        self._quant = quantized
+        if quantized is not None:
+            if self._bin_rows is None:
+                raise ValueError("grow(quantized=...) needs a LeafwiseGrower built with quantized=True")
+            if n_local * quantized.levels >= 2 ** 31:
+                raise ValueError(f"quantized histograms hold at most {2 ** 31 // quantized.levels} rows per rank")
+            hist, root_count = self._reduce_codes(None if identity else rows, 0, n_local,
+                                                  int(self._bin_rows[:self.bin_info.n_bins].sum()))
+            hist = hist[None]
+            # Feature 0's bins hold every row once: their sums are the node's totals.
+            root_stats = hist[0, 0].sum(axis=0) * quantized.scale
+            root_count = float(root_count)
+        else:
+            local = self.builder.build_node(channels, None if identity else rows, 0, n_local)
+            # Every row lands in exactly one bin of feature 0, so its bins sum to the node's
+            # channel totals: no pass over the rows (numpy's strided axis-0 sum of an (n, 2)
+            # array cost 2.6 ms per tree at 200k rows).
+            local_tot = local[0, 0].sum(axis=0) if binned.shape[0] else np.zeros(channels.shape[1])
+            hist, extra = red.reduce(local, np.concatenate([local_tot, [n_local]]))
+            root_stats, root_count = extra[:-1], extra[-1]
         tree = Tree(crit.n_outputs)
         weight, value, objective = crit.node_summary(root_stats, shrinkage)
         tree.add_node(0, weight, value, objective, count=root_count)
@@ -372,9 +427,15 @@ class LeafwiseGrower:
                 leaves[rid] = [mid, hi, depth + 1, count - l_est, rs, None, None]
                 continue
             build_left = lw <= rw
-            lh, rh, extra = self.builder.child_pair(red, channels, rows, phist, lo, mid, hi, build_left,
-                                                    np.array([float(mid - lo if build_left else hi - mid)]))
-            small_count = float(extra[0])
+            if quantized is not None:
+                built, small_count = self._reduce_codes(rows, *((lo, mid) if build_left else (mid, hi)), count)
+                sibling = phist - built
+                lh, rh = (built, sibling) if build_left else (sibling, built)
+                small_count = float(small_count)
+            else:
+                lh, rh, extra = self.builder.child_pair(red, channels, rows, phist, lo, mid, hi, build_left,
+                                                        np.array([float(mid - lo if build_left else hi - mid)]))
+                small_count = float(extra[0])
             lc, rc = (small_count, count - small_count) if build_left else (count - small_count, small_count)
             tree.set_count(lid, lc)
             tree.set_count(rid, rc)
@@ -394,6 +455,10 @@ class LeafwiseGrower:
         return GrownTree(tree, rows, leaf_nodes, leaf_starts, leaf_stops)
 
     def _find(self, hists, stats, counts):
+        if self._quant is not None:
+            # Exact integer sums to the criterion's float units (one home for the gain).
+            scale = self._quant.scale
+            hists = [h * scale for h in hists]
         if self._fused is None:
             return self.reducer.find(np.stack(hists), np.stack(stats), self.criterion, self.bin_info,
                                      parent_count=np.asarray(counts, dtype=np.float64), min_gain=self.min_gain)

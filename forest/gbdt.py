@@ -55,6 +55,7 @@ from .losses import LogLoss, SoftmaxLoss, SquaredError
 from .partition import add_leaf_values
 from .predictor import predict_leaves, predict_values, predict_values_binned
 from .profiling import phase
+from .quantized import GradientQuantizer, exact_sum, refit_leaves
 from .tree import pack_trees
 
 #: rowhash stream of the validation split (independent of the binning sample).
@@ -89,7 +90,8 @@ class _BaseGBDT(BaseEstimator):
     def __init__(self, *, learning_rate=0.1, n_estimators=100, max_leaf_nodes=31, max_depth=None,
                  min_samples_leaf=20, l2_regularization=0.0, min_child_weight=1e-3, min_gain_to_split=0.0,
                  max_bins=255, early_stopping="auto", validation_fraction=0.1, n_iter_no_change=10, tol=1e-7,
-                 random_state=None, n_threads=None, backend="auto", split_mode="allreduce", warm_start=False):
+                 random_state=None, n_threads=None, backend="auto", split_mode="allreduce", warm_start=False,
+                 quantized=False, quantized_bins=4):
         self.learning_rate = learning_rate
         self.n_estimators = n_estimators
         self.max_leaf_nodes = max_leaf_nodes
@@ -108,10 +110,14 @@ class _BaseGBDT(BaseEstimator):
         self.backend = backend
         self.split_mode = split_mode
         self.warm_start = warm_start
+        self.quantized = quantized
+        self.quantized_bins = quantized_bins
 
     def _model_io_restore_(self):
-        """Default for the parameter that older model files lack."""
+        """Defaults for the parameters that older model files lack."""
         self.__dict__.setdefault("warm_start", False)
+        self.__dict__.setdefault("quantized", False)
+        self.__dict__.setdefault("quantized_bins", 4)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -128,7 +134,8 @@ class _BaseGBDT(BaseEstimator):
             if not cond:
                 raise ValueError(msg)
 
-        check_param_types(self, ints=("n_estimators", "min_samples_leaf", "max_bins", "n_iter_no_change"),
+        check_param_types(self, ints=("n_estimators", "min_samples_leaf", "max_bins", "n_iter_no_change",
+                                      "quantized_bins"),
                           optional_ints=("max_leaf_nodes", "max_depth", "n_threads"),
                           reals=("learning_rate", "l2_regularization", "min_child_weight", "min_gain_to_split",
                                  "validation_fraction", "tol"))
@@ -163,6 +170,14 @@ class _BaseGBDT(BaseEstimator):
              f"n_iter_no_change must be an int >= 1, got {self.n_iter_no_change!r}")
         need(self.n_threads is None or (isinstance(self.n_threads, (int, np.integer)) and self.n_threads >= 1),
              f"n_threads must be None or an int >= 1, got {self.n_threads!r}")
+        need(isinstance(self.quantized, (bool, np.bool_)), f"quantized must be True or False, got {self.quantized!r}")
+        need(isinstance(self.quantized_bins, (int, np.integer)) and 2 <= self.quantized_bins <= 1024
+             and self.quantized_bins % 2 == 0,
+             f"quantized_bins must be an even int in [2, 1024], got {self.quantized_bins!r}")
+        need(not self.quantized or self.split_mode == "allreduce",
+             f"quantized=True needs split_mode='allreduce', got {self.split_mode!r}")
+        need(not self.quantized or self.backend in ("auto", "numba", "numpy"),
+             f"quantized=True runs on the CPU backends ('auto', 'numba', 'numpy'), got backend={self.backend!r}")
 
     def _seed(self, comm, checkpoint=None):
         """The fit's seed: a checkpoint's, a warm start's, ``random_state``, or one drawn on rank 0."""
@@ -301,9 +316,20 @@ class _BaseGBDT(BaseEstimator):
             y_tr, w_tr = y, w
         del codes
 
+        quantizer = None
+        if self.quantized:
+            gid_tr = np.arange(offset, offset + n, dtype=np.int64)
+            gid_tr = gid_tr[train] if es else gid_tr
+            quantizer = GradientQuantizer(comm, gid_tr, n_global - (n_val if es else 0), int(self.quantized_bins),
+                                          seed)
         earlier = self._earlier(stage, warm, es)
         if earlier is None:
-            self.baseline_ = loss.baseline(_allreduce(comm, loss.baseline_sums(y_tr, w_tr)))
+            if quantizer is not None:
+                # Exact sums: the quantized model is the same bits on any rank count.
+                sums = exact_sum(comm, loss.baseline_terms(y_tr, w_tr), quantizer.n_global)
+            else:
+                sums = _allreduce(comm, loss.baseline_sums(y_tr, w_tr))
+            self.baseline_ = loss.baseline(sums)
             trees, stop = [], False
         else:
             self.baseline_ = earlier["baseline"]
@@ -314,7 +340,7 @@ class _BaseGBDT(BaseEstimator):
         criterion = NewtonCriterion(k, self.l2_regularization, self.min_samples_leaf, self.min_child_weight)
         grower = LeafwiseGrower(binned_tr, self.bin_mapper_, criterion, max_leaf_nodes=self.max_leaf_nodes,
                                 max_depth=self.max_depth, min_gain=self.min_gain_to_split, comm=comm,
-                                backend=self.backend, split_mode=self.split_mode)
+                                backend=self.backend, split_mode=self.split_mode, quantized=bool(self.quantized))
         channels = np.empty((len(y_tr), 2 * k))
         losses = []
         if es:
@@ -338,7 +364,13 @@ class _BaseGBDT(BaseEstimator):
         for it in range(len(trees), int(self.n_estimators) if not stop else 0):
             with phase("other"):
                 loss.gradients(y_tr, raw, w_tr, channels)
-            grown = grower.grow(channels, shrinkage=float(self.learning_rate))
+            if quantizer is None:
+                grown = grower.grow(channels, shrinkage=float(self.learning_rate))
+            else:
+                # Integer histograms grow the tree; its values come from the float sums.
+                quant = quantizer.quantize(channels, it)
+                grown = grower.grow(channels, shrinkage=float(self.learning_rate), quantized=quant)
+                refit_leaves(grown, channels, quant, criterion, comm, float(self.learning_rate))
             tree = grown.tree
             trees.append(tree)
             with phase("prediction"):
@@ -455,6 +487,19 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
         baseline and validation losses and boosts on up to ``n_estimators``: the trees
         are those of a single fit with that ``n_estimators`` (one that stopped early
         stays as it is).
+    quantized : bool, default False
+        Quantized training (as LightGBM's ``use_quantized_grad``): each iteration
+        rounds gradients and hessians stochastically to ``quantized_bins`` integer
+        levels (global per-iteration scales; noise keyed by the seed, the iteration
+        and the global row id), trees grow from exact integer histograms (one
+        integer add per row and feature, narrow integer collectives: the model is
+        the same bits on any number of ranks), and the leaf values are then refit
+        from the full-precision gradients. ``min_child_weight`` and the hessian
+        share behind ``min_samples_leaf`` see the quantized hessians during the
+        split search. Needs ``split_mode='allreduce'`` and a CPU backend.
+    quantized_bins : int, default 4
+        Gradient levels of quantized training (even; hessians get ``quantized_bins``
+        levels on ``[0, max h]``, gradients ``quantized_bins / 2`` on each side of 0).
 
     Attributes
     ----------

@@ -56,9 +56,11 @@ class HistogramBuilder:
     engine : forest.growth_options.EngineOptions, optional
         ``backend``, and for two-channel ``(g, h)`` data ``gh_parallel_rows`` and
         ``gh_hist_split`` (the fast path of :meth:`build_node`).
+    quantized : bool, default False
+        Whether :meth:`build_codes` (integer histograms) will be used.
     """
 
-    def __init__(self, binned, n_bins, n_channels, engine=None):
+    def __init__(self, binned, n_bins, n_channels, engine=None, quantized=False):
         engine = current_engine_options() if engine is None else engine
         self.binned = binned
         self.n_bins = int(n_bins)
@@ -66,11 +68,14 @@ class HistogramBuilder:
         self.engine = engine
         # The (g, h) fast path reads codes unchecked, so they are checked here, once
         # per fit, instead of by every histogram call.
-        self.gh = engine.backend in ("auto", "numba") and n_channels == 2
+        self.fast = engine.backend in ("auto", "numba")
+        self.gh = self.fast and n_channels == 2
         self._gh_buf = None
         self._gh_partial = None
+        self._int_buf = None
+        self._int_partial = None
         self._packed = None
-        if self.gh:
+        if self.fast and (self.gh or quantized):
             from histogram.cpu_kernels import pack_codes
 
             self.binned = np.ascontiguousarray(binned)
@@ -123,6 +128,52 @@ class HistogramBuilder:
             build_gh_histogram(self.binned, channels, rows, start, stop, out[0], buf, n_threads=threads,
                                packed=self._packed, split=self.engine.gh_hist_split, partial=partial)
             return out
+
+    def build_codes(self, codes, rows, start, stop):
+        """Local histogram of packed integer codes of one node (quantized boosting).
+
+        Parameters
+        ----------
+        codes : ndarray of int64, shape (K, n_rows)
+            :func:`histogram.quantize.quantize` codes, one row per output.
+        rows : ndarray of int32, or None
+            As in :meth:`build_node`.
+        start, stop : int
+
+        Returns
+        -------
+        ndarray of int64, shape (n_features * n_bins * K,)
+            Packed sums in (feature, bin, output) order; exact.
+        """
+        from histogram.cpu_kernels import build_int_histogram
+        from histogram.reference import build_int_histogram_numpy
+
+        k, n_features = codes.shape[0], self.binned.shape[0]
+        out = np.empty((n_features, self.n_bins, k), dtype=np.int64)
+        with phase("histogram"):
+            if not self.fast:
+                idx = np.arange(start, stop) if rows is None else rows[start:stop]
+                for j in range(k):
+                    out[:, :, j] = build_int_histogram_numpy(self.binned, codes[j], idx)[:, :self.n_bins]
+                return out.reshape(-1)
+            m = stop - start
+            if rows is not None and (self._int_buf is None or len(self._int_buf) < m):
+                self._int_buf = np.empty(len(rows), dtype=np.int64)
+            threads = 1 if m < self.engine.gh_parallel_rows else numba.get_num_threads()
+            buf = self._int_buf if rows is not None else np.empty(0, dtype=np.int64)
+            partial = None
+            if threads > 1:
+                shape = (threads - 1, n_features, self.n_bins)
+                if self._int_partial is None or self._int_partial.shape != shape:
+                    self._int_partial = np.empty(shape, dtype=np.int64)
+                partial = self._int_partial
+            one = out[:, :, 0] if k == 1 else np.empty((n_features, self.n_bins), dtype=np.int64)
+            for j in range(k):
+                build_int_histogram(self.binned, codes[j], rows, start, stop, one, buf, n_threads=threads,
+                                    packed=self._packed, split=self.engine.gh_hist_split, partial=partial)
+                if k > 1:
+                    out[:, :, j] = one
+        return out.reshape(-1)
 
     def children(self, reducer, channels, rows, parent_hist, lo, mid, hi, build_left):
         """Reduced histograms of both children of each split, by subtraction.

@@ -122,6 +122,15 @@ class Loss:
         """
         raise NotImplementedError
 
+    def baseline_terms(self, y, w):
+        """Per-row terms whose column sums are :meth:`baseline_sums` (for exact sums).
+
+        Returns
+        -------
+        ndarray of float64, shape (n, k)
+        """
+        raise NotImplementedError
+
     def baseline(self, sums):
         """Baseline raw score from the global sums.
 
@@ -148,6 +157,9 @@ class SquaredError(Loss):
     def baseline_sums(self, y, w):
         return np.array([np.dot(w, y), w.sum()])
 
+    def baseline_terms(self, y, w):
+        return np.stack([w * y, w], axis=1)
+
     def baseline(self, sums):
         return np.array([sums[0] / sums[1] if sums[1] > 0 else 0.0])
 
@@ -165,6 +177,9 @@ class LogLoss(Loss):
 
     def baseline_sums(self, y, w):
         return np.array([np.dot(w, y), w.sum()])
+
+    def baseline_terms(self, y, w):
+        return np.stack([w * y, w], axis=1)
 
     def baseline(self, sums):
         p = sums[0] / sums[1] if sums[1] > 0 else 0.5
@@ -195,6 +210,11 @@ class SoftmaxLoss(Loss):
 
     def baseline_sums(self, y, w):
         return np.bincount(y.astype(np.int64), weights=w, minlength=self.n_outputs).astype(np.float64)
+
+    def baseline_terms(self, y, w):
+        out = np.zeros((len(y), self.n_outputs))
+        out[np.arange(len(y)), y.astype(np.int64)] = w
+        return out
 
     def baseline(self, sums):
         total = sums.sum()

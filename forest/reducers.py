@@ -8,10 +8,13 @@ communicate:
 
 :class:`LocalReducer`
     ``reduce`` returns the local histograms, ``reduce_small`` the local vector,
-    ``find`` searches every feature (:func:`forest.splitting.find_best_splits`).
+    ``reduce_codes`` unpacks a quantized histogram, ``find`` searches every feature
+    (:func:`forest.splitting.find_best_splits`).
 :class:`AllreduceReducer`
     ``reduce``: one fused collective carries the histograms and the small extras
-    (row counts, channel totals); ``reduce_small``: an allreduce. Every rank then
+    (row counts, channel totals); ``reduce_small``: an allreduce; ``reduce_codes``:
+    one integer allreduce in the narrow wire packing of :mod:`forest.int_packing`
+    (exact sums, so the same on any rank count). Every rank then
     holds the full reduced histograms and finds the same splits itself.
 :class:`ReduceScatterReducer`
     LightGBM's data-parallel scheme: ``reduce`` reduce-scatters the histograms by
@@ -35,6 +38,7 @@ from native import collectives as col
 from native.blocks import block_range
 
 from .growth_options import SPLIT_MODES
+from .int_packing import unpack_histogram
 from .profiling import phase
 from .splitting import REL_TOL, SplitResult, find_best_splits
 
@@ -84,6 +88,30 @@ class LocalReducer:
         """Sum a small float vector over ranks."""
         return np.ascontiguousarray(values, dtype=np.float64)
 
+    def reduce_codes(self, codes, n_outputs, n_rows, layout):
+        """Exact sums over ranks of one node's packed integer histogram (quantized boosting).
+
+        Parameters
+        ----------
+        codes : ndarray of int64, shape (n_features * n_bins * K,)
+            Local packed codes ``G * 2**32 + H`` per (feature, bin, output).
+        n_outputs : int
+            ``K``.
+        n_rows : int
+            The node's local row count (summed along, exactly).
+        layout : callable
+            Returns the node's :class:`forest.int_packing.WireLayout`; called only
+            where ranks communicate.
+
+        Returns
+        -------
+        sums : ndarray of int64, shape (n_features * n_bins, 2K)
+            ``G`` columns then ``H`` columns; identical on every rank.
+        n_rows : int
+            Global row count of the node.
+        """
+        return unpack_histogram(codes, n_outputs), int(n_rows)
+
     def find(self, hist, parent, criterion, bin_info, feature_mask=None, parent_count=None, min_gain=0.0):
         """Best split per node from this rank's reduced histograms.
 
@@ -122,6 +150,17 @@ class AllreduceReducer(LocalReducer):
             n = local_hist.size
             return red[:n].reshape(local_hist.shape), red[n:]
 
+    def reduce_codes(self, codes, n_outputs, n_rows, layout):
+        wire = layout()
+        n = wire.n_slots
+        buf = np.empty(n + 2, dtype=wire.dtype)
+        wire.encode(codes, buf[:n])
+        # The row count rides in two slots (low 16 bits, the rest): both sums stay small.
+        buf[n], buf[n + 1] = int(n_rows) & 0xFFFF, int(n_rows) >> 16
+        with phase("communication"):
+            red = col.allreduce(self.comm, buf, algorithm=self.algorithm)
+        return wire.decode(red[:n]), int(red[n]) + (int(red[n + 1]) << 16)
+
     def reduce_small(self, values):
         with phase("communication"):
             return col.allreduce(self.comm, np.ascontiguousarray(values, dtype=np.float64), algorithm=self.algorithm)
@@ -131,6 +170,9 @@ class ReduceScatterReducer(AllreduceReducer):
     """Feature blocks per rank, best records combined (see the module docstring)."""
 
     scattered = True
+
+    def reduce_codes(self, codes, n_outputs, n_rows, layout):
+        raise ValueError("quantized histograms need split_mode='allreduce'")
 
     def __init__(self, comm, n_features, algorithm="auto"):
         super().__init__(comm, n_features, algorithm)

@@ -185,6 +185,19 @@ class Tree:
         """Overwrite the row count of ``node`` (known only once a sibling is reduced)."""
         self._arrays["count"][node] = count
 
+    def set_summaries(self, weight, value, impurity):
+        """Overwrite every node's weight, value and impurity (a refit from other sums).
+
+        Parameters
+        ----------
+        weight, impurity : ndarray of float64, shape (node_count,)
+        value : ndarray of float64, shape (node_count, n_outputs)
+        """
+        n = self.node_count
+        self._arrays["weight"][:n] = weight
+        self._arrays["impurity"][:n] = impurity
+        self._value[:n] = np.asarray(value, dtype=np.float64).reshape(n, self.n_outputs)
+
     def set_split(self, node, feature, bin_threshold, threshold, missing_left, gain, left, right):
         """Turn leaf ``node`` into an innerNode pointing at ``left`` / ``right``."""
         a = self._arrays

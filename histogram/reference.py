@@ -42,3 +42,25 @@ def build_histograms_numpy(binned, channels, rows, node_starts, n_bins, out=None
                 out[node, f, :, c] = np.bincount(codes, weights=channels[idx, c],
                                                  minlength=n_bins)
     return out
+
+
+def build_int_histogram_numpy(binned, codes, rows):
+    """Per (feature, bin) exact int64 sums of packed codes, one ``np.add.at`` per feature.
+
+    Parameters
+    ----------
+    binned : ndarray of uint8, shape (n_features, n_rows)
+    codes : ndarray of int64, shape (n_rows,)
+    rows : ndarray of int, shape (m,)
+        The node's local row ids.
+
+    Returns
+    -------
+    ndarray of int64, shape (n_features, 256)
+        Bins past the last code are zero (callers slice to their ``n_bins``).
+    """
+    out = np.zeros((binned.shape[0], 256), dtype=np.int64)
+    vals = codes[rows]
+    for f in range(binned.shape[0]):
+        np.add.at(out[f], binned[f, rows], vals)
+    return out

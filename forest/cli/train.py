@@ -42,6 +42,7 @@ PARAM_OPTIONS = (
     ("--learning-rate", "learning_rate", float, "shrinkage (GBDT)"),
     ("--max-bins", "max_bins", int, "value bins per feature (<= 255)"),
     ("--random-state", "random_state", int, "seed of every random choice"),
+    ("--quantized-bins", "quantized_bins", int, "gradient levels of --quantized training (even, default 4)"),
 )
 
 
@@ -78,6 +79,9 @@ def build_parser():
     g = p.add_argument_group("model parameters (default: the estimator's own)")
     for flag, dest, _, text in PARAM_OPTIONS:
         g.add_argument(flag, dest=dest, default=None, help=text)
+    g.add_argument("--quantized", action="store_true",
+                   help="quantized training (GBDT): integer gradients, integer histograms and collectives, "
+                        "leaf values refit from full-precision sums")
     g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="any other estimator parameter, e.g. --param honest=false (repeatable)")
     c = p.add_argument_group("checkpoints (a rerun of the same command resumes, on any number of ranks)")
@@ -134,6 +138,8 @@ def collect_params(args):
         except ValueError:
             raise CLIError(f"{flag} expects {kind.__name__}, got {raw!r}") from None
         given[dest] = f"{flag} {raw}"
+    if args.quantized:
+        params["quantized"], given["quantized"] = True, "--quantized"
     for item in args.param:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():

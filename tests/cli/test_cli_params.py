@@ -42,6 +42,9 @@ def _one_error(main, argv, capsys, prog="forest-train"):
     (GBDT, ["--param", "backend=gpu"], r"--param backend=gpu: backend must be one of"),
     (GBDT, ["--param", "split_mode=tree"], r"split_mode must be one of"),
     (GBDT, ["--param", "random_state=abc"], r"random_state must be None, an int"),
+    (GBDT, ["--quantized", "--quantized-bins", "3"], r"--quantized-bins 3: quantized_bins must be an even int"),
+    (GBDT, ["--quantized", "--param", "split_mode=reduce_scatter"], r"quantized=True needs split_mode='allreduce'"),
+    (REGRESSION, ["--quantized"], r"model 'regression' \(RegressionForest\) has no parameter 'quantized'"),
 ])
 def test_bad_parameters_fail_before_any_work(tmp_path, capsys, model, extra, pattern):
     # The data does not exist: a parameter error must come first, before anything is read.
@@ -60,6 +63,15 @@ def test_good_parameters_are_accepted(small_parquet, tmp_path):
     params = model_io.load(out).get_params()
     assert params["max_features"] == "sqrt" and params["honest"] is False and params["alpha"] == 0.1
     assert params["max_depth"] is None
+
+
+def test_quantized_option_trains_a_quantized_model(small_parquet, tmp_path):
+    out = str(tmp_path / "q.model")
+    assert train.main([small_parquet, "--out", out] + GBDT + ["--quantized", "--quantized-bins", "8"]) == 0
+    from forest import model_io
+
+    params = model_io.load(out).get_params()
+    assert params["quantized"] is True and params["quantized_bins"] == 8
 
 
 @pytest.mark.parametrize("extra", [["--max-features", "foo"], ["--param", "honest=maybe"]])

@@ -26,6 +26,8 @@ MODELS = {
                                             n_iter_no_change=50, random_state=1),
     "gbdt-classifier": lambda: GBDTClassifier(n_estimators=20, max_leaf_nodes=7, early_stopping=True,
                                               n_iter_no_change=50, random_state=1),
+    "gbdt-quantized": lambda: GBDTRegressor(n_estimators=20, max_leaf_nodes=7, early_stopping=True,
+                                            n_iter_no_change=50, random_state=1, quantized=True),
 }
 
 

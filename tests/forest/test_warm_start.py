@@ -21,6 +21,9 @@ MODELS = {
                                               n_iter_no_change=50, random_state=1, warm_start=True),
     "gbdt-classifier": lambda n: GBDTClassifier(n_estimators=n, max_leaf_nodes=7, early_stopping=True,
                                                 n_iter_no_change=50, random_state=1, warm_start=True),
+    "gbdt-quantized": lambda n: GBDTClassifier(n_estimators=n, max_leaf_nodes=7, early_stopping=True,
+                                               n_iter_no_change=50, random_state=1, warm_start=True,
+                                               quantized=True),
 }
 
 
