@@ -28,7 +28,7 @@ and the grower's quantized step in :class:`forest.expansion.LeafwiseGrower`.
 import numba
 import numpy as np
 
-from histogram.quantize import quantize, scales
+from histogram.quantize import column_abs_max, quantize, scales
 from native import collectives as col
 
 from .profiling import phase
@@ -90,7 +90,7 @@ class GradientQuantizer:
         """:class:`QuantizedGradients` of ``channels`` (n, 2K) at boosting ``iteration``."""
         k = channels.shape[1] // 2
         with phase("other"):
-            local = np.abs(channels).max(axis=0) if len(channels) else np.zeros(2 * k)
+            local = column_abs_max(channels)
         with phase("communication"):
             peak = local if self.comm.size == 1 else \
                 col.allgather(self.comm, local[None, :]).max(axis=0)
@@ -104,23 +104,63 @@ class GradientQuantizer:
         return QuantizedGradients(self._codes, scale, fine, self.levels)
 
 
+#: Rows per task of the parallel fixed-point sums (a leaf segment of more rows is cut
+#: into pieces of at most this many, so two threads share even a tree's largest leaf).
+_SUM_PIECE_ROWS = 32768
+
+
 @numba.njit(cache=True)
-def _fixed_leaf_sums(channels, rows, starts, stops, inv, out):
+def _fixed_sums_range(channels, rows, a, b, inv, out):
     c = channels.shape[1]
-    for s in range(starts.shape[0]):
-        for i in range(starts[s], stops[s]):
-            r = rows[i]
-            for j in range(c):
-                out[s, j] += np.int64(np.rint(channels[r, j] * inv[j]))
+    for i in range(a, b):
+        r = rows[i]
+        for j in range(c):
+            out[j] += np.int64(np.rint(channels[r, j] * inv[j]))
+
+
+@numba.njit(cache=True, parallel=True)
+def _fixed_sums_tasks(channels, rows, task_lo, task_hi, inv, partial):
+    for t in numba.prange(task_lo.shape[0]):
+        _fixed_sums_range(channels, rows, task_lo[t], task_hi[t], inv, partial[t])
 
 
 def fixed_leaf_sums(channels, rows, starts, stops, fine):
-    """Per leaf segment, fixed-point sums ``round(channels / fine)``; int64 (n_leaves, C)."""
+    """Per leaf segment, fixed-point sums ``round(channels / fine)``; int64 (n_leaves, C).
+
+    ``channels`` (n, C) float64 is read at ``rows[starts[s]:stops[s]]`` for segment ``s``.
+    The integer sums are exact, so the pieces the threads take (segments cut into
+    :data:`_SUM_PIECE_ROWS`) do not change them. :func:`fixed_leaf_sums_reference` is
+    the NumPy reference.
+    """
+    channels = np.ascontiguousarray(channels, dtype=np.float64)
+    rows = np.ascontiguousarray(rows)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    stops = np.ascontiguousarray(stops, dtype=np.int64)
+    inv = 1.0 / np.asarray(fine, dtype=np.float64)
     out = np.zeros((len(starts), channels.shape[1]), dtype=np.int64)
-    _fixed_leaf_sums(np.ascontiguousarray(channels, dtype=np.float64), rows,
-                     np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(stops, dtype=np.int64),
-                     1.0 / np.asarray(fine, dtype=np.float64), out)
+    lengths = stops - starts
+    threads = numba.get_num_threads()
+    if threads == 1 or lengths.sum() < 2 * _SUM_PIECE_ROWS:
+        for s in range(len(starts)):
+            _fixed_sums_range(channels, rows, starts[s], stops[s], inv, out[s])
+        return out
+    pieces = np.maximum(1, -(-lengths // _SUM_PIECE_ROWS))
+    seg = np.repeat(np.arange(len(starts)), pieces)
+    k = np.arange(len(seg)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece index within its segment
+    lo = starts[seg] + lengths[seg] * k // pieces[seg]
+    hi = starts[seg] + lengths[seg] * (k + 1) // pieces[seg]
+    partial = np.zeros((len(seg), channels.shape[1]), dtype=np.int64)
+    _fixed_sums_tasks(channels, rows, lo, hi, inv, partial)
+    np.add.at(out, seg, partial)
     return out
+
+
+def fixed_leaf_sums_reference(channels, rows, starts, stops, fine):
+    """NumPy reference of :func:`fixed_leaf_sums` (same integers)."""
+    channels = np.asarray(channels, dtype=np.float64)
+    fixed = np.rint(channels * (1.0 / np.asarray(fine, dtype=np.float64))).astype(np.int64)
+    return np.array([fixed[rows[a:b]].sum(axis=0) for a, b in zip(starts, stops)], dtype=np.int64
+                    ).reshape(len(starts), channels.shape[1])
 
 
 def _fine_units(peak, n_global):
@@ -143,7 +183,7 @@ def exact_sum(comm, terms, n_global):
     ndarray of float64, shape (c,)
     """
     terms = np.ascontiguousarray(terms, dtype=np.float64)
-    local = np.abs(terms).max(axis=0) if len(terms) else np.zeros(terms.shape[1])
+    local = column_abs_max(terms)
     peak = local if comm.size == 1 else col.allgather(comm, local[None, :]).max(axis=0)
     fine = _fine_units(peak, n_global)
     sums = fixed_leaf_sums(terms, np.arange(len(terms), dtype=np.int32), np.array([0]), np.array([len(terms)]),

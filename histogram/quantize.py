@@ -48,6 +48,49 @@ def scales(max_abs_g, max_h, levels):
 
 
 @numba.njit(cache=True)
+def _abs_max_rows(x, a, b, out):
+    for j in range(x.shape[1]):
+        out[j] = 0.0
+    for i in range(a, b):
+        for j in range(x.shape[1]):
+            v = abs(x[i, j])
+            if v > out[j]:
+                out[j] = v
+
+
+@numba.njit(cache=True, parallel=True)
+def _abs_max_parallel(x, out):
+    n = x.shape[0]
+    n_chunks = out.shape[0]
+    chunk = (n + n_chunks - 1) // n_chunks
+    for c in numba.prange(n_chunks):
+        a = min(n, c * chunk)
+        _abs_max_rows(x, a, min(n, a + chunk), out[c])
+
+
+def column_abs_max(x):
+    """Largest ``|x[:, j]|`` of each column (0 for no rows); float64, shape (C,).
+
+    The scales' maxima, once per iteration over every training row: numpy's
+    ``np.abs(x).max(axis=0)`` on an ``(n, 2)`` array takes ~35 ms at 900k rows (a
+    temporary and a strided reduction); this pass reads ``x`` once, on every thread.
+
+    Parameters
+    ----------
+    x : ndarray of float64, shape (n, C)
+    """
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    threads = numba.get_num_threads()
+    if x.shape[0] < _PARALLEL_MIN_ROWS or threads == 1:
+        out = np.empty((1, x.shape[1]))
+        _abs_max_rows(x, 0, x.shape[0], out[0])
+    else:
+        out = np.empty((4 * threads, x.shape[1]))
+        _abs_max_parallel(x, out)
+    return out.max(axis=0)
+
+
+@numba.njit(cache=True)
 def _quantize_rows(channels, gids, key, inv, half, levels, out, a, b):
     k_out = out.shape[0]
     shift = half + 1

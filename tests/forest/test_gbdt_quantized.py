@@ -195,3 +195,27 @@ def test_same_model_bitwise_on_any_rank_count(comm):
         np.testing.assert_allclose(dist.validation_loss_, ref.validation_loss_, rtol=1e-12)
     for s in seen:
         assert s == seen[0]
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_fixed_leaf_sums_match_reference(rng, n_threads):
+    """The refit's fixed-point leaf sums against NumPy, with segments large enough to be
+    cut into pieces for the threads (and an empty one)."""
+    import numba
+
+    from forest.quantized import _fine_units, fixed_leaf_sums, fixed_leaf_sums_reference
+
+    n = 150_000
+    channels = np.column_stack([rng.normal(size=n), rng.uniform(0, 0.25, size=n)])
+    rows = rng.permutation(n).astype(np.int32)
+    bounds = np.array([0, 7, 7, 90_000, n])
+    starts, stops = bounds[:-1], bounds[1:]
+    fine = _fine_units(np.abs(channels).max(axis=0), n)
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(n_threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        got = fixed_leaf_sums(channels, rows, starts, stops, fine)
+    finally:
+        numba.set_num_threads(old)
+    np.testing.assert_array_equal(got, fixed_leaf_sums_reference(channels, rows, starts, stops, fine))
+    assert got[1].tolist() == [0, 0]

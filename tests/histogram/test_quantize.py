@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from histogram.cpu_kernels import build_int_histogram, pack_codes
-from histogram.quantize import pack, quantize, quantize_reference, scales, unpack
+from histogram.quantize import column_abs_max, pack, quantize, quantize_reference, scales, unpack
 from histogram.reference import build_int_histogram_numpy
 
 
@@ -99,3 +99,17 @@ def test_int_histogram_rejects_bad_arrays(rng):
     with pytest.raises(ValueError, match="buf holds"):
         build_int_histogram(binned, codes, np.arange(10, dtype=np.int32), 0, 10, np.zeros((3, 4), np.int64),
                             np.empty(3, np.int64))
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("n", [0, 5, 40_000])
+def test_column_abs_max_matches_numpy(rng, n_threads, n):
+    x = rng.normal(size=(n, 4)) * np.array([1.0, 1e-3, 50.0, 0.0])
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(n_threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        got = column_abs_max(x)
+    finally:
+        numba.set_num_threads(old)
+    want = np.abs(x).max(axis=0) if n else np.zeros(4)
+    np.testing.assert_array_equal(got, want)

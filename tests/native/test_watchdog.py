@@ -24,7 +24,7 @@ def say(*words):
     # One write per line: mpirun forwards each write of each rank as a chunk, so a line
     # printed in pieces (print with several arguments, unbuffered) can interleave with
     # another rank's.
-    sys.stdout.write(" ".join(map(str, words)) + "\n")
+    sys.stdout.write(" ".join(map(str, words)) + "\\n")
     sys.stdout.flush()
 
 
