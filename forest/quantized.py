@@ -28,6 +28,7 @@ and the grower's quantized step in :class:`forest.expansion.LeafwiseGrower`.
 import numba
 import numpy as np
 
+from histogram.cpu_kernels import PREFETCH_ROWS, _prefetch
 from histogram.quantize import column_abs_max, quantize, scales
 from native import collectives as col
 
@@ -112,7 +113,12 @@ _SUM_PIECE_ROWS = 32768
 @numba.njit(cache=True)
 def _fixed_sums_range(channels, rows, a, b, inv, out):
     c = channels.shape[1]
+    flat = channels.reshape(-1)
     for i in range(a, b):
+        # The rows of a leaf are scattered over the whole array: each read is a cache
+        # miss unless asked for ahead (as the histogram kernels do).
+        if i + PREFETCH_ROWS < b:
+            _prefetch(flat, np.int64(rows[i + PREFETCH_ROWS]) * c)
         r = rows[i]
         for j in range(c):
             out[j] += np.int64(np.rint(channels[r, j] * inv[j]))
