@@ -42,10 +42,12 @@ test: $(STAMP)
 # The serial suite (collectives run on a world of size 1) in TEST_WORKERS pytest
 # processes, a test file per worker at a time. Two, because most of a cold run is
 # single-threaded: Numba compiling kernels into the (shared, atomically written) cache
-# and tests waiting on the mpirun jobs they launch; one worker left a core idle.
+# and tests waiting on the mpirun jobs they launch; one worker left a core idle. Tests
+# marked `solo` bound the wall time of whole mpirun jobs, so they run afterwards, alone.
 TEST_WORKERS ?= 2
 test-serial: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not solo" tests
+	$(PY) -m pytest -q -m solo tests
 
 # Every test marked `mpi` runs again under real ranks, odd counts included. One Numba
 # thread per rank: K ranks already oversubscribe the 2 cores; threads are covered serially.

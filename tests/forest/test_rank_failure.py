@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Bounds on wall-clock time: run with the machine to themselves (pyproject: solo).
+pytestmark = pytest.mark.solo
+
 ROOT = Path(__file__).resolve().parents[2]
 MPIRUN = Path(sys.executable).parent / "mpirun"
 

@@ -11,6 +11,9 @@ import pytest
 
 from native_mpirun import REPO, run_mpirun, run_script
 
+# Bounds on wall-clock time: run with the machine to themselves (pyproject: solo).
+pytestmark = pytest.mark.solo
+
 # One write per line: mpirun forwards each write of each rank as a chunk, so a line printed
 # in pieces (print writes its arguments and the newline separately when unbuffered) can
 # interleave with another rank's line.

@@ -9,6 +9,9 @@ import pytest
 from native_mpirun import run_script
 from test_native_launch import seconds_since
 
+# Bounds on wall-clock time: run with the machine to themselves (pyproject: solo).
+pytestmark = pytest.mark.solo
+
 FAST = {"HISTFOREST_WATCHDOG_PROBE": "1", "HISTFOREST_WATCHDOG_STALL": "3",
         "HISTFOREST_WATCHDOG_SILENT": "4"}
 
