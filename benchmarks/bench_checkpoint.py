@@ -196,6 +196,8 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--every", type=int, default=10, help="GBDT iterations between checkpoints (default 10)")
     p.add_argument("--only", default="gbdt,causal", help="comma list among gbdt,causal")
+    p.add_argument("--causal-rows", type=int, default=None,
+                   help="causal forest training rows (default 1,000,000; 20,000 with --quick)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per contender (default 7200; 900 quick)")
     p.add_argument("--write", dest="write", action="store_true", default=None,
                    help="write the table to RESULTS.md (default for full runs)")
@@ -216,7 +218,7 @@ def main(argv=None):
                "seed": args.seed}
         cases.append((f"GBDTClassifier, {cfg['n_trees']} trees, every {args.every}", "gbdt", n, cfg))
     if "causal" in args.only:
-        n = 20_000 if q else 1_000_000
+        n = args.causal_rows or (20_000 if q else 1_000_000)
         datasets.wager_athey(n, d=20, seed=args.seed)
         cfg = {"n_estimators": 40 if q else 200, "min_samples_leaf": 5, "max_samples": 0.5, "honest": True,
                "mtry": 20, "seed": args.seed}
