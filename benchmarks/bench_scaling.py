@@ -467,7 +467,7 @@ def plan_check(args):
         cli_args = build_parser().parse_args(argv)
         source = open_source(path)
         features = [c for c in source.columns if c not in ("t", "y")]
-        work = cli_plan.workload(cli_args, collect_params(cli_args), source, features)
+        work = cli_plan.workload(cli_args, collect_params(cli_args)[0], source, features)
         # untimed: fills the Numba cache (forest-train compiles inside its fit when cold)
         subprocess.run([sys.executable, THIS, "--train-wrapper", "--"] + argv + ["--force"],
                        capture_output=True, text=True, env=_harness.thread_env(1), check=True)
