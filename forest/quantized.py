@@ -38,6 +38,16 @@ from .profiling import phase
 _QUANT_STREAM = 0x51 << 48  # "Q"
 
 
+def global_abs_max(comm, x):
+    """Largest ``|x[:, j]|`` of each column over all ranks (one allgather); float64 (C,)."""
+    with phase("other"):
+        local = column_abs_max(x)
+    if comm.size == 1:
+        return local
+    with phase("communication"):
+        return col.allgather(comm, local[None, :]).max(axis=0)
+
+
 class QuantizedGradients:
     """One iteration's integer gradients.
 
@@ -90,11 +100,7 @@ class GradientQuantizer:
     def quantize(self, channels, iteration):
         """:class:`QuantizedGradients` of ``channels`` (n, 2K) at boosting ``iteration``."""
         k = channels.shape[1] // 2
-        with phase("other"):
-            local = column_abs_max(channels)
-        with phase("communication"):
-            peak = local if self.comm.size == 1 else \
-                col.allgather(self.comm, local[None, :]).max(axis=0)
+        peak = global_abs_max(self.comm, channels)
         with phase("other"):
             scale = scales(peak[:k], peak[k:], self.levels)
             fine = _fine_units(peak, self.n_global)
@@ -189,8 +195,7 @@ def exact_sum(comm, terms, n_global):
     ndarray of float64, shape (c,)
     """
     terms = np.ascontiguousarray(terms, dtype=np.float64)
-    local = column_abs_max(terms)
-    peak = local if comm.size == 1 else col.allgather(comm, local[None, :]).max(axis=0)
+    peak = global_abs_max(comm, terms)
     fine = _fine_units(peak, n_global)
     sums = fixed_leaf_sums(terms, np.arange(len(terms), dtype=np.int32), np.array([0]), np.array([len(terms)]),
                            fine)[0]
