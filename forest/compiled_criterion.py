@@ -20,6 +20,9 @@ All are Numba-compilable functions whose first argument is the record ``p``:
 ``gains(p, lefts, rights, consts, out, row, n)``
     Gains of ``n`` candidate splits of one node into ``out[row, :n]``: ``lefts`` and
     ``rights`` (``>= n`` rows, ``C`` columns) are the two children's channel sums.
+    Within one call every candidate splits the same total (``lefts[i] + rights[i]``
+    equal for all ``i``: the node's sums, or a histogram search's per-feature total),
+    so a piece may derive one side from the other.
     Must equal the criterion's vectorised ``gain`` (``-inf`` where a constraint
     fails): tests compare the two. Called once per (node, feature), so the loop over
     candidates belongs inside it (a call per candidate costs more than the gain).
