@@ -150,6 +150,10 @@ def main(argv=None):
         kw = dict(small, depth=2, seed=seed)
         res = [("histforest PolicyTree(2), exact, 64 bins", run("histforest depth 2", "contender_ours", kw)),
                ("EconML PolicyTree(max_depth=2), defaults (honest)", run("EconML depth 2", "contender_econml", kw)),
+               ("histforest PolicyTree(2), exact, 32 bins",
+                run("histforest depth 2, 32 bins", "contender_ours", dict(kw, max_bins=32))),
+               ("histforest PolicyTree(2), exact, 16 bins",
+                run("histforest depth 2, 16 bins", "contender_ours", dict(kw, max_bins=16))),
                ("EconML PolicyTree(max_depth=2, honest=False)",
                 run("EconML depth 2 not honest", "contender_econml", dict(kw, honest=False)))]
         failed += [r for _, r in res if not _ok(r)]

@@ -15,6 +15,7 @@ Usage::
 
     .venv/bin/python benchmarks/profile_causal.py --rows 20000 --threads 1
     .venv/bin/python benchmarks/profile_causal.py --rows 100000 --threshold inf
+    .venv/bin/python benchmarks/profile_causal.py --rows 100000 --design arms3 --threads 2
     NUMBA_NUM_THREADS=1 .venv/bin/mpirun -np 2 .venv/bin/python benchmarks/profile_causal.py --rows 100000
 """
 import argparse
@@ -38,6 +39,9 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=20000)
     p.add_argument("--features", type=int, default=20)
     p.add_argument("--trees", type=int, default=200)
+    p.add_argument("--design", default="wa", choices=("wa", "arms3", "arms5", "continuous2"),
+                   help="wa: forest.simulate.athey_wager (binary t); the others: bench_causal's "
+                        "several-treatment designs (benchmarks/datasets.py)")
     p.add_argument("--nuisance", type=int, default=None, help="trees per centering forest (default: the model's)")
     p.add_argument("--threads", type=int, default=None, help="Numba threads (default: Numba's)")
     p.add_argument("--threshold", type=float, default=None,
@@ -63,7 +67,7 @@ def main(argv=None):
     if a.threads:
         numba.set_num_threads(a.threads)
     forest.profiling.time = _CpuClock
-    data = athey_wager(a.rows, a.features, seed=1)
+    data = athey_wager(a.rows, a.features, seed=1) if a.design == "wa" else _several(a)
     lo = a.rows * comm.rank // comm.size
     hi = a.rows * (comm.rank + 1) // comm.size
     X, t, y = data.X[lo:hi], data.t[lo:hi], data.y[lo:hi]
@@ -80,6 +84,24 @@ def main(argv=None):
     RegressionForest.fit = timed_fit
     with engine_options(local_threshold=a.threshold, hist_rows=a.hist_rows) as engine:
         _fits(a, comm, est_args=(X, t, y), data=data, centering_s=centering_s, engine=engine)
+
+
+class _Design:
+    """Training rows and test points with their true effects (the fields _fits reads)."""
+
+    def __init__(self, X, t, y, X_eval, tau_eval):
+        self.X, self.t, self.y, self.X_eval, self.tau_eval = X, t, y, X_eval, tau_eval
+
+
+def _several(a):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import datasets
+
+    if a.design == "continuous2":
+        d = datasets.continuous_two(a.rows, d=a.features, n_test=2000, seed=0)
+    else:
+        d = datasets.multi_arm(a.rows, arms=int(a.design.removeprefix("arms")), d=a.features, n_test=2000, seed=0)
+    return _Design(d["X"], d["t"], d["y"], d["X_test"], d["tau_test"])
 
 
 def _fits(a, comm, est_args, data, centering_s, engine):
@@ -110,11 +132,13 @@ def _fits(a, comm, est_args, data, centering_s, engine):
             from native import collectives as col
 
             cpus = col.allreduce(comm, cpus)
-        tau = est.predict(data.X[:2000])
-        rmse = float(np.sqrt(np.mean((tau - data.tau[:2000]) ** 2)))
+        X_eval, tau_eval = (data.X_eval, data.tau_eval) if isinstance(data, _Design) else (data.X[:2000],
+                                                                                           data.tau[:2000])
+        tau = np.asarray(est.predict(X_eval)).reshape(np.shape(tau_eval))
+        rmse = float(np.sqrt(np.mean((tau - tau_eval) ** 2)))
         nodes = len(est.estimators_["feature"])
         if comm.rank == 0:
-            print(f"rows={a.rows} d={a.features} trees={a.trees} ranks={comm.size} threads={numba.get_num_threads()} "
+            print(f"design={a.design} rows={a.rows} d={a.features} trees={a.trees} ranks={comm.size} threads={numba.get_num_threads()} "
                   f"threshold={engine.local_threshold} hist_rows={engine.hist_rows} rep={rep}: wall {wall:.2f} s, "
                   f"CPU {cpu:.2f} s "
                   f"(all ranks {cpus[0]:.2f} s), nodes {nodes}, rmse(tau) {rmse:.4f}")
