@@ -2,7 +2,8 @@
 
 Why: this machine's speed swings up to 2.5x within an evening, so a "before" table from
 another run says little about a refactor. This script checks out both commits as
-detached worktrees (``benchmarks/out/ab-<sha>``), and runs each contender in a fresh
+detached worktrees (``benchmarks/out/ab-<sha>``, removed at the end unless
+``--keep-worktrees``), and runs each contender in a fresh
 process from each checkout, alternating base and head ``--repeats`` times; the tables
 give the minimum and the median per commit and their ratio. The data come from this
 checkout's ``datasets`` (the same rows for both); every contender warms its Numba cache
@@ -103,17 +104,31 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("--keep-worktrees", action="store_true",
+                   help="leave benchmarks/out/ab-<sha> checked out (their Numba caches make a rerun start faster)")
     p.add_argument("--write", action="store_true", help=f"append the tables to RESULTS.md ('{SECTION}')")
     return p.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    refs = [_worktree(args.base), _worktree(args.head)]
     parts = args.parts.split(",")
     unknown = set(parts) - {"gbdt", "causal"}
     if unknown:
         raise SystemExit(f"unknown --parts {sorted(unknown)}")
+    refs = [_worktree(args.base), _worktree(args.head)]
+    if refs[0][0] == refs[1][0]:
+        raise SystemExit(f"--base and --head are the same commit ({refs[0][0]})")
+    try:
+        results = _run_all(args, refs, parts)
+    finally:
+        if not args.keep_worktrees:
+            for _, path in refs:
+                subprocess.call(["git", "-C", ROOT, "worktree", "remove", "--force", path])
+    _report(args, refs, parts, results)
+
+
+def _run_all(args, refs, parts):
     results = {}
     for rep in range(args.repeats):
         for part in parts:
@@ -123,6 +138,10 @@ def main(argv=None):
                 res = _harness.run_contender(f"{part} {sha} #{rep + 1}", THIS, f"contender_{part}", kw,
                                              threads=args.threads, timeout=args.timeout)
                 results.setdefault((part, sha), []).append(res)
+    return results
+
+
+def _report(args, refs, parts, results):
     rows = []
     for part in parts:
         base_sha, head_sha = refs[0][0], refs[1][0]
