@@ -325,12 +325,18 @@ def _general_offsets(K, M):
     return o_floor, o_valid, o_q, o_p
 
 
-def _general_consts_size(K, M):
-    n_moments = 1 + K + M + K * M + K * (K + 1) // 2
+def _general_consts_size(K, M, n_moments):
+    """Node-constant slots: ``P`` has ``n_moments`` (:attr:`CausalChannels.n_moments`) columns."""
     return _general_offsets(K, M)[-1] + K * M * n_moments
 
 
 _general_offsets_jit = njit(cache=True, inline="always")(_general_offsets)
+
+
+@njit(cache=True, inline="always")
+def _n_moments(p):
+    """Moment channels of record ``p``: the ``g W~W~^T`` triangle is the last block (CausalChannels)."""
+    return p.ww0 + p.K * (p.K + 1) // 2
 
 
 @njit(cache=True, inline="always")
@@ -346,7 +352,7 @@ def causal_prepare_general(p, parent, out):
     K = p.K
     M = p.M
     o_floor, o_valid, o_q, o_p = _general_offsets_jit(K, M)
-    nm = p.ww0 + K * (K + 1) // 2
+    nm = _n_moments(p)
     g = parent[0]
     wbar = np.empty(K)
     ybar = np.empty(M)
@@ -457,7 +463,7 @@ def causal_gains_general(p, lefts, rights, consts, out, row, n):
     """General :meth:`CausalCriterion.gain` of ``n`` candidates of one node into ``out[row, :n]``."""
     K = p.K
     o_floor, o_valid, o_q, o_p = _general_offsets_jit(K, p.M)
-    nm = p.ww0 + K * (K + 1) // 2
+    nm = _n_moments(p)
     valid = consts[o_valid] != 0.0
     pen = p.imbalance_penalty
     if n > 0:
@@ -757,7 +763,7 @@ class CausalCriterion(Criterion):
             record = CausalRecord(self.K, self.M, L.s_ww.start, L.i_count, L.s_arm.start,
                                   float(self.min_samples_leaf), self.alpha, self.imbalance_penalty,
                                   self.constraint == "sign", self.precondition)
-            n_consts = _general_consts_size(self.K, self.M)
+            n_consts = _general_consts_size(self.K, self.M, L.n_moments)
         return CompiledCriterion(record, L.i_count, self.min_samples_leaf, n_consts)
 
 
