@@ -263,7 +263,7 @@ def code_rows(X, a, n, table, width, used, codes, stride):
 
     ``codes[f * stride + r] = #{t in T_f : t < X[a + r, f]}`` (255 for NaN) for
     each feature ``f`` in ``used``, by a branch-free binary search over the row of
-    ``table``.
+    ``table`` (``width`` a power of two).
 
     Parameters
     ----------
@@ -275,6 +275,15 @@ def code_rows(X, a, n, table, width, used, codes, stride):
     codes : ndarray of uint8, shape (>= n_features * stride,)
     stride : int
     """
+    # The search sets the code's bits from the top: bit s is whether the threshold
+    # below the candidate ``lo | (2**s - 1)`` is under x. It is written as an OR of
+    # a shifted comparison on purpose: the form ``lo += (t < x) * h`` becomes a
+    # select, which LLVM's x86 back end turned into a branch on the data (half of
+    # them mispredicted: 57 ns per code against 16 ns for this form, 1 thread).
+    one = np.uint64(1)
+    log_width = np.uint64(0)
+    while (one << log_width) < np.uint64(width):
+        log_width += one
     for u in range(used.shape[0]):
         f = used[u]
         base = np.uint64(f * width)
@@ -282,10 +291,10 @@ def code_rows(X, a, n, table, width, used, codes, stride):
         for r in range(n):
             x = X[a + r, f]
             lo = np.uint64(0)
-            h = np.uint64(width >> 1)
-            while h > 0:
-                lo += np.uint64(table[base + lo + h - np.uint64(1)] < x) * h
-                h >>= np.uint64(1)
+            s = log_width
+            while s > 0:
+                s -= one
+                lo |= np.uint64(table[base + (lo | ((one << s) - one))] < x) << s
             codes[out + np.uint64(r)] = np.uint8(RECORD_MISSING) if x != x else np.uint8(lo)
 
 
