@@ -183,8 +183,8 @@ _VALUES, _LEAVES, _OOB = 0, 1, 2
 
 
 @numba.njit(cache=True)
-def _batch_walk(X, records, roots, table, width, used, mode, leaf_values_t, leaf_map, oob_codes, values_out,
-                leaves_out, cnt, a, b):
+def _batch_walk(X, records, roots, sure_passes, table, width, used, mode, leaf_values_t, leaf_map, oob_codes,
+                values_out, leaves_out, cnt, a, b):
     """Rows ``[a, b)`` of ``X`` through every tree, a block of :data:`ROW_BLOCK` rows at a time.
 
     ``mode``: ``_VALUES`` adds each tree's leaf vector to ``values_out`` (trees in
@@ -221,7 +221,7 @@ def _batch_walk(X, records, roots, table, width, used, mode, leaf_values_t, leaf
                 for r in range(n):                # out-of-bag rows only (branch-free)
                     rows[m] = r
                     m += oob_codes[t, a0 + r] == 0
-            walk_block(codes, ROW_BLOCK, records, roots[t], rows, m, act, leaf)
+            walk_block(codes, ROW_BLOCK, records, roots[t], sure_passes[t], rows, m, act, leaf)
             if mode == _LEAVES:
                 for r in range(n):
                     leaves_out[a0 + r, t] = leaf_map[records[leaf[r]] & _LOW32]
@@ -242,12 +242,12 @@ def _batch_walk(X, records, roots, table, width, used, mode, leaf_values_t, leaf
 
 
 @numba.njit(cache=True, parallel=True)
-def _par_batch_walk(X, records, roots, table, width, used, mode, leaf_values_t, leaf_map, oob_codes, values_out,
-                    leaves_out, cnt, n_chunks):
+def _par_batch_walk(X, records, roots, sure_passes, table, width, used, mode, leaf_values_t, leaf_map, oob_codes,
+                    values_out, leaves_out, cnt, n_chunks):
     n = X.shape[0]
     for c in numba.prange(n_chunks):
-        _batch_walk(X, records, roots, table, width, used, mode, leaf_values_t, leaf_map, oob_codes, values_out,
-                    leaves_out, cnt, c * n // n_chunks, (c + 1) * n // n_chunks)
+        _batch_walk(X, records, roots, sure_passes, table, width, used, mode, leaf_values_t, leaf_map, oob_codes,
+                    values_out, leaves_out, cnt, c * n // n_chunks, (c + 1) * n // n_chunks)
 
 
 def _run_batch(batch, X, mode, values_out=None, leaves_out=None, leaf_map=None, oob_codes=None, cnt=None):
@@ -268,7 +268,7 @@ class _BatchForest:
     Attributes
     ----------
     walk : tuple
-        ``(records, roots, table, width, used)`` as the batch kernels take them.
+        ``(records, roots, sure_passes, table, width, used)`` as the batch kernels take them.
     leaf_values : ndarray of float64, shape (n_leaves, n_outputs)
         Leaf vectors in compact leaf order (each tree's leaves together).
     leaf_values_t : ndarray of float64, shape (n_outputs, n_leaves)
@@ -279,8 +279,8 @@ class _BatchForest:
     """
 
     def __init__(self, layout, packed):
-        self.walk = (layout["records"], layout["roots"], layout["table"], np.int64(layout["width"]),
-                     layout["used"])
+        self.walk = (layout["records"], layout["roots"], layout["sure_passes"], layout["table"],
+                     np.int64(layout["width"]), layout["used"])
         nodes = layout["leaf_nodes"]
         self.leaf_starts = layout["leaf_starts"]
         self.leaf_values = np.ascontiguousarray(np.asarray(packed["value"], dtype=np.float64)[nodes])

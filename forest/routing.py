@@ -184,6 +184,8 @@ def _encode_records(feature, rank, missing_left, left, right, offsets):
     roots = np.empty(n_trees + 1, dtype=np.int64)
     leaf_starts = np.empty(n_trees + 1, dtype=np.int64)
     source = np.empty(n_nodes, dtype=np.int64)       # record id -> packed node id
+    depth = np.zeros(n_nodes, dtype=np.int64)        # record id -> depth in its tree
+    sure_passes = np.zeros(n_trees, dtype=np.int64)
     n_leaves = 0
     for i in range(n_nodes):
         n_leaves += feature[i] < 0
@@ -194,8 +196,10 @@ def _encode_records(feature, rank, missing_left, left, right, offsets):
         roots[t] = pos
         leaf_starts[t] = leaf
         source[pos] = offsets[t]
+        depth[pos] = 0
         pos += 1
         head = roots[t]
+        shallowest_leaf = -1
         while head < pos:                            # breadth-first: children in pairs
             node = source[head]
             f = feature[node]
@@ -203,6 +207,8 @@ def _encode_records(feature, rank, missing_left, left, right, offsets):
                 lo, hi = left[node], right[node]
                 source[pos] = lo
                 source[pos + 1] = hi
+                depth[pos] = depth[head] + 1
+                depth[pos + 1] = depth[head] + 1
                 s = np.uint64(missing_left[node] != 0)
                 link = (np.uint64(pos) << np.uint64(2)) | np.uint64(feature[lo] >= 0) \
                     | (np.uint64(feature[hi] >= 0) << np.uint64(1))
@@ -213,10 +219,13 @@ def _encode_records(feature, rank, missing_left, left, right, offsets):
                 records[head] = np.uint64(leaf)
                 leaf_nodes[leaf] = node
                 leaf += 1
+                if shallowest_leaf < 0:              # breadth-first: the first leaf is the shallowest
+                    shallowest_leaf = depth[head]
             head += 1
+        sure_passes[t] = max(shallowest_leaf - 1, 0)
     roots[n_trees] = pos
     leaf_starts[n_trees] = leaf
-    return records, roots, leaf_starts, leaf_nodes
+    return records, roots, leaf_starts, leaf_nodes, sure_passes
 
 
 def encode_records(packed, n_features):
@@ -238,7 +247,9 @@ def encode_records(packed, n_features):
         (int64: compact leaf index -> packed node id), ``table`` (float64,
         ``(n_features * width,)``: row ``f`` holds ``T_f`` then ``+inf``), ``width``
         (a power of two above every ``len(T_f)``), ``used`` (int64: the features
-        some innerNode splits on). ``None`` when the forest does not fit the layout:
+        some innerNode splits on), ``sure_passes`` (int64, ``(n_trees,)``: levels every
+        row passes without meeting a leaf, the tree's shallowest leaf depth minus one;
+        :func:`walk_block` takes them without compacting). ``None`` when the forest does not fit the layout:
         more than :data:`RECORD_MAX_THRESHOLDS` thresholds on a feature, a NaN
         threshold, too many features or nodes.
     """
@@ -249,12 +260,12 @@ def encode_records(packed, n_features):
     table, width, _, used, rank = _threshold_ranks(feature, threshold, int(n_features))
     if width == 0:
         return None
-    records, roots, leaf_starts, leaf_nodes = _encode_records(
+    records, roots, leaf_starts, leaf_nodes, sure_passes = _encode_records(
         feature, rank, np.ascontiguousarray(packed["missing_left"], dtype=np.uint8),
         np.ascontiguousarray(packed["left"], dtype=np.int32), np.ascontiguousarray(packed["right"], dtype=np.int32),
         np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64))
     return dict(records=records, roots=roots, leaf_starts=leaf_starts, leaf_nodes=leaf_nodes, table=table,
-                width=int(width), used=used)
+                width=int(width), used=used, sure_passes=sure_passes)
 
 
 @numba.njit(cache=True)
@@ -299,13 +310,15 @@ def code_rows(X, a, n, table, width, used, codes, stride):
 
 
 @numba.njit(cache=True)
-def walk_block(codes, stride, records, root, rows, m, act, leaf):
+def walk_block(codes, stride, records, root, sure_passes, rows, m, act, leaf):
     """Route rows ``rows[:m]`` of a coded block through one tree, level by level.
 
     Each pass over the active rows moves every row one level down, with no branch
     on the row's data: rows are independent, so the processor overlaps their
     node and code loads. Rows that reach a leaf drop out of the active list
-    (compacted in place).
+    (compacted in place). The first ``sure_passes`` levels cannot end at a leaf,
+    so they update every row in place and skip the compaction and the leaf store:
+    a third fewer instructions per level, on the levels every row walks.
 
     Parameters
     ----------
@@ -316,6 +329,9 @@ def walk_block(codes, stride, records, root, rows, m, act, leaf):
         :func:`encode_records` layout.
     root : int
         Record id of the tree's root.
+    sure_passes : int
+        Levels below the root that hold no leaf (:func:`encode_records`); 0 is
+        always correct.
     rows : ndarray of uint32, shape (>= m,)
         Block-local rows to route (< 2**32).
     m : int
@@ -327,13 +343,23 @@ def walk_block(codes, stride, records, root, rows, m, act, leaf):
     low = _LOW32
     one = np.uint64(1)
     top = np.uint64(root) << np.uint64(32)
-    for j in range(m):
-        r = rows[j]
-        act[j] = top | np.uint64(r)
-        leaf[r] = np.uint32(root)
     if records[root] >> np.uint64(63) == 0:
+        for j in range(m):
+            leaf[rows[j]] = np.uint32(root)
         return
+    for j in range(m):
+        act[j] = top | np.uint64(rows[j])
     ustride = np.uint64(stride)
+    for _ in range(sure_passes):
+        for j in range(m):
+            state = act[j]
+            r = state & low
+            rec = records[state >> np.uint64(32)]
+            f = (rec >> np.uint64(48)) & np.uint64(0x7FFF)
+            code = np.uint64(codes[f * ustride + r])
+            right = one - np.uint64(goes_left_shifted(code, (rec >> np.uint64(32)) & np.uint64(0xFF),
+                                                      (rec >> np.uint64(40)) & np.uint64(0xFF)))
+            act[j] = (((rec & low) >> np.uint64(2)) + right) << np.uint64(32) | r
     while m > 0:
         k = np.uint64(0)
         for j in range(m):

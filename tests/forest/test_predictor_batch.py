@@ -89,6 +89,28 @@ def test_batch_matches_reference(rng, threads, n_rows, batch_always):
     np.testing.assert_array_equal(tree_values(packed, X), values[index])
 
 
+@pytest.mark.parametrize("p_stop", [0.0, 0.05, 0.5])   # full trees (every level sure), a few, hardly any
+def test_sure_passes_are_the_levels_above_the_shallowest_leaf(rng, threads, p_stop, batch_always):
+    thresholds = [np.sort(rng.normal(size=30)) for _ in range(5)]
+    trees = [random_tree(rng, 5, 2, thresholds, depth=int(rng.integers(1, 9)), p_stop=p_stop) for _ in range(15)]
+    stump = Tree(2)
+    stump.add_node(0, 1.0, rng.normal(size=2))
+    trees.append(stump)
+    packed = pack_trees(trees)
+    layout = encode_records(packed, 5)
+    want = []
+    for tree in trees:                                   # plain reference: depth of the shallowest leaf
+        leaf_depths = [tree.depth[i] for i in range(tree.node_count) if tree.feature[i] < 0]
+        want.append(max(min(leaf_depths) - 1, 0))
+    np.testing.assert_array_equal(layout["sure_passes"], want)
+    if p_stop == 0.0:
+        assert max(want) >= 5                            # the in-place passes are really taken
+    X = _rows(rng, 3000, thresholds)
+    ref_leaves, ref_values = predict_reference(trees, X)
+    np.testing.assert_array_equal(predict_leaves(packed, X), ref_leaves)
+    np.testing.assert_array_equal(predict_values(packed, X), ref_values)
+
+
 def test_batch_equals_per_row_walk(rng, threads, per_row_walk):
     trees, thresholds = _forest(rng, n_trees=20, depth=12)
     packed = pack_trees(trees)
