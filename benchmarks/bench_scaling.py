@@ -10,9 +10,10 @@ Modes
 ``--calibrate``
     Measures the constants on this machine and writes them with this command, host
     and date: ``native/calibration.json`` (collectives: message latency and per-byte
-    costs from ``native.transport.exchange`` between 2 ranks, the latency of a step
-    when 4 ranks share the cores, ``numpy.add`` and copy speed, the fixed cost of a
-    call; minima over blocks of repetitions) and ``forest/calibration.json`` (per
+    costs from ``native.transport.exchange`` between 2 ranks, ``numpy.add`` and copy
+    speed, the fixed cost of a call; minima over blocks of repetitions; for each
+    rank count from cores + 1 to 4, the latency of a message step between compute
+    phases when ranks share the cores, :func:`_phase_step_latency`) and ``forest/calibration.json`` (per
     phase of ``forest.profiling``: seconds per work unit and per call, least squares
     over traced single-rank, single-thread fits at two sizes, each fit repeated and
     the minimum per phase kept; memory: base RSS and bytes per row; from the traces:
@@ -188,6 +189,8 @@ def contender_collectives(threads, **_):
 
     small = np.zeros(1)
     big = np.random.default_rng(r).standard_normal(2 ** 20)  # 8 MiB
+    if p > (os.cpu_count() or 1):
+        return {"p": p, **_phase_step_latency(comm, col)}
     sbuf, rbuf = np.zeros(1), np.zeros(1)
     bbuf = np.empty_like(big)
     alpha = timed(lambda: exchange(comm, sbuf, peer, rbuf, peer, 990), 500)
@@ -200,6 +203,46 @@ def contender_collectives(threads, **_):
         out["gamma"] = timed(lambda: np.add(big, other, out=bbuf), 10) / big.nbytes
         out["copy"] = timed(lambda: np.array(big, copy=True), 10) / big.nbytes
     return out
+
+
+def _phase_step_latency(comm, col, phase_s=2e-3, reps=150):
+    """Latency of a message step when ranks share cores, measured the way fits meet it.
+
+    A fit alternates compute phases (milliseconds of one rank's work) with
+    collectives. When more ranks than cores run, a message step can only complete
+    once its partner is on a core, and a rank that has reached the collective spins
+    there while a rank sharing its core still computes. A tight ping-pong loop
+    (all ranks in MPI all the time) does not see this: it measured 13 us a step here,
+    where fits lose milliseconds per collective. So: ``reps`` rounds of ``phase_s`` of
+    compute (its CPU time measured per rank), then a ring allreduce of 8 doubles
+    (``2 (p - 1)`` steps); the wall time per round beyond the compute of the busiest
+    core (``ceil(p / cores)`` ranks time-sharing it) is charged to the steps.
+    """
+    import math
+
+    p = comm.size
+    cores = os.cpu_count() or 1
+    a = np.random.default_rng(comm.rank).standard_normal(4096)
+    reps_per_phase = 1
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < 0.05:           # size the phase on this rank's own CPU time
+        np.sort(a)
+        reps_per_phase += 1
+    reps_per_phase = max(1, int(reps_per_phase * phase_s / 0.05))
+    buf = np.zeros(8)
+    comm.barrier()
+    cpu, start = 0.0, time.perf_counter()
+    for _ in range(reps):
+        c0 = time.thread_time()
+        for _ in range(reps_per_phase):
+            np.sort(a)
+        cpu += time.thread_time() - c0
+        col.allreduce(comm, buf, algorithm="ring")
+    wall = (time.perf_counter() - start) / reps
+    cpu /= reps
+    busiest = math.ceil(p / cores)
+    steps = 2 * (p - 1)
+    return {"phase_wall": wall, "phase_cpu": cpu, "alpha": max(wall - busiest * cpu, 0.0) / steps}
 
 
 # ============================================================================ calibrate
@@ -230,7 +273,10 @@ def calibrate(args):
     print(f"calibrating on {prov['machine']} (load {prov['load_average_at_start']})", flush=True)
     # --- collectives
     two = _run("collectives -np 2", "contender_collectives", {}, nprocs=2)["ranks"]
-    four = _run("collectives -np 4", "contender_collectives", {}, nprocs=4)["ranks"]
+    over = {}
+    for k in range((os.cpu_count() or 1) + 1, 5):
+        ranks = _run(f"collectives -np {k}", "contender_collectives", {}, nprocs=k)["ranks"]
+        over[str(k)] = max(x["alpha"] for x in ranks)  # the collective waits for its slowest rank
     r0 = two[0]
     native_consts = {"alpha_intra": min(x["alpha"] for x in two), "beta_intra": min(x["beta"] for x in two),
                      "gamma": r0["gamma"], "copy": r0["copy"], "call_overhead": r0["call_overhead"]}
@@ -241,8 +287,9 @@ def calibrate(args):
     costs.CALIBRATION_PATH.write_text(json.dumps(native_doc, indent=1) + "\n")
     print(f"wrote {costs.CALIBRATION_PATH}")
     costs.measured.cache_clear()
-    over_alpha = min(x["alpha"] for x in four)
-    print(f"collectives: {native_consts}; 4 ranks on {os.cpu_count()} cores: alpha {over_alpha:.2e} s", flush=True)
+    over_alpha = over
+    print(f"collectives: {native_consts}; step latency with more ranks than {os.cpu_count()} cores: "
+          + ", ".join(f"-np {k}: {v:.2e} s" for k, v in over.items()), flush=True)
     # --- compute phases and memory: the measurements are kept in the file, so the
     # constants can be refitted (--refit) after a change of the model's formulas
     measurements = []

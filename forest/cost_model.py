@@ -23,9 +23,11 @@ How it works
    ``ranks_per_node`` consecutive ranks; inter-node latency and bandwidth are
    parameters of :class:`Cluster`).
 4. **Ranks per core**: when a node runs more rank-threads than it has cores, compute
-   is slowed by the oversubscription factor and every message step costs the
-   measured oversubscribed latency (this machine's validation runs up to 4 ranks on
-   2 cores).
+   runs at the pace of the busiest core (``ceil`` of rank-threads per core: ranks
+   wait for each other at every collective) and every message step costs the
+   oversubscribed step latency, measured between compute phases as fits meet it
+   (milliseconds: a step completes only once its partner gets a core). This
+   machine's validation runs up to 4 ranks on 2 cores.
 5. **Memory** (:func:`peak_memory`): measured base (interpreter, libraries, compiled
    kernels) + the arrays the fit holds per local row (features as codes, plus the
    caller's float features in Python) + a calibrated number of bytes per local row for
@@ -47,6 +49,14 @@ CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
 MODELS = ("gbdt-regressor", "gbdt-classifier", "regression", "causal", "instrumental")
 
 # ----------------------------------------------------------------------------- cluster
+#: How long the operating system takes to even out ranks over shared cores, seconds.
+#: A judgment, not a fitted constant: Linux balances its run queues every few to
+#: some tens of milliseconds on a small machine, so phases of about 2 ms between
+#: collectives (a 1M-row GBDT at 3 ranks) run at the busiest core's pace and phases
+#: of about 0.3 s (a causal forest, whose trees grow without collectives) at the
+#: average. Matters only when ranks outnumber cores.
+BALANCE_HORIZON_S = 0.05
+
 @dataclasses.dataclass(frozen=True)
 class Cluster:
     """Where the ranks run.
@@ -98,10 +108,37 @@ class Cluster:
         """Rank-threads per core on the busiest node (>= 1)."""
         return max(1.0, min(p, self.rpn(p)) * self.threads_per_rank / self.cores_per_node)
 
-    def compute_factor(self, p):
-        """Wall seconds per single-core second of compute on one rank."""
+    def busiest_core(self, p):
+        """Rank-threads time-sharing the busiest core (>= 1): ``ceil`` of :meth:`oversubscription`."""
+        return float(math.ceil(self.oversubscription(p) - 1e-9))
+
+    def sharing_factor(self, p, phase_s=None):
+        """Slowdown of a rank's compute when rank-threads share cores (1 when they do not).
+
+        Ranks meet at every collective, so a short phase ends when the ranks of the
+        most crowded core have done their work: three ranks on two cores then run at
+        the pace of the two that share a core (2x), not at the average (1.5x). Over
+        long phases the scheduler moves ranks between cores and the average holds.
+        Between the two, the weight of the busiest core is ``H / (H + phase_s)`` with
+        ``H`` = :data:`BALANCE_HORIZON_S`.
+
+        Parameters
+        ----------
+        p : int
+        phase_s : float, optional
+            Single-core seconds of compute between two collectives on one rank
+            (``None``: the busiest core's pace).
+        """
+        avg, busiest = self.oversubscription(p), self.busiest_core(p)
+        if phase_s is None:
+            return busiest
+        weight = BALANCE_HORIZON_S / (BALANCE_HORIZON_S + max(phase_s, 0.0))
+        return avg + (busiest - avg) * weight
+
+    def compute_factor(self, p, phase_s=None):
+        """Wall seconds per single-core second of compute on one rank (:meth:`sharing_factor`)."""
         speedup = 1.0 + self.thread_efficiency * (self.threads_per_rank - 1)
-        return self.oversubscription(p) / speedup
+        return self.sharing_factor(p, phase_s) / speedup
 
     def network(self, p, constants=None):
         """:class:`native.costs.Network` for ``p`` ranks of this cluster."""
@@ -112,7 +149,7 @@ class Cluster:
             net = base
         else:
             net = costs.Network.cluster(self.latency_us, self.gbits, base=base)
-        over = (constants or calibration()).get("oversubscribed_alpha")
+        over = _oversubscribed_alpha((constants or calibration()).get("oversubscribed_alpha"), p)
         if self.oversubscription(p) > 1.0 and over:
             net = dataclasses.replace(net, alpha_intra=max(net.alpha_intra, over),
                                       alpha_inter=max(net.alpha_inter, over))
@@ -123,6 +160,20 @@ class Cluster:
             return f"this machine ({self.cores_per_node} cores, shared memory)"
         return (f"{self.cores_per_node} cores/node, {self.ranks_per_node or 'one rank per core'} ranks/node, "
                 f"{self.threads_per_rank} thread(s)/rank, {self.latency_us:g} us, {self.gbits:g} Gb/s links")
+
+
+def _oversubscribed_alpha(measured, p):
+    """Latency of a message step at ``p`` ranks when ranks share cores.
+
+    ``measured``: seconds per step by rank count (``bench_scaling.py --calibrate``
+    measures each count from the cores + 1 to 4), or one number (older files). A
+    count that was not measured takes the largest measured value.
+    """
+    if not measured:
+        return None
+    if not isinstance(measured, dict):
+        return float(measured)
+    return float(measured.get(str(p), max(measured.values())))
 
 
 def _mem_total_gb():
@@ -488,21 +539,26 @@ def predict(workload, p, cluster=None, constants=None):
     cluster = Cluster.this_machine() if cluster is None else cluster
     constants = calibration() if constants is None else constants
     prices = constants.get("phases", {})
-    factor = cluster.compute_factor(p)
     net = cluster.network(p, constants)
     layout = tuple(cluster.layout(p))
-    phases, comms = {}, {}
-    for step in fit_steps(workload, p, constants):
+    steps = list(fit_steps(workload, p, constants))
+    single_core, calls = {}, 0
+    for step in steps:
         if isinstance(step, Compute):
             a, b = prices.get(step.priced_as or step.family, {}).get(step.phase, (0.0, 0.0))
             key = f"{step.family}/{step.phase}"
-            phases[key] = phases.get(key, 0.0) + factor * (a * step.units + b * step.calls)
-            continue
-        if p == 1:
+            single_core[key] = single_core.get(key, 0.0) + a * step.units + b * step.calls
+        else:
+            calls += step.count
+    factor = cluster.compute_factor(p, sum(single_core.values()) / (calls + 1))
+    phases = {key: factor * seconds for key, seconds in single_core.items()}
+    comms = {}
+    for step in steps:
+        if isinstance(step, Compute) or p == 1:
             continue
         seconds = step.count * _collective_seconds(step.op, step.nbytes, p, layout, net, costs)
-        calls, sent, secs = comms.get(step.label, (0, 0.0, 0.0))
-        comms[step.label] = (calls + step.count, sent + step.count * _bytes_sent(step.op, step.nbytes, p),
+        n_calls, sent, secs = comms.get(step.label, (0, 0.0, 0.0))
+        comms[step.label] = (n_calls + step.count, sent + step.count * _bytes_sent(step.op, step.nbytes, p),
                              secs + seconds)
     total = sum(phases.values()) + sum(v[2] for v in comms.values())
     memory = peak_memory(workload, p, constants)

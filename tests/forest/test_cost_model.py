@@ -134,6 +134,22 @@ def test_cluster_layout_and_oversubscription():
     assert c.layout(5) == [0, 0, 1, 1, 2]
     assert c.oversubscription(8) == 1.0
     assert cm.Cluster(cores_per_node=2, single_node=True).oversubscription(4) == 2.0
+    two = cm.Cluster(cores_per_node=2, single_node=True)
+    assert [two.busiest_core(p) for p in (1, 2, 3, 4, 5)] == [1.0, 1.0, 2.0, 2.0, 3.0]
+    assert [two.compute_factor(p) for p in (2, 3, 4)] == [1.0, 2.0, 2.0]   # 3 ranks: the pace of the shared core
+    assert cm.Cluster(cores_per_node=32, threads_per_rank=4).busiest_core(8) == 1.0
+
+
+def test_oversubscribed_step_latency_by_rank_count():
+    assert cm._oversubscribed_alpha(None, 3) is None
+    assert cm._oversubscribed_alpha(1.5e-5, 3) == 1.5e-5                  # older files: one number
+    measured = {"3": 2e-3, "4": 1e-3}
+    assert cm._oversubscribed_alpha(measured, 3) == 2e-3
+    assert cm._oversubscribed_alpha(measured, 8) == 2e-3                  # not measured: the largest
+    consts = {"oversubscribed_alpha": measured}
+    net = cm.Cluster(cores_per_node=2, single_node=True).network(4, consts)
+    assert net.alpha_intra == 1e-3
+    assert cm.Cluster(cores_per_node=2, single_node=True).network(2, consts).alpha_intra < 1e-3
     assert cm.Cluster(cores_per_node=32, threads_per_rank=4).rpn(100) == 8
     with pytest.raises(ValueError, match="model"):
         cm.Workload("svm", 10, 2)
