@@ -309,6 +309,21 @@ def code_rows(X, a, n, table, width, used, codes, stride):
             codes[out + np.uint64(r)] = np.uint8(RECORD_MISSING) if x != x else np.uint8(lo)
 
 
+@numba.njit(cache=True, inline="always")
+def _step(codes, ustride, records, node, r):
+    """One row at one innerNode of the batch walk: ``(link, right)``.
+
+    ``link`` is the record's low word (children's position << 2 | their "internal"
+    bits), ``right`` 1 when the row goes to the right child (:func:`goes_left_shifted`).
+    """
+    rec = records[node]
+    f = (rec >> np.uint64(48)) & np.uint64(0x7FFF)
+    code = np.uint64(codes[f * ustride + r])
+    right = np.uint64(1) - np.uint64(goes_left_shifted(code, (rec >> np.uint64(32)) & np.uint64(0xFF),
+                                                        (rec >> np.uint64(40)) & np.uint64(0xFF)))
+    return rec & _LOW32, right
+
+
 @numba.njit(cache=True)
 def walk_block(codes, stride, records, root, sure_passes, rows, m, act, leaf):
     """Route rows ``rows[:m]`` of a coded block through one tree, level by level.
@@ -354,23 +369,14 @@ def walk_block(codes, stride, records, root, sure_passes, rows, m, act, leaf):
         for j in range(m):
             state = act[j]
             r = state & low
-            rec = records[state >> np.uint64(32)]
-            f = (rec >> np.uint64(48)) & np.uint64(0x7FFF)
-            code = np.uint64(codes[f * ustride + r])
-            right = one - np.uint64(goes_left_shifted(code, (rec >> np.uint64(32)) & np.uint64(0xFF),
-                                                      (rec >> np.uint64(40)) & np.uint64(0xFF)))
-            act[j] = (((rec & low) >> np.uint64(2)) + right) << np.uint64(32) | r
+            link, right = _step(codes, ustride, records, state >> np.uint64(32), r)
+            act[j] = ((link >> np.uint64(2)) + right) << np.uint64(32) | r
     while m > 0:
         k = np.uint64(0)
         for j in range(m):
             state = act[j]
             r = state & low
-            rec = records[state >> np.uint64(32)]
-            f = (rec >> np.uint64(48)) & np.uint64(0x7FFF)
-            code = np.uint64(codes[f * ustride + r])
-            right = one - np.uint64(goes_left_shifted(code, (rec >> np.uint64(32)) & np.uint64(0xFF),
-                                                      (rec >> np.uint64(40)) & np.uint64(0xFF)))
-            link = rec & low
+            link, right = _step(codes, ustride, records, state >> np.uint64(32), r)
             child = (link >> np.uint64(2)) + right
             leaf[r] = np.uint32(child)
             act[k] = (child << np.uint64(32)) | r
