@@ -187,10 +187,10 @@ def contender_collectives(threads, **_):
             best = min(best, (time.perf_counter() - t0) / reps)
         return best
 
-    small = np.zeros(1)
-    big = np.random.default_rng(r).standard_normal(2 ** 20)  # 8 MiB
     if p > (os.cpu_count() or 1):
         return {"p": p, **_phase_step_latency(comm, col)}
+    small = np.zeros(1)
+    big = np.random.default_rng(r).standard_normal(2 ** 20)  # 8 MiB
     sbuf, rbuf = np.zeros(1), np.zeros(1)
     bbuf = np.empty_like(big)
     alpha = timed(lambda: exchange(comm, sbuf, peer, rbuf, peer, 990), 500)

@@ -249,8 +249,8 @@ def encode_records(packed, n_features):
         (a power of two above every ``len(T_f)``), ``used`` (int64: the features
         some innerNode splits on), ``sure_passes`` (int64, ``(n_trees,)``: levels every
         row passes without meeting a leaf, the tree's shallowest leaf depth minus one;
-        :func:`walk_block` takes them without compacting). ``None`` when the forest does not fit the layout:
-        more than :data:`RECORD_MAX_THRESHOLDS` thresholds on a feature, a NaN
+        :func:`walk_block` takes them without compacting). ``None`` when the forest
+        does not fit the layout: more than :data:`RECORD_MAX_THRESHOLDS` thresholds on a feature, a NaN
         threshold, too many features or nodes.
     """
     feature = np.ascontiguousarray(packed["feature"], dtype=np.int32)
