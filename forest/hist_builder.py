@@ -75,6 +75,7 @@ class HistogramBuilder:
         self._int_buf = None
         self._int_partial = None
         self._packed = None
+        self._cuda = None
         if self.fast and (self.gh or quantized):
             from histogram.cpu_kernels import pack_codes
 
@@ -92,7 +93,25 @@ class HistogramBuilder:
         -------
         ndarray of float64, shape (n_nodes, n_features, n_bins, C)
         """
+        if self.backend == "cuda":
+            return self._build_cuda(channels, rows, node_starts)
         return build(self.binned, channels, rows, node_starts, self.n_bins, self.backend)
+
+    def _build_cuda(self, channels, rows, node_starts):
+        """:meth:`build` on the GPU, over codes uploaded once per fit (the first call)."""
+        from histogram.kernels import validate_inputs
+
+        with phase("histogram"):
+            first = self._cuda is None
+            binned, channels, rows, node_starts, identity = validate_inputs(
+                self.binned, channels, rows, node_starts, self.n_bins, check_codes=first)
+            if first:
+                from histogram.cuda_kernels import CudaHistogramContext
+
+                self._cuda = CudaHistogramContext(binned, self.n_bins)
+            if identity:
+                rows = np.arange(binned.shape[1], dtype=np.int32)
+            return self._cuda.build(channels, rows, node_starts)
 
     def build_segments(self, channels, rows, lo, hi):
         """Histograms of the segments ``rows[lo[i]:hi[i]]``, shape (len(lo), n_features, n_bins, C)."""

@@ -18,6 +18,10 @@ Kernel design. The launch grid is ``(n_tiles, n_feature_chunks, n_channel_chunks
   add each (feature, channel) value with a *shared-memory* atomic, and after one
   barrier the block flushes each non-zero shared entry with **one global atomic add
   per (bin, channel) per block**, never one global atomic per sample.
+
+Data movement. :class:`CudaHistogramContext` uploads a fit's bin codes once and keeps
+them on the device; each build then moves only its channels and row ids in and the
+histograms out, and zeroes the output with a device kernel rather than uploading zeros.
 """
 import numpy as np
 from numba import cuda, types
@@ -156,12 +160,129 @@ def block_shape(n_features, n_bins, n_channels, shared_bytes=SHARED_BYTES):
     return int(feat_per_block), int(chan_per_block)
 
 
+def _zero_kernel(flat):
+    """CUDA kernel body: ``flat[:] = 0`` (zeroes the output on the device, no upload)."""
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < flat.shape[0]:
+        flat[i] = 0.0
+        i += step
+
+
+_ZERO = None
+
+
+def _compiled_zero():
+    global _ZERO
+    if _ZERO is None:
+        _ZERO = cuda.jit((types.Array(types.float64, 1, "C"),), cache=True)(_zero_kernel)
+    return _ZERO
+
+
+class CudaHistogramContext:
+    """The bin codes of one fit, uploaded to the GPU once, and histogram launches over them.
+
+    A fit builds histograms level after level over the same codes; only the per-call
+    inputs (channels, row ids, node bounds) change. Uploading the ``(n_features,
+    n_rows)`` code matrix on every call would move more bytes than the kernel reads,
+    so this context keeps one device copy for its lifetime.
+
+    Parameters
+    ----------
+    binned : ndarray of uint8, shape (n_features, n_rows)
+        Every code must be ``< n_bins`` (checked by the caller, see
+        :func:`histogram.kernels.build_histograms`).
+    n_bins : int
+    rows_per_block, threads_per_block : int
+        Launch shape (see the module docstring).
+    """
+
+    def __init__(self, binned, n_bins, rows_per_block=ROWS_PER_BLOCK,
+                 threads_per_block=THREADS_PER_BLOCK):
+        if not cuda.is_available():
+            raise RuntimeError("backend='cuda' needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1)")
+        self.n_features, self.n_rows = binned.shape
+        self.n_bins = int(n_bins)
+        self.rows_per_block = int(rows_per_block)
+        self.threads_per_block = int(threads_per_block)
+        self.stream = cuda.stream()
+        self.d_binned = cuda.to_device(np.ascontiguousarray(binned), stream=self.stream)
+
+    def build(self, channels, rows, node_starts, out=None):
+        """Histograms of the node segments of ``rows``, copied back to the host.
+
+        Parameters
+        ----------
+        channels : ndarray of float64, shape (n_rows, n_channels)
+        rows : ndarray of int32, shape (m,)
+            Row ids grouped by node, each in ``[0, n_rows)``.
+        node_starts : ndarray of int64, shape (n_nodes + 1,)
+        out : ndarray of float64, shape (n_nodes, n_features, n_bins, n_channels), optional
+
+        Returns
+        -------
+        ndarray of float64, shape (n_nodes, n_features, n_bins, n_channels)
+        """
+        d_out = self.build_on_device(channels, rows, node_starts)
+        if out is None:
+            out = np.empty(d_out.shape, dtype=CHANNEL_DTYPE)
+        if d_out.size:
+            d_out.copy_to_host(out, stream=self.stream)
+            self.stream.synchronize()
+        else:
+            out[...] = 0.0
+        return out
+
+    def build_on_device(self, channels, rows, node_starts):
+        """:meth:`build` without the copy back: the device array (the launch is queued
+        on ``self.stream``; synchronize before reading it)."""
+        stream = self.stream
+        d_channels = cuda.to_device(np.ascontiguousarray(channels), stream=stream)
+        d_rows = cuda.to_device(np.ascontiguousarray(rows, dtype=np.int32), stream=stream)
+        return self.launch(d_channels, d_rows, node_starts)
+
+    def launch(self, d_channels, d_rows, node_starts):
+        """Zero an output on the device and queue the histogram kernel on ``self.stream``.
+
+        Parameters
+        ----------
+        d_channels : device array of float64, shape (n_rows, n_channels)
+        d_rows : device array of int32, shape (m,)
+        node_starts : ndarray of int64, shape (n_nodes + 1,)
+            On the host: the tiles are planned there.
+
+        Returns
+        -------
+        device array of float64, shape (n_nodes, n_features, n_bins, n_channels)
+        """
+        n_channels = d_channels.shape[1]
+        n_nodes = node_starts.shape[0] - 1
+        shape = (n_nodes, self.n_features, self.n_bins, n_channels)
+        stream = self.stream
+        d_out = cuda.device_array(shape, dtype=CHANNEL_DTYPE, stream=stream)
+        if d_out.size == 0:
+            return d_out
+        _compiled_zero()[min(1024, -(-d_out.size // 256)), 256, stream](d_out.reshape(d_out.size))
+        tile_node, tile_start, tile_stop = plan_tiles(node_starts, self.rows_per_block)
+        if tile_node.shape[0] == 0:
+            return d_out
+        fpb, cpb = block_shape(self.n_features, self.n_bins, n_channels)
+        grid = (tile_node.shape[0], -(-self.n_features // fpb), -(-n_channels // cpb))
+        shared = 8 * self.n_bins * fpb * cpb
+        tiles = [cuda.to_device(a, stream=stream) for a in (tile_node, tile_start, tile_stop)]
+        _compiled_kernel()[grid, self.threads_per_block, stream, shared](
+            self.d_binned, d_channels, d_rows, *tiles, np.int64(fpb), np.int64(cpb), d_out)
+        return d_out
+
+
 def build_histograms_cuda(binned, channels, rows, node_starts, n_bins, out=None,
                           rows_per_block=ROWS_PER_BLOCK, threads_per_block=THREADS_PER_BLOCK):
-    """Histograms on the GPU: copy inputs to the device, launch, copy the result back.
+    """Histograms on the GPU in one call: upload the codes, launch, copy the result back.
 
     Parameters are those of :func:`histogram.kernels.build_histograms` (already
-    validated there); ``rows`` must be int32 and ``node_starts`` int64.
+    validated there); ``rows`` must be int32 and ``node_starts`` int64. A loop over
+    levels of one fit should hold a :class:`CudaHistogramContext` instead, which
+    uploads the codes once.
 
     Parameters
     ----------
@@ -177,32 +298,5 @@ def build_histograms_cuda(binned, channels, rows, node_starts, n_bins, out=None,
     -------
     ndarray of float64, shape (n_nodes, n_features, n_bins, n_channels)
     """
-    if not cuda.is_available():
-        raise RuntimeError("backend='cuda' needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1)")
-    n_features = binned.shape[0]
-    n_channels = channels.shape[1]
-    n_nodes = node_starts.shape[0] - 1
-    shape = (n_nodes, n_features, n_bins, n_channels)
-    if out is None:
-        out = np.empty(shape, dtype=CHANNEL_DTYPE)
-    tile_node, tile_start, tile_stop = plan_tiles(node_starts, rows_per_block)
-    if tile_node.shape[0] == 0 or n_features == 0:
-        out[...] = 0.0
-        return out
-    fpb, cpb = block_shape(n_features, n_bins, n_channels)
-    grid = (tile_node.shape[0], -(-n_features // fpb), -(-n_channels // cpb))
-    shared = 8 * n_bins * fpb * cpb
-
-    stream = cuda.stream()
-    d_binned = cuda.to_device(np.ascontiguousarray(binned), stream=stream)
-    d_channels = cuda.to_device(np.ascontiguousarray(channels), stream=stream)
-    d_rows = cuda.to_device(np.ascontiguousarray(rows, dtype=np.int32), stream=stream)
-    d_tn = cuda.to_device(tile_node, stream=stream)
-    d_ts = cuda.to_device(tile_start, stream=stream)
-    d_te = cuda.to_device(tile_stop, stream=stream)
-    d_out = cuda.to_device(np.zeros(shape, dtype=CHANNEL_DTYPE), stream=stream)
-    _compiled_kernel()[grid, threads_per_block, stream, shared](
-        d_binned, d_channels, d_rows, d_tn, d_ts, d_te, np.int64(fpb), np.int64(cpb), d_out)
-    d_out.copy_to_host(out, stream=stream)
-    stream.synchronize()
-    return out
+    context = CudaHistogramContext(binned, n_bins, rows_per_block, threads_per_block)
+    return context.build(channels, rows, node_starts, out=out)

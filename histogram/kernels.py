@@ -45,7 +45,7 @@ def build_histograms(binned, channels, rows, node_starts, n_bins, backend="auto"
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    binned, channels, rows, node_starts, identity = _validate(
+    binned, channels, rows, node_starts, identity = validate_inputs(
         binned, channels, rows, node_starts, n_bins)
     n_nodes = node_starts.shape[0] - 1
     shape = (n_nodes, binned.shape[0], int(n_bins), channels.shape[1])
@@ -58,6 +58,8 @@ def build_histograms(binned, channels, rows, node_starts, n_bins, backend="auto"
         return build_histograms_numpy(binned, channels, rows, node_starts, int(n_bins),
                                       out=out)
     if backend == "cuda":
+        # One-shot: uploads the codes on every call. A fit's level loop holds a
+        # histogram.cuda_kernels.CudaHistogramContext instead (forest.hist_builder).
         from .cuda_kernels import build_histograms_cuda
         if identity:
             rows = np.arange(binned.shape[1], dtype=ROW_INDEX_DTYPE)
@@ -90,8 +92,19 @@ def subtract_histograms(parent, child, out=None):
     return np.subtract(parent, child, out=out)
 
 
-def _validate(binned, channels, rows, node_starts, n_bins):
-    """Check dtypes, shapes and index ranges; return contiguous arrays and identity flag."""
+def validate_inputs(binned, channels, rows, node_starts, n_bins, check_codes=True):
+    """Check dtypes, shapes and index ranges; return contiguous arrays and identity flag.
+
+    ``check_codes=False`` skips the scan of every code against ``n_bins`` (a pass
+    over the whole matrix), for callers that checked the same matrix once already.
+
+    Returns
+    -------
+    binned, channels, rows, node_starts : ndarray
+        Contiguous; ``rows`` int32 (empty when ``identity``), ``node_starts`` int64.
+    identity : bool
+        Whether ``rows`` was None (all rows, in order).
+    """
     binned = np.asarray(binned)
     if binned.ndim != 2 or binned.dtype != BIN_DTYPE:
         raise ValueError(f"binned must be a 2-D uint8 array (n_features, n_rows), got "
@@ -130,7 +143,7 @@ def _validate(binned, channels, rows, node_starts, n_bins):
                 raise ValueError(f"rows must lie in [0, {binned.shape[1]}), got [{lo}, {hi}]")
     if node_starts[0] < 0 or node_starts[-1] > limit or np.any(np.diff(node_starts) < 0):
         raise ValueError(f"node_starts must be non-decreasing within [0, {limit}]")
-    if binned.size and n_bins < 256 and int(binned.max()) >= n_bins:
+    if check_codes and binned.size and n_bins < 256 and int(binned.max()) >= n_bins:
         raise ValueError(f"binned holds code {int(binned.max())} >= n_bins={n_bins}")
     return binned, channels, rows, node_starts, identity
 

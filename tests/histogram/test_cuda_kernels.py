@@ -42,6 +42,39 @@ SIM_SCRIPT = textwrap.dedent("""
     ref = build_histograms_numpy(binned, channels, np.arange(n, dtype=np.int32),
                                  np.array([0, n]), 16)
     assert np.allclose(got, ref, rtol=1e-9, atol=1e-12)
+
+    # a fit's builder uploads the codes once and reuses them for every level
+    from forest.hist_builder import HistogramBuilder
+    from forest.growth_options import EngineOptions
+    builder = HistogramBuilder(binned, 16, 3, EngineOptions(backend="cuda"))
+    contexts = set()
+    for sizes in ([157], [50, 0, 60], [10, 20, 30, 40]):
+        channels = rng.normal(size=(n, 3))
+        rows = rng.permutation(n)[:sum(sizes)].astype(np.int32)
+        ns = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        got = builder.build(channels, rows, ns)
+        contexts.add(id(builder._cuda.d_binned))
+        ref = build_histograms_numpy(binned, channels, rows, ns, 16)
+        assert np.allclose(got, ref, rtol=1e-9, atol=1e-12), sizes
+    assert len(contexts) == 1
+    got = builder.build(channels, None, np.array([0, n]))
+    ref = build_histograms_numpy(binned, channels, np.arange(n, dtype=np.int32), np.array([0, n]), 16)
+    assert np.allclose(got, ref, rtol=1e-9, atol=1e-12)
+    # a code past n_bins is refused on the first build, before any launch
+    bad = binned.copy(); bad[0, 0] = 16
+    try:
+        HistogramBuilder(bad, 16, 3, EngineOptions(backend="cuda")).build(channels, None, np.array([0, n]))
+    except ValueError as exc:
+        assert "n_bins" in str(exc)
+    else:
+        raise AssertionError("code >= n_bins accepted")
+
+    # a whole boosting fit on the CUDA backend grows the NumPy backend's trees
+    from forest import GBDTRegressor
+    X = rng.normal(size=(300, 4)); y = X[:, 0] + 0.1 * rng.normal(size=300)
+    a = GBDTRegressor(n_estimators=3, max_depth=3, backend="cuda", random_state=0).fit(X, y)
+    b = GBDTRegressor(n_estimators=3, max_depth=3, backend="numpy", random_state=0).fit(X, y)
+    assert np.allclose(a.predict(X), b.predict(X), rtol=1e-9, atol=1e-9)
     print("SIM-OK")
 """)
 
