@@ -24,6 +24,7 @@ import numpy as np
 from native import collectives as col
 from native.comm import world
 
+from .compiled_criterion import shared_specialisation
 from .causal_analysis import CausalAnalysisMixin
 from .causal_criterion import CausalChannels, CausalCriterion
 from .clusters import resolve_clusters
@@ -299,46 +300,50 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
             data["clusters"] = clusters_layout.codes
         stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),
                            fingerprint=lambda: fit_fingerprint(self, comm, gids, n_global, binned, mapper, data))
-        hats, nuisance_record = self._centering(X, {"y_hat": Y, "t_hat": W}, g,
-                                                {"y_hat": inputs.y_hat, "t_hat": inputs.t_hat}, (mapper, binned),
-                                                seed, comm, stage, earlier is not None, clusters_layout, gids)
-        y_hat, t_hat = hats["y_hat"], hats["t_hat"]
-        n_nuis = nuisance_record["n_estimators"]
-        nuisance = self._nuisance_params()
-        wc = W - t_hat
-        yc = Y - y_hat
-        _check_centered_moments(comm, g, yc, wc)
-        indicator = (wc > 0).astype(np.float64) if constraint == "sign" else W
-        with phase("other"):
-            channels = crit.make_channels(wc, yc, g, indicator)
-        layout = crit.layout
-        start, on_batch = continue_forest(stage, earlier, binned=binned, missing_bin=mapper.missing_bin_, gids=gids,
-                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=True,
-                                          clusters=clusters_layout)
-        packed, acc, cnt = grow_honest_forest(
-            binned, mapper, gids, channels, crit,
-            forest_spec(self, sampling, n_features, crit.node_value, layout.n_moments), n_global=n_global, comm=comm,
-            oob=True, progress=progress, clusters=clusters_layout, start=start, on_batch=on_batch)
-        self.estimators_ = packed
-        self.bin_mapper_ = mapper
-        self.treatment_type_ = kind
-        self.classes_ = inputs.classes
-        self.n_treatments_, self.n_outcomes_ = K, M
-        self.y_ndim_ = inputs.y_ndim
-        self.sampling_ = sampling
-        self.nuisance_ = nuisance_record
+        # The nuisance forests and this forest's trees share one compiled kernel
+        # (forest.compiled_criterion.shared_specialisation): one compilation on a cold start, not two.
+        with shared_specialisation(crit.compiled()):
+            hats, nuisance_record = self._centering(X, {"y_hat": Y, "t_hat": W}, g,
+                                                    {"y_hat": inputs.y_hat, "t_hat": inputs.t_hat}, (mapper, binned),
+                                                    seed, comm, stage, earlier is not None, clusters_layout, gids)
+            y_hat, t_hat = hats["y_hat"], hats["t_hat"]
+            n_nuis = nuisance_record["n_estimators"]
+            nuisance = self._nuisance_params()
+            wc = W - t_hat
+            yc = Y - y_hat
+            _check_centered_moments(comm, g, yc, wc)
+            indicator = (wc > 0).astype(np.float64) if constraint == "sign" else W
+            with phase("other"):
+                channels = crit.make_channels(wc, yc, g, indicator)
+            layout = crit.layout
+            start, on_batch = continue_forest(stage, earlier, binned=binned, missing_bin=mapper.missing_bin_, gids=gids,
+                                              sampling=sampling, n_estimators=int(self.n_estimators), oob=True,
+                                              clusters=clusters_layout)
+            packed, acc, cnt = grow_honest_forest(
+                binned, mapper, gids, channels, crit,
+                forest_spec(self, sampling, n_features, crit.node_value, layout.n_moments), n_global=n_global,
+                comm=comm, oob=True, progress=progress, clusters=clusters_layout, start=start, on_batch=on_batch)
+            self.estimators_ = packed
+            self.bin_mapper_ = mapper
+            self.treatment_type_ = kind
+            self.classes_ = inputs.classes
+            self.n_treatments_, self.n_outcomes_ = K, M
+            self.y_ndim_ = inputs.y_ndim
+            self.sampling_ = sampling
+            self.nuisance_ = nuisance_record
 
-        # Out-of-bag CATE on this rank's rows, then the AIPW average effect (global sums).
-        with phase("prediction"):
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mbar = acc / cnt[:, None]
-            if (cnt == 0).any():
-                mbar[cnt == 0] = self._mean_moments_binned(binned, cnt == 0)
-            tau_oob = oob_effects(mbar, layout, lambda rows: self._mean_moments_binned(binned, rows))
-        V = None
-        if kind == "continuous":
-            V = self._fit_variance_forest(X, (mapper, binned), W, t_hat, g, comm, clusters_layout, n_nuis, seed,
-                                          nuisance, checkpoint=None if stage is None else stage.run.stage("variance-t"))
+            # Out-of-bag CATE on this rank's rows, then the AIPW average effect (global sums).
+            with phase("prediction"):
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    mbar = acc / cnt[:, None]
+                if (cnt == 0).any():
+                    mbar[cnt == 0] = self._mean_moments_binned(binned, cnt == 0)
+                tau_oob = oob_effects(mbar, layout, lambda rows: self._mean_moments_binned(binned, rows))
+            V = None
+            if kind == "continuous":
+                V = self._fit_variance_forest(
+                    X, (mapper, binned), W, t_hat, g, comm, clusters_layout, n_nuis, seed, nuisance,
+                    checkpoint=None if stage is None else stage.run.stage("variance-t"))
         codes = inputs.codes
         arm = None if kind == "continuous" else (codes if kind == "categorical" else W[:, 0].astype(np.int64))
         rows = self._store_oob_rows(kind, tau_oob, W, arm, Y, y_hat, t_hat, V,

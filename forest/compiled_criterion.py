@@ -85,6 +85,7 @@ speed is unchanged (see the commit log for the A/B).
 """
 import warnings
 from collections import namedtuple
+from contextlib import contextmanager
 
 import numba
 import numpy as np
@@ -183,6 +184,112 @@ def _ov_right_exhausted(p, n_r, cum, parent):
     return _pieces(p).right_exhausted
 
 
+# ---------------------------------------------------------------------- one specialisation for two criteria
+# A causal (or instrumental) forest grows its nuisance forests with the variance
+# criterion and then its own trees with the causal one: two records, so every
+# growth kernel compiled twice on a fresh machine (the subtree kernel, about 12 s
+# each on the 2-core dev machine). Behind a PairedRecord both fits call one
+# specialisation that holds both criteria's pieces and picks one by ``which`` at run
+# time, per node: a branch on a constant, against a whole second compilation.
+
+#: Two criteria's records behind one record type: ``which`` 0 runs ``first``'s
+#: pieces, 1 ``second``'s. Numba types it by its members' types, so one pair of
+#: criterion classes is one specialisation.
+PairedRecord = namedtuple("PairedRecord", ["which", "first", "second"])
+
+
+def _paired_prepare(p, parent, consts):
+    if p.which == 0:
+        prepare(p.first, parent, consts)
+    else:
+        prepare(p.second, parent, consts)
+
+
+def _paired_gains(p, lefts, rights, consts, out, row, n):
+    if p.which == 0:
+        gains(p.first, lefts, rights, consts, out, row, n)
+    else:
+        gains(p.second, lefts, rights, consts, out, row, n)
+
+
+def _paired_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
+    ok = True
+    if p.which == 0:
+        ok = sides_ok(p.first, n_l, n_r, cum, miss, with_miss, parent)
+    else:
+        ok = sides_ok(p.second, n_l, n_r, cum, miss, with_miss, parent)
+    return ok
+
+
+def _paired_right_exhausted(p, n_r, cum, parent):
+    done = False
+    if p.which == 0:
+        done = right_exhausted(p.first, n_r, cum, parent)
+    else:
+        done = right_exhausted(p.second, n_r, cum, parent)
+    return done
+
+
+class _Sharing:
+    """State of one :func:`shared_specialisation` block."""
+
+    def __init__(self, main):
+        self.main = main
+        self.helper = None      # record of the first other criterion the block's kernels ran
+
+
+_SHARING = []
+
+
+@contextmanager
+def shared_specialisation(main):
+    """Kernels called inside this block for ``main`` and one other criterion share a specialisation.
+
+    Inside the block, :func:`kernel_record` gives a kernel call for any other
+    criterion a :class:`PairedRecord` ``(0, its record, main's record)`` and, once
+    such a call has happened, a call for ``main`` ``(1, that record, main's
+    record)``: both compile into one kernel. Results are unchanged (the same pieces
+    run); only what Numba compiles changes. With no other criterion used in the
+    block (nuisance estimates given), ``main`` runs on its own record.
+
+    Parameters
+    ----------
+    main : CompiledCriterion
+        The block's main criterion (a causal forest's), built before its helpers run.
+    """
+    _SHARING.append(_Sharing(main))
+    try:
+        yield
+    finally:
+        _SHARING.pop()
+
+
+def kernel_record(compiled):
+    """The record a growth kernel is called with for ``compiled`` (see :func:`shared_specialisation`).
+
+    Parameters
+    ----------
+    compiled : CompiledCriterion
+
+    Returns
+    -------
+    namedtuple
+        ``compiled.record``, or a :class:`PairedRecord` holding it.
+    """
+    if not _SHARING:
+        return compiled.record
+    sharing = _SHARING[-1]
+    main = sharing.main.record
+    record = compiled.record
+    if type(record) is type(main):
+        if record is main or record == main:
+            return record if sharing.helper is None else PairedRecord(1, sharing.helper, record)
+        return record
+    if sharing.helper is None or type(sharing.helper) is not type(record):
+        sharing.helper = record
+    return PairedRecord(0, record, main)
+
+
 def call_kernel(kernel, *args):
     """Call a kernel that inlines criterion pieces.
 
@@ -195,6 +302,10 @@ def call_kernel(kernel, *args):
         warnings.filterwarnings("ignore", message=r"variable '.*' is not in scope",
                                 category=NumbaIRAssumptionWarning)
         return kernel(*args)
+
+
+register(PairedRecord, prepare=_paired_prepare, gains=_paired_gains, sides_ok=_paired_sides_ok,
+         right_exhausted=_paired_right_exhausted)
 
 
 @numba.njit(cache=True)

@@ -23,6 +23,7 @@ import numpy as np
 from native import collectives as col
 from native.comm import world
 
+from .compiled_criterion import shared_specialisation
 from .clusters import resolve_clusters
 from .collective_checks import collective_checks, total
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
@@ -248,23 +249,26 @@ class InstrumentalForest(EffectForestBase):
             data["clusters"] = clusters_layout.codes
         stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),
                            fingerprint=lambda: fit_fingerprint(self, comm, gids, n_global, binned, mapper, data))
-        hats, nuisance_record = self._centering(
-            X, {f"{name}_hat": values[name] for name, _ in _VARIABLES}, g, inputs.given, (mapper, binned), seed, comm,
-            stage, earlier is not None, clusters_layout, gids)
-        centred = {name: values[name] - hats[f"{name}_hat"] for name, _ in _VARIABLES}
-        sums = _overflow_sums(g, centred["y"], centred["t"], centred["z"])
-        if comm.size > 1:
-            sums = col.allreduce(comm, np.ascontiguousarray(sums).reshape(-1)).reshape(sums.shape)
-        _check_overflow(sums, ("y - y_hat", "t - t_hat", "z - z_hat"))
-        with phase("other"):
-            channels = crit.make_channels(centred["z"], centred["t"], centred["y"], g)
-        start, on_batch = continue_forest(stage, earlier, binned=binned, missing_bin=mapper.missing_bin_, gids=gids,
-                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=False,
-                                          clusters=clusters_layout)
-        packed, _, _ = grow_honest_forest(
-            binned, mapper, gids, channels, crit,
-            forest_spec(self, sampling, n_features, crit.node_value, crit.layout.n_moments), n_global=n_global,
-            comm=comm, oob=False, progress=progress, clusters=clusters_layout, start=start, on_batch=on_batch)
+        # The nuisance forests and this forest's trees share one compiled kernel
+        # (forest.compiled_criterion.shared_specialisation): one compilation on a cold start, not two.
+        with shared_specialisation(crit.compiled()):
+            hats, nuisance_record = self._centering(
+                X, {f"{name}_hat": values[name] for name, _ in _VARIABLES}, g, inputs.given, (mapper, binned), seed,
+                comm, stage, earlier is not None, clusters_layout, gids)
+            centred = {name: values[name] - hats[f"{name}_hat"] for name, _ in _VARIABLES}
+            sums = _overflow_sums(g, centred["y"], centred["t"], centred["z"])
+            if comm.size > 1:
+                sums = col.allreduce(comm, np.ascontiguousarray(sums).reshape(-1)).reshape(sums.shape)
+            _check_overflow(sums, ("y - y_hat", "t - t_hat", "z - z_hat"))
+            with phase("other"):
+                channels = crit.make_channels(centred["z"], centred["t"], centred["y"], g)
+            start, on_batch = continue_forest(stage, earlier, binned=binned, missing_bin=mapper.missing_bin_, gids=gids,
+                                              sampling=sampling, n_estimators=int(self.n_estimators), oob=False,
+                                              clusters=clusters_layout)
+            packed, _, _ = grow_honest_forest(
+                binned, mapper, gids, channels, crit,
+                forest_spec(self, sampling, n_features, crit.node_value, crit.layout.n_moments), n_global=n_global,
+                comm=comm, oob=False, progress=progress, clusters=clusters_layout, start=start, on_batch=on_batch)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         self.n_treatments_ = self.n_outcomes_ = self.y_ndim_ = 1

@@ -549,6 +549,18 @@ def _grow_trees_parallel(binned, channels, rows, task_starts, tree_task_starts, 
                     tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp)
 
 
+@numba.njit(cache=True, parallel=True)
+def _grow_trees_parallel_paired(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth,
+                                tree_next, tree_index, rec_offsets, rec_i, rec_f, rec_count, which, first, second,
+                                gp):
+    # _grow_trees_parallel for a PairedRecord: Numba's parallel loops take flat records
+    # but not a record of records, so the pair travels as its parts and is rebuilt
+    # inside the loop body.
+    for t in numba.prange(tree_next.shape[0]):
+        _grow_trees(t, t + 1, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
+                    tree_index, rec_offsets, rec_i, rec_f, rec_count, cc.PairedRecord(which, first, second), gp)
+
+
 class SubtreeRecords:
     """Splits made by :func:`grow_subtrees`, grouped by tree, in id order.
 
@@ -648,13 +660,17 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
                       max(1, int(engine.max_hist_slots if max_hist_slots is None else max_hist_slots)))
     args = (binned, channels, rows, task_starts, tree_task_starts, np.ascontiguousarray(task_node, dtype=np.int64),
             np.ascontiguousarray(task_depth, dtype=np.int64), tree_next,
-            np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count, compiled.record,
-            gp)
+            np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count,
+            cc.kernel_record(compiled), gp)
     if n_tasks:
         if len(rows) < _SERIAL_ROWS or n_trees == 1 or numba.get_num_threads() == 1:
             cc.call_kernel(_grow_trees, 0, n_trees, *args)
         else:
-            cc.call_kernel(_grow_trees_parallel, *args)
+            record = args[-2]
+            if isinstance(record, cc.PairedRecord):
+                cc.call_kernel(_grow_trees_parallel_paired, *args[:-2], *record, gp)
+            else:
+                cc.call_kernel(_grow_trees_parallel, *args)
     keep = np.concatenate([np.arange(rec_offsets[t], rec_offsets[t] + rec_count[t]) for t in range(n_trees)]) \
         if n_trees else np.zeros(0, dtype=np.int64)
     starts = np.zeros(n_trees + 1, dtype=np.int64)

@@ -348,10 +348,11 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
     compiled = criterion.compiled() if hasattr(criterion, "compiled") else None
     if compiled is not None:
         mask = np.ones((1, 1), dtype=np.bool_) if feature_mask is None else np.ascontiguousarray(feature_mask)
-        cc.call_kernel(_compiled_search_kernel, compiled.record, compiled.n_consts, compiled.weight_channel,
-                                np.ascontiguousarray(hist, dtype=np.float64), parent, nb, int(missing_bin), mask,
-                                feature_mask is not None, float(min_gain), float(rel_tol), result.feature,
-                                result.bin, result.missing_left, result.gain, result.left_stats, result.right_stats)
+        cc.call_kernel(_compiled_search_kernel, cc.kernel_record(compiled), compiled.n_consts,
+                       compiled.weight_channel, np.ascontiguousarray(hist, dtype=np.float64), parent, nb,
+                       int(missing_bin), mask, feature_mask is not None, float(min_gain), float(rel_tol),
+                       result.feature, result.bin, result.missing_left, result.gain, result.left_stats,
+                       result.right_stats)
         result.feature[result.feature >= 0] += feature_offset
         return result
     valid = _candidate_valid(nb, missing_bin)

@@ -184,3 +184,42 @@ def test_compiled_search_matches_vectorised_and_reference(crit):
     # the compiled search reads the sums the vectorised one forms: bitwise equal
     np.testing.assert_array_equal(fast.left_stats, vec.left_stats)
     np.testing.assert_array_equal(fast.right_stats, vec.right_stats)
+
+
+# ---------------------------------------------------------------------- shared specialisation
+def test_kernel_record_pairs_helpers_with_the_main_criterion():
+    main = CausalCriterion(1, 1, min_samples_leaf=3).compiled()
+    helper = VarianceCriterion(1, min_samples_leaf=3, count_channel=True).compiled()
+    other_helper = VarianceCriterion(1, min_samples_leaf=5, count_channel=True).compiled()
+    assert cc.kernel_record(helper) is helper.record               # outside a block: unchanged
+    with cc.shared_specialisation(main):
+        assert cc.kernel_record(main) is main.record               # no helper ran yet: unpaired
+        assert cc.kernel_record(helper) == cc.PairedRecord(0, helper.record, main.record)
+        assert cc.kernel_record(other_helper) == cc.PairedRecord(0, other_helper.record, main.record)
+        assert cc.kernel_record(main) == cc.PairedRecord(1, helper.record, main.record)
+        # another criterion of the main one's class is not the main one: unpaired
+        stranger = CausalCriterion(1, 1, min_samples_leaf=9).compiled()
+        assert cc.kernel_record(stranger) is stranger.record
+    assert cc.kernel_record(main) is main.record
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_paired_record_runs_the_chosen_criterions_pieces(which):
+    rng = np.random.default_rng(4 + which)
+    var = VarianceCriterion(1, min_samples_leaf=2, count_channel=True)
+    cau = _causal(CAUSAL_CASES[1])
+    crit = (var, cau)[which]
+    paired = cc.CompiledCriterion(cc.PairedRecord(which, var.compiled().record, cau.compiled().record),
+                                  crit.compiled().weight_channel, n_consts=8)
+    for _ in range(20):
+        n = int(rng.integers(6, 40))
+        ch = (crit.make_channels(rng.normal(size=(n, 1)), rng.uniform(0.1, 2.0, n)) if which == 0
+              else _causal_channels(rng, crit, n))
+        parent = ch.sum(axis=0)
+        lefts = (rng.random((15, n)) < 0.5).astype(float) @ ch
+        np.testing.assert_array_equal(paired.gains_of(lefts, parent - lefts, parent),
+                                      crit.compiled().gains_of(lefts, parent - lefts, parent))
+        cum, miss = lefts[0], lefts[1] * 0.0
+        n_l = n // 2
+        assert (cc.sides_ok(paired.record, n_l, n - n_l, cum, miss, False, parent)
+                == cc.sides_ok(crit.compiled().record, n_l, n - n_l, cum, miss, False, parent))

@@ -230,3 +230,46 @@ def test_grow_subtrees_vector_causal_matches_reference(K, M, kind, hist_rows):
                                   missing_bin, **kw)
     assert len(got.ints) > 8
     _compare(got, ref, ch.shape[1])
+
+
+@pytest.mark.parametrize("n_rows,sizes", [(300, [150, 40]), (6000, [2500, 2400])])
+def test_shared_specialisation_grows_the_same_subtrees_in_one_kernel(n_rows, sizes):
+    """Nuisance (variance) and causal subtrees through one paired kernel: the same records.
+
+    The larger case has enough rows for the multi-threaded kernel (trees in parallel).
+    """
+    import numba
+
+    from forest import compiled_criterion as cc
+    from forest import local_growth
+
+    rng = np.random.default_rng(8)
+    n_features, missing_bin = 3, 10
+    binned = _binned(rng, n_rows, n_features, 8, missing_bin, 0.1)
+    cau = CausalCriterion(1, 1, min_samples_leaf=4)
+    var = VarianceCriterion(1, min_samples_leaf=4, count_channel=True)
+    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, sizes)
+    chans = {"var": var.make_channels(rng.normal(size=n_rows), rng.uniform(0.5, 2, n_rows)),
+             "cau": _causal_channels(rng, n_rows, cau)}
+
+    def grow(crit, ch):
+        return grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit.compiled(),
+                             missing_bin, min_samples_split=8.0, hist_rows=30)
+
+    threads = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        alone = {"var": grow(var, chans["var"]), "cau": grow(cau, chans["cau"])}
+        with cc.shared_specialisation(cau.compiled()):
+            shared = {"var": grow(var, chans["var"]), "cau": grow(cau, chans["cau"])}
+    finally:
+        numba.set_num_threads(threads)
+    for k in alone:
+        assert len(alone[k].ints) > 10
+        np.testing.assert_array_equal(shared[k].ints, alone[k].ints)
+        np.testing.assert_array_equal(shared[k].floats, alone[k].floats)
+    # both fits ran one specialisation, the pair's (other tests may have compiled other pairs)
+    kernel = local_growth._grow_trees
+    if n_rows > local_growth._SERIAL_ROWS and numba.config.NUMBA_NUM_THREADS > 1:
+        kernel = local_growth._grow_trees_parallel_paired  # the pair travels as its parts
+    assert any("VarianceRecord" in str(s) and "CausalScalarRecord" in str(s) for s in kernel.signatures)
