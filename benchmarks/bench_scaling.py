@@ -17,7 +17,9 @@ Modes
     phase of ``forest.profiling``: seconds per work unit and per call, least squares
     over traced single-rank, single-thread fits at two sizes, each fit repeated and
     the minimum per phase kept; memory: base RSS and bytes per row; from the traces:
-    tree nodes per row, bytes per node, bytes per split record). Each fit runs in a
+    tree nodes per row, bytes per node, bytes per split record; the pace of 2 .. 4
+    ranks on this machine, from the larger GBDT and forest case refitted at those
+    rank counts, :func:`forest.cost_model.measured_pace`). Each fit runs in a
     fresh process. Run it on a quiet machine; it takes a few minutes.
 ``--validate``
     Real fits at p = 1, 2, 3, 4 ranks on this machine (oversubscribed beyond its
@@ -77,6 +79,10 @@ CAL_CASES = [
     {"model": "causal", "n": 80_000, "F": 10, "params": {"n_estimators": 50}, "given_nuisance": True},
 ]
 
+# Pace fits (forest.cost_model.measured_pace): the larger calibration case of each
+# family again at 2 .. 4 ranks.
+PACE_CASES = [CAL_CASES[1], CAL_CASES[5]]
+
 # Validation fits: a few tens of seconds each at p = 1 on a quiet machine.
 VAL_CASES = [
     {"model": "gbdt-classifier", "n": 1_000_000, "F": 28, "params": {"n_estimators": 100, "early_stopping": False}},
@@ -88,7 +94,8 @@ VAL_CASES = [
 def _case_workload(case, entry="python"):
     from forest.cost_model import Workload
 
-    return Workload(case["model"], int(case["n"]), int(case["F"]), dict(case["params"]), entry=entry)
+    return Workload(case["model"], int(case["n"]), int(case["F"]), dict(case["params"]), entry=entry,
+                    nuisance_given=bool(case.get("given_nuisance")))
 
 
 def _load_case(case, rank, size):
@@ -310,8 +317,16 @@ def calibrate(args):
     two_fit = _run("causal n=20000 -np 2 (records)", "contender_fit", {"case": rec_case}, nprocs=2)
     records = {"allgatherv_bytes": sum(x["allgatherv_bytes"] for x in two_fit["ranks"]),
                "inner_nodes": two_fit["ranks"][0].get("inner_nodes")}
+    # the pace of p ranks on this machine (forest.cost_model.measured_pace): the same
+    # fits at 2 .. 4 ranks, compared with the model's compute and collectives
+    pace_measurements = []
+    for case in PACE_CASES:
+        for p in range(2, 5):
+            runs = [_run(f"{case['model']} n={case['n']} -np {p} #{i + 1}", "contender_fit", {"case": case},
+                         nprocs=p) for i in range(args.repeats)]
+            pace_measurements.append({"case": case, "p": p, "fit_s": min(r["fit_s"] for r in runs)})
     doc = dict(prov, measurements=measurements, records=records, oversubscribed_alpha=over_alpha,
-               repeats=args.repeats)
+               pace_measurements=pace_measurements, repeats=args.repeats)
     return _write_constants(doc)
 
 
@@ -358,6 +373,7 @@ def _write_constants(doc):
             ys.append(m["peak_bytes"] - base - parts["features"] - parts["model"] - parts["gathered"])
         memory[fam] = {"base": base, "per_row": max(0.0, float(np.dot(xs, ys) / np.dot(xs, xs)))}
     consts["memory"] = memory
+    consts["pace"] = _pace(dict(doc, **consts), doc.get("pace_measurements", []))
     doc.update(consts)
     doc["note"] = ("phases: [seconds per work unit, seconds per call] on one core (forest.cost_model.fit_prices "
                    "over the measurements); memory: base RSS after imports and warm-up, bytes per local row "
@@ -367,8 +383,30 @@ def _write_constants(doc):
     for fam, ph in prices.items():
         for name, (a, b) in ph.items():
             print(f"  {fam:10s} {name:12s} a={a:.3e} s/unit  b={b:.3e} s/call")
-    print(f"  memory {memory}\n  trace {trace}")
+    print(f"  memory {memory}\n  trace {trace}\n  pace {consts['pace']}")
     return 0
+
+
+def _pace(constants, points):
+    """Per family and rank count, wall seconds per single-core compute second on this machine.
+
+    ``points``: fits at ``p`` ranks (``{"case", "p", "fit_s"}``). The pace is what
+    makes the model's compute (``single_core_seconds`` times the pace) plus its
+    collectives equal the measured fit; several cases of a family are averaged.
+    """
+    from forest import cost_model
+
+    constants = {k: v for k, v in constants.items() if k != "pace"}
+    cluster = cost_model.Cluster.this_machine()
+    found = {}
+    for pt in points:
+        w = _case_workload(pt["case"])
+        pred = cost_model.predict(w, pt["p"], cluster, constants)
+        if pred.single_core_seconds <= 0:
+            continue
+        pace = (pt["fit_s"] - pred.communication_seconds) / pred.single_core_seconds
+        found.setdefault(cost_model.pace_family(w), {}).setdefault(str(pt["p"]), []).append(max(pace, 0.0))
+    return {fam: {p: statistics.mean(v) for p, v in by_p.items()} for fam, by_p in found.items()}
 
 
 # ============================================================================ validate

@@ -162,6 +162,44 @@ class Cluster:
                 f"{self.threads_per_rank} thread(s)/rank, {self.latency_us:g} us, {self.gbits:g} Gb/s links")
 
 
+def pace_family(workload):
+    """``"gbdt"`` or ``"forest"``: the key of :func:`measured_pace` (short phases between
+    collectives, or trees grown between rare ones)."""
+    return "gbdt" if workload.model.startswith("gbdt") else "forest"
+
+
+def measured_pace(constants, workload, p, cluster):
+    """Wall seconds per single-core compute second of ``p`` ranks on *this* machine, if measured.
+
+    ``bench_scaling.py --calibrate`` fits a GBDT and a forest at 2 .. 4 ranks on the
+    calibrating machine and keeps, per family and rank count, the pace that makes the
+    model's compute plus its collectives equal the measured fit. It captures what
+    the sharing formula (:meth:`Cluster.sharing_factor`) can only approximate there:
+    logical cores that are hyperthreads of one physical core, ranks that spin in
+    MPI waits on a core another rank needs, the operating system's placement. Only
+    for :meth:`Cluster.this_machine` (a described cluster has its own cores) and
+    only for a rank count that was measured; else ``None``.
+
+    Parameters
+    ----------
+    constants : dict
+        :func:`calibration`'s document (its ``"pace"`` entry).
+    workload : Workload
+    p : int
+    cluster : Cluster
+
+    Returns
+    -------
+    float or None
+    """
+    if not cluster.single_node or p < 2 or cluster.threads_per_rank != 1:
+        return None
+    if cluster.cores_per_node != (os.cpu_count() or 1):
+        return None
+    value = (constants.get("pace") or {}).get(pace_family(workload), {}).get(str(p))
+    return None if value is None else float(value)
+
+
 def _oversubscribed_alpha(measured, p):
     """Latency of a message step at ``p`` ranks when ranks share cores.
 
@@ -207,6 +245,9 @@ class Workload:
         streams them into codes (one row group at a time) and shows progress.
     row_group_rows : int
         Largest row group (``cli``): the float block held while binning.
+    nuisance_given : bool
+        Causal / instrumental forest: the caller passes the nuisance estimates
+        (``y_hat``, ``t_hat``, ...), so no nuisance forest is grown.
     """
 
     model: str
@@ -218,6 +259,7 @@ class Workload:
     n_outcomes: int = 1
     entry: str = "python"
     row_group_rows: int = 0
+    nuisance_given: bool = False
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -359,15 +401,15 @@ def forest_specs(workload):
         from .instrumental_criterion import InstrumentalCriterion
 
         nuisance = ForestSpec("regression", n_nuis, VarianceCriterion(1, count_channel=True).n_channels, True, False)
-        return [nuisance] * 3 + [ForestSpec("causal", int(prm["n_estimators"]), InstrumentalCriterion().n_channels,
-                                            False, workload.entry == "cli")]
-    return [ForestSpec("regression", n_nuis, VarianceCriterion(workload.n_outcomes, count_channel=True).n_channels,
-                       True, False),
-            ForestSpec("regression", n_nuis, VarianceCriterion(workload.n_treatments, count_channel=True).n_channels,
-                       True, False),
-            ForestSpec("causal", int(prm["n_estimators"]),
-                       CausalCriterion(workload.n_treatments, workload.n_outcomes).n_channels, True,
-                       workload.entry == "cli")]
+        main = ForestSpec("causal", int(prm["n_estimators"]), InstrumentalCriterion().n_channels, False,
+                          workload.entry == "cli")
+        return [nuisance] * (0 if workload.nuisance_given else 3) + [main]
+    nuisance = [ForestSpec("regression", n_nuis, VarianceCriterion(width, count_channel=True).n_channels, True, False)
+                for width in (workload.n_outcomes, workload.n_treatments)]
+    main = ForestSpec("causal", int(prm["n_estimators"]),
+                      CausalCriterion(workload.n_treatments, workload.n_outcomes).n_channels, True,
+                      workload.entry == "cli")
+    return ([] if workload.nuisance_given else nuisance) + [main]
 
 
 def forest_geometry(workload, spec, constants=None):
@@ -487,6 +529,9 @@ class Prediction:
     memory : dict
         Parts of ``peak_bytes``.
     p : int
+    single_core_seconds : float
+        The busiest rank's compute priced on one uncontended core (before the
+        pace of ``p`` ranks: :func:`measured_pace` or :meth:`Cluster.compute_factor`).
     """
 
     seconds: float
@@ -495,6 +540,7 @@ class Prediction:
     peak_bytes: float
     memory: dict
     p: int
+    single_core_seconds: float = 0.0
 
     @property
     def compute_seconds(self):
@@ -550,7 +596,9 @@ def predict(workload, p, cluster=None, constants=None):
             single_core[key] = single_core.get(key, 0.0) + a * step.units + b * step.calls
         else:
             calls += step.count
-    factor = cluster.compute_factor(p, sum(single_core.values()) / (calls + 1))
+    factor = measured_pace(constants, workload, p, cluster)
+    if factor is None:
+        factor = cluster.compute_factor(p, sum(single_core.values()) / (calls + 1))
     phases = {key: factor * seconds for key, seconds in single_core.items()}
     comms = {}
     for step in steps:
@@ -562,7 +610,7 @@ def predict(workload, p, cluster=None, constants=None):
                              secs + seconds)
     total = sum(phases.values()) + sum(v[2] for v in comms.values())
     memory = peak_memory(workload, p, constants)
-    return Prediction(total, phases, comms, sum(memory.values()), memory, p)
+    return Prediction(total, phases, comms, sum(memory.values()), memory, p, sum(single_core.values()))
 
 
 def _collective_seconds(op, nbytes, p, layout, net, costs):

@@ -153,3 +153,35 @@ def test_oversubscribed_step_latency_by_rank_count():
     assert cm.Cluster(cores_per_node=32, threads_per_rank=4).rpn(100) == 8
     with pytest.raises(ValueError, match="model"):
         cm.Workload("svm", 10, 2)
+
+
+def test_measured_pace_replaces_the_sharing_formula_on_this_machine():
+    consts = {"phases": {"gbdt": {ph: [1e-8, 1e-5] for ph in
+                                  ("binning", "histogram", "split", "partition", "prediction", "other")}},
+              "memory": {"gbdt": {"base": 1e8, "per_row": 100.0}},
+              "pace": {"gbdt": {"3": 2.7}, "forest": {"3": 1.6}}}
+    w = cm.Workload("gbdt-regressor", 1_000_000, 20, {"n_estimators": 10, "early_stopping": False})
+    here = cm.Cluster.this_machine()
+    p3 = cm.predict(w, 3, here, consts)
+    # compute = the measured pace times the busiest rank's single-core seconds
+    assert p3.compute_seconds == pytest.approx(2.7 * p3.single_core_seconds)
+    assert p3.seconds == pytest.approx(p3.compute_seconds + p3.communication_seconds)
+    assert cm.measured_pace(consts, w, 3, here) == 2.7
+    forest = cm.Workload("causal", 1000, 5)
+    assert cm.measured_pace(consts, forest, 3, here) == 1.6
+    # not measured (p = 4, p = 1) or not this machine: the sharing formula
+    assert cm.measured_pace(consts, w, 4, here) is None and cm.measured_pace(consts, w, 1, here) is None
+    big = cm.Cluster(cores_per_node=32)
+    assert cm.measured_pace(consts, w, 3, big) is None
+    p4 = cm.predict(w, 4, here, consts)
+    assert p4.compute_seconds == pytest.approx(here.compute_factor(4, None) * p4.single_core_seconds, rel=0.5)
+
+
+def test_given_nuisance_estimates_grow_no_nuisance_forest():
+    full = cm.forest_specs(cm.Workload("causal", 10_000, 5, {"n_estimators": 40}))
+    given = cm.forest_specs(cm.Workload("causal", 10_000, 5, {"n_estimators": 40}, nuisance_given=True))
+    assert [s.family for s in full] == ["regression", "regression", "causal"]
+    assert given == full[-1:]
+    iv = cm.forest_specs(cm.Workload("instrumental", 10_000, 5, nuisance_given=True))
+    assert [s.family for s in iv] == ["causal"]
+    assert len(cm.forest_specs(cm.Workload("instrumental", 10_000, 5))) == 4
