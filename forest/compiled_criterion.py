@@ -77,9 +77,9 @@ in two fresh processes sharing an empty cache directory:
 A fixed table of criterion "kinds" (the previous design) caches, but compiles every
 criterion into every kernel and lets an unknown kind fall through to another
 criterion's code; here an unregistered record is a typing error. Cold start: a
-model compiles only the specialisations it uses (a causal forest: the variance
-kernels for its nuisance forests and the causal ones; boosting: none of the subtree
-kernels). The pieces are inlined into the kernels at Numba-IR level
+model compiles only the specialisations it uses (a causal forest: one pair of its
+nuisance forests' variance criterion and its causal one, :class:`PairedRecord`;
+boosting: none of the subtree kernels). The pieces are inlined into the kernels at Numba-IR level
 (``inline="always"``), as the hand-written per-kind branches were, so the kernels'
 speed is unchanged (see the commit log for the A/B).
 """
