@@ -30,7 +30,6 @@ Usage::
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -41,6 +40,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _harness import cpu_model  # noqa: E402
+from bench_histogram import best_time  # noqa: E402
 
 N_FEATURES = 28
 N_BINS = 256
@@ -53,16 +55,6 @@ def gpu_name():
         return out.stdout.strip() or "unknown GPU"
     except (OSError, subprocess.SubprocessError):
         return "simulator" if os.environ.get("NUMBA_ENABLE_CUDASIM") else "unknown GPU"
-
-
-def cpu_name():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def level_rows(rng, n, n_nodes):
@@ -119,16 +111,6 @@ def check_correctness(rng, big_rows, n=5000):
     return dict(cases=cases + 1, worst_rel=worst, big_rel=big_err, big_rows=big_rows)
 
 
-def best_of(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def gpu_kernel_ms(ctx, d_channels, d_rows, ns, repeat):
     """Best launch time in ms (zeroing + histogram kernel) by CUDA events."""
     from numba import cuda
@@ -173,12 +155,12 @@ def kernel_table(rng, n, repeat):
             out = np.empty((n_nodes, N_FEATURES, N_BINS, n_channels))
             timings = {}
             timings["gpu kernel"] = gpu_kernel_ms(ctx, d_channels, d_rows, ns, repeat)
-            timings["gpu build"] = 1e3 * best_of(lambda: ctx.build(channels, rows, ns, out=out), repeat)
-            timings["gpu one-shot"] = 1e3 * best_of(
+            timings["gpu build"] = 1e3 * best_time(lambda: ctx.build(channels, rows, ns, out=out), repeat)
+            timings["gpu one-shot"] = 1e3 * best_time(
                 lambda: build_histograms(binned, channels, rows, ns, N_BINS, backend="cuda", out=out), repeat)
             for threads in sorted({all_threads, 2}, reverse=True):
                 numba.set_num_threads(threads)
-                timings[f"cpu numba {threads} thr"] = 1e3 * best_of(
+                timings[f"cpu numba {threads} thr"] = 1e3 * best_time(
                     lambda: build_histograms(binned, channels, cpu_rows, ns, N_BINS, backend="numba", out=out),
                     repeat)
             numba.set_num_threads(all_threads)
@@ -289,7 +271,7 @@ def main(argv=None):
         numba_cuda_version = numba_cuda.__version__
     except Exception:  # older layouts ship CUDA inside numba
         numba_cuda_version = "in numba"
-    info = dict(gpu=gpu_name(), cpu=cpu_name(), cpus=os.cpu_count(), numba=numba.__version__,
+    info = dict(gpu=gpu_name(), cpu=cpu_model(), cpus=os.cpu_count(), numba=numba.__version__,
                 numba_cuda=numba_cuda_version, numpy=np.__version__)
     print(info, flush=True)
     if not cuda.is_available():
