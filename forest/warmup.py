@@ -42,6 +42,8 @@ VARIANTS = {
     "causal-binary": "CausalForest, binary treatment, with its nuisance forests",
     "causal-multiarm": "CausalForest, three-arm treatment",
     "causal-continuous": "CausalForest, continuous treatment",
+    "causal-given": "CausalForest, binary treatment, nuisance estimates given (y_hat, t_hat): no nuisance "
+                    "forest, so its kernels are not shared with them (forest.compiled_criterion.PairedRecord)",
 }
 
 #: ``--model`` names (as forest-train spells them) -> their variants.
@@ -49,7 +51,7 @@ MODEL_VARIANTS = {
     "gbdt-classifier": ("gbdt-classifier",),
     "gbdt-regressor": ("gbdt-regressor",),
     "regression": ("regression",),
-    "causal": ("causal-binary", "causal-multiarm", "causal-continuous"),
+    "causal": ("causal-binary", "causal-multiarm", "causal-continuous", "causal-given"),
 }
 
 #: Rows of the synthetic warm-up data.
@@ -69,6 +71,8 @@ def _data(n=WARMUP_ROWS, n_features=4, seed=0):
 
 
 def _fit_variant(variant):
+    import numpy as np
+
     from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest
     from native.comm import SelfCommunicator
 
@@ -81,6 +85,10 @@ def _fit_variant(variant):
         GBDTRegressor(n_estimators=2, random_state=0).fit(X, y, comm=comm)
     elif variant == "regression":
         RegressionForest(n_estimators=4, random_state=0).fit(X, y, comm=comm)
+    elif variant == "causal-given":
+        t = (rng.uniform(size=len(y)) < 0.5).astype(float)
+        CausalForest(n_estimators=4, random_state=0).fit(X, t, y + t, y_hat=np.full(len(y), float(np.mean(y + t))),
+                                                         t_hat=np.full(len(y), 0.5), comm=comm)
     elif variant.startswith("causal-"):
         t = {"causal-binary": lambda: (rng.uniform(size=len(y)) < 0.5).astype(float),
              "causal-multiarm": lambda: rng.integers(0, 3, size=len(y)),

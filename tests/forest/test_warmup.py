@@ -107,3 +107,14 @@ def test_ranks_of_a_node_compile_once_and_the_others_load(tmp_path, nprocs):
         assert p["announced"] == [] and p["warmup"] == [], p
     for p in probes:
         assert p["fit"] == [], p
+
+
+def test_causal_warmup_covers_fits_with_given_nuisance_estimates():
+    """A causal forest with its nuisance forests compiles the paired kernel; one given
+    ``y_hat`` / ``t_hat`` grows no nuisance forest and needs the causal record alone."""
+    from forest import local_growth
+
+    assert "causal-given" in warmup.MODEL_VARIANTS["causal"]
+    warmup._fit_variant("causal-given")
+    sigs = [str(s) for s in local_growth._grow_trees.signatures]
+    assert any("CausalScalarRecord" in s and "PairedRecord" not in s for s in sigs)
