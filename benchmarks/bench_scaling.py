@@ -361,7 +361,7 @@ def _write_constants(doc):
     consts["phases"] = prices
     memory = {}
     for fam in ("gbdt", "forest"):
-        pts = [m for m in ms if ("gbdt" if m["case"]["model"].startswith("gbdt") else "forest") == fam]
+        pts = [m for m in ms if cost_model.growth_family(_case_workload(m["case"])) == fam]
         if not pts:
             continue
         base = min(m["base_bytes"] for m in pts)
@@ -405,7 +405,7 @@ def _pace(constants, points):
         if pred.single_core_seconds <= 0:
             continue
         pace = (pt["fit_s"] - pred.communication_seconds) / pred.single_core_seconds
-        found.setdefault(cost_model.pace_family(w), {}).setdefault(str(pt["p"]), []).append(max(pace, 0.0))
+        found.setdefault(cost_model.growth_family(w), {}).setdefault(str(pt["p"]), []).append(max(pace, 0.0))
     return {fam: {p: statistics.mean(v) for p, v in by_p.items()} for fam, by_p in found.items()}
 
 

@@ -282,7 +282,7 @@ def kernel_record(compiled):
     main = sharing.main.record
     record = compiled.record
     if type(record) is type(main):
-        if record is main or record == main:
+        if record == main:
             return record if sharing.helper is None else PairedRecord(1, sharing.helper, record)
         return record
     if sharing.helper is None or type(sharing.helper) is not type(record):

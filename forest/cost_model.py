@@ -162,9 +162,10 @@ class Cluster:
                 f"{self.threads_per_rank} thread(s)/rank, {self.latency_us:g} us, {self.gbits:g} Gb/s links")
 
 
-def pace_family(workload):
-    """``"gbdt"`` or ``"forest"``: the key of :func:`measured_pace` (short phases between
-    collectives, or trees grown between rare ones)."""
+def growth_family(workload):
+    """``"gbdt"`` or ``"forest"``: boosting (a collective per tree node) or forests (trees
+    grown locally between rare collectives); the key of the calibration's ``memory``
+    (:func:`peak_memory`) and ``pace`` (:func:`measured_pace`) entries."""
     return "gbdt" if workload.model.startswith("gbdt") else "forest"
 
 
@@ -196,7 +197,7 @@ def measured_pace(constants, workload, p, cluster):
         return None
     if cluster.cores_per_node != (os.cpu_count() or 1):
         return None
-    value = (constants.get("pace") or {}).get(pace_family(workload), {}).get(str(p))
+    value = (constants.get("pace") or {}).get(growth_family(workload), {}).get(str(p))
     return None if value is None else float(value)
 
 
@@ -652,7 +653,7 @@ def peak_memory(workload, p, constants=None):
 
     constants = calibration() if constants is None else constants
     mem = constants.get("memory", {})
-    fam = "gbdt" if workload.model.startswith("gbdt") else "forest"
+    fam = growth_family(workload)
     m = mem.get(fam, {"base": 250e6, "per_row": 200.0})
     n_local = _ceil_div(workload.n_rows, p)
     F = workload.n_features

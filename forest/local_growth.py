@@ -658,19 +658,17 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
                       float(min_gain), float(rel_tol), 0 if mtry is None else int(mtry), key1, key2,
                       _as_row_bound(engine.hist_rows if hist_rows is None else hist_rows),
                       max(1, int(engine.max_hist_slots if max_hist_slots is None else max_hist_slots)))
-    args = (binned, channels, rows, task_starts, tree_task_starts, np.ascontiguousarray(task_node, dtype=np.int64),
-            np.ascontiguousarray(task_depth, dtype=np.int64), tree_next,
-            np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count,
-            cc.kernel_record(compiled), gp)
+    arrays = (binned, channels, rows, task_starts, tree_task_starts, np.ascontiguousarray(task_node, dtype=np.int64),
+              np.ascontiguousarray(task_depth, dtype=np.int64), tree_next,
+              np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count)
+    record = cc.kernel_record(compiled)
     if n_tasks:
         if len(rows) < _SERIAL_ROWS or n_trees == 1 or numba.get_num_threads() == 1:
-            cc.call_kernel(_grow_trees, 0, n_trees, *args)
+            cc.call_kernel(_grow_trees, 0, n_trees, *arrays, record, gp)
+        elif isinstance(record, cc.PairedRecord):
+            cc.call_kernel(_grow_trees_parallel_paired, *arrays, *record, gp)
         else:
-            record = args[-2]
-            if isinstance(record, cc.PairedRecord):
-                cc.call_kernel(_grow_trees_parallel_paired, *args[:-2], *record, gp)
-            else:
-                cc.call_kernel(_grow_trees_parallel, *args)
+            cc.call_kernel(_grow_trees_parallel, *arrays, record, gp)
     keep = np.concatenate([np.arange(rec_offsets[t], rec_offsets[t] + rec_count[t]) for t in range(n_trees)]) \
         if n_trees else np.zeros(0, dtype=np.int64)
     starts = np.zeros(n_trees + 1, dtype=np.int64)
