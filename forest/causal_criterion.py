@@ -52,6 +52,7 @@ Leaf values
 these per tree and solves ``theta(x) = A(x)^{-1} b(x)`` (see :mod:`forest.inference`),
 which equals GRF's estimate with its forest weights.
 """
+import functools
 from collections import namedtuple
 
 import numpy as np
@@ -208,14 +209,26 @@ def _gain_scalar_core(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, ar
     return out
 
 
-@vectorize(["float64(float64, float64, float64, float64, float64, float64, float64, float64, float64, float64,"
-            " float64, float64, float64, float64, float64, float64, float64, float64, float64, float64, float64)"],
-           cache=True)
-def _gain_scalar_ufunc(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, ar, wb, yb, tau, floor, valid, m,
-                       pen):
-    """Vectorised :func:`_gain_scalar_core` (the histogram split search's ``K = M = 1`` path)."""
+_GAIN_SCALAR_SIGNATURE = "float64(" + ", ".join(["float64"] * 21) + ")"
+
+
+def _gain_scalar_elementwise(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, ar, wb, yb, tau, floor, valid, m,
+                             pen):
+    """One element of :func:`_gain_scalar_ufunc` (plain Python until vectorised there)."""
     return _gain_scalar_core(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, ar, wb, yb, tau, floor, valid,
                              m, pen)
+
+
+@functools.cache
+def _gain_scalar_ufunc():
+    """Vectorised :func:`_gain_scalar_core` (the NumPy split search's ``K = M = 1`` path), built on first use.
+
+    Built lazily because Numba builds a ufunc's wrapper anew in every process even
+    with ``cache=True`` (about 0.1 s), and this module is imported by every process
+    that loads a growth kernel from the cache (the kernels' cache index names this
+    module's records), most of which never call the NumPy gain.
+    """
+    return vectorize([_GAIN_SCALAR_SIGNATURE], cache=True)(_gain_scalar_elementwise)
 
 
 # ---------------------------------------------------------------------- compiled pieces
@@ -674,11 +687,11 @@ class CausalCriterion(Criterion):
         wbar, ybar, tau, a_inv, spread_p, valid_p = self._parent_terms(parent)
         if self.K == 1 and self.M == 1 and a_inv is None:
             l, r = left, right
-            return _gain_scalar_ufunc(l[..., 0], l[..., 1], l[..., 2], l[..., 3], l[..., 4], l[..., 5], l[..., 6],
-                                      r[..., 0], r[..., 1], r[..., 2], r[..., 3], r[..., 4], r[..., 5], r[..., 6],
-                                      wbar[..., 0], ybar[..., 0], tau[..., 0, 0], self.alpha * spread_p[..., 0],
-                                      valid_p.astype(np.float64), float(self.min_samples_leaf),
-                                      self.imbalance_penalty)
+            return _gain_scalar_ufunc()(l[..., 0], l[..., 1], l[..., 2], l[..., 3], l[..., 4], l[..., 5], l[..., 6],
+                                        r[..., 0], r[..., 1], r[..., 2], r[..., 3], r[..., 4], r[..., 5], r[..., 6],
+                                        wbar[..., 0], ybar[..., 0], tau[..., 0, 0], self.alpha * spread_p[..., 0],
+                                        valid_p.astype(np.float64), float(self.min_samples_leaf),
+                                        self.imbalance_penalty)
         gl, gr = left[..., 0], right[..., 0]
         if self.K == 1 and self.M == 1:
             sl = self._score_scalar(left, wbar, ybar, tau, a_inv)

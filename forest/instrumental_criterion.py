@@ -58,6 +58,7 @@ the forest-weighted ``theta(x) = (g zy - z y) / (g zw - z w)`` (grf's instrument
 prediction), which :func:`forest.inference.solve_theta` solves through
 :meth:`InstrumentalChannels.equation_moments`.
 """
+import functools
 from collections import namedtuple
 
 import numpy as np
@@ -172,12 +173,22 @@ def _iv_gain_core(gl, zl, wl, yl, zyl, zwl, zzl, nl, al, gr, zr, wr, yr, zyr, zw
     return out
 
 
-@vectorize(["float64(" + ", ".join(["float64"] * 27) + ")"], cache=True)
-def _iv_gain_ufunc(gl, zl, wl, yl, zyl, zwl, zzl, nl, al, gr, zr, wr, yr, zyr, zwr, zzr, nr, ar,
-                   zb, wb, yb, tau, inv_d, floor, valid, m, pen):
-    """Vectorised :func:`_iv_gain_core` (the histogram split search)."""
+def _iv_gain_elementwise(gl, zl, wl, yl, zyl, zwl, zzl, nl, al, gr, zr, wr, yr, zyr, zwr, zzr, nr, ar,
+                         zb, wb, yb, tau, inv_d, floor, valid, m, pen):
+    """One element of :func:`_iv_gain_ufunc` (plain Python until vectorised there)."""
     return _iv_gain_core(gl, zl, wl, yl, zyl, zwl, zzl, nl, al, gr, zr, wr, yr, zyr, zwr, zzr, nr, ar,
                          zb, wb, yb, tau, inv_d, floor, valid, m, pen)
+
+
+@functools.cache
+def _iv_gain_ufunc():
+    """Vectorised :func:`_iv_gain_core` (the NumPy split search), built on first use.
+
+    Lazy for the reason given at :func:`forest.causal_criterion._gain_scalar_ufunc`:
+    a ufunc's wrapper is rebuilt in every process, and this module is imported by
+    every process that loads a growth kernel from the cache.
+    """
+    return vectorize(["float64(" + ", ".join(["float64"] * 27) + ")"], cache=True)(_iv_gain_elementwise)
 
 
 #: Relative size below which a node's first stage counts as zero (no split).
@@ -312,9 +323,9 @@ class InstrumentalCriterion(Criterion):
         consts = np.empty((flat.shape[0], 7))
         _constants_rows(flat, self.alpha, self.precondition, consts)
         consts = consts.reshape(p.shape[:-1] + (7,))
-        return _iv_gain_ufunc(*(l[..., c] for c in range(9)), *(r[..., c] for c in range(9)),
-                              *(consts[..., j] for j in range(7)), float(self.min_samples_leaf),
-                              self.imbalance_penalty)
+        return _iv_gain_ufunc()(*(l[..., c] for c in range(9)), *(r[..., c] for c in range(9)),
+                                *(consts[..., j] for j in range(7)), float(self.min_samples_leaf),
+                                self.imbalance_penalty)
 
     # A leaf stores its first ``n_moments`` channel sums per row, then its row count,
     # and its weight is the row count: the causal criterion's rules, on this layout.
