@@ -36,3 +36,14 @@ def test_mask_is_a_pure_function():
     np.testing.assert_allclose(freq, 0.3, atol=0.03)
     with pytest.raises(ValueError, match="mtry"):
         mtry_feature_mask(7, trees, nodes, 10, 0)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 33, 1000])
+def test_stable_order_matches_numpy_stable_argsort(n):
+    from forest.mtry import _stable_order
+
+    rng = np.random.default_rng(n)
+    wide = rng.integers(0, 2 ** 63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    ties = rng.integers(0, 4, n).astype(np.uint64)  # many equal keys: index order must hold
+    for keys in (wide, ties, np.sort(wide), np.sort(wide)[::-1].copy()):
+        np.testing.assert_array_equal(_stable_order(keys), np.argsort(keys, kind="stable"))
