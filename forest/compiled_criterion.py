@@ -164,22 +164,35 @@ def right_exhausted(p, n_r, cum, parent):
     return _REGISTRY[type(p)].right_exhausted(p, n_r, cum, parent)
 
 
-@overload(prepare, inline="always")
+def _inline_unless_paired(expr, caller_info, callee_info):
+    """Numba inlining rule of the pieces: inline a criterion's own pieces, call a pair's.
+
+    A :class:`PairedRecord`'s pieces hold both criteria's pieces; inlined, each call
+    site of a kernel carried both copies through Numba's typing and lowering (the
+    subtree kernel calls the pieces at about ten sites). Called instead, each pair
+    piece compiles once (with its criteria's pieces inlined in it), and LLVM may
+    still inline it into the kernel.
+    """
+    record = callee_info.signature.args[0]
+    return getattr(record, "instance_class", None) is not PairedRecord
+
+
+@overload(prepare, inline=_inline_unless_paired)
 def _ov_prepare(p, parent, consts):
     return _pieces(p).prepare
 
 
-@overload(gains, inline="always")
+@overload(gains, inline=_inline_unless_paired)
 def _ov_gains(p, lefts, rights, consts, out, row, n):
     return _pieces(p).gains
 
 
-@overload(sides_ok, inline="always")
+@overload(sides_ok, inline=_inline_unless_paired)
 def _ov_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
     return _pieces(p).sides_ok
 
 
-@overload(right_exhausted, inline="always")
+@overload(right_exhausted, inline=_inline_unless_paired)
 def _ov_right_exhausted(p, n_r, cum, parent):
     return _pieces(p).right_exhausted
 
