@@ -79,9 +79,12 @@ criterion into every kernel and lets an unknown kind fall through to another
 criterion's code; here an unregistered record is a typing error. Cold start: a
 model compiles only the specialisations it uses (a causal forest: one pair of its
 nuisance forests' variance criterion and its causal one, :class:`PairedRecord`;
-boosting: none of the subtree kernels). The pieces are inlined into the kernels at Numba-IR level
-(``inline="always"``), as the hand-written per-kind branches were, so the kernels'
-speed is unchanged (see the commit log for the A/B).
+boosting: none of the subtree kernels). A criterion's own pieces are inlined into the kernels at
+Numba-IR level, as the hand-written per-kind branches were, so the kernels' speed is unchanged
+(see the commit log for the A/B). A pair's pieces are called instead (:func:`_inline_unless_paired`):
+inlined, every call site of the subtree kernel carried both criteria's code through Numba's typing
+and lowering; called, the causal first fit on an empty cache compiles 2.2 s less (18.1 -> 15.9 s on
+the dev machine) for 1-2 % of a warm fit (benchmarks/RESULTS.md, "Cold start").
 """
 import warnings
 from collections import namedtuple
