@@ -199,16 +199,32 @@ def fit_compare(rng, n, n_estimators):
     X = rng.normal(size=(n, N_FEATURES))
     logit = X[:, 0] - 0.5 * X[:, 1] + 0.5 * X[:, 2] * X[:, 3]
     y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.int64)
+    import histogram.cuda_kernels as ck
+
+    # Count the timed fit's host-to-device bytes: record the contexts it creates.
+    contexts = []
+    init = ck.CudaHistogramContext.__init__
+
+    def recording_init(self, *a, **k):
+        init(self, *a, **k)
+        contexts.append(self)
+
     res = {}
     preds = {}
     for backend in ("numba", "cuda"):
         # warm-up on a slice so the timed fit pays no compilation
         GBDTClassifier(n_estimators=2, backend=backend, random_state=0).fit(X[:20000], y[:20000])
-        t0 = time.perf_counter()
-        model = GBDTClassifier(n_estimators=n_estimators, backend=backend, random_state=0).fit(X, y)
-        res[backend] = time.perf_counter() - t0
+        ck.CudaHistogramContext.__init__ = recording_init
+        try:
+            t0 = time.perf_counter()
+            model = GBDTClassifier(n_estimators=n_estimators, backend=backend, random_state=0).fit(X, y)
+            res[backend] = time.perf_counter() - t0
+        finally:
+            ck.CudaHistogramContext.__init__ = init
         preds[backend] = model.predict_proba(X[:100000])[:, 1]
     res["max_prob_diff"] = float(np.abs(preds["numba"] - preds["cuda"]).max())
+    res["uploaded_mb"] = sum(c.uploaded_bytes for c in contexts) / 1e6
+    res["channel_uploads"] = sum(c.channel_uploads for c in contexts)
     res["threads"] = numba.config.NUMBA_NUM_THREADS
     return res
 
@@ -247,7 +263,8 @@ def render(info, correct, table, sweep, fit, args):
         lines += [f"One fit: `GBDTClassifier(n_estimators={args.fit_trees})` on {args.fit_rows:,} rows x 28 "
                   f"features: Numba backend ({fit['threads']} threads) {fit['numba']:.2f} s, CUDA backend "
                   f"{fit['cuda']:.2f} s; largest difference in predicted probability "
-                  f"{fit['max_prob_diff']:.1e}.", ""]
+                  f"{fit['max_prob_diff']:.1e}; the CUDA fit moved {fit['uploaded_mb']:.1f} MB host to "
+                  f"device ({fit['channel_uploads']} gradient uploads: one per tree).", ""]
     return "\n".join(lines)
 
 

@@ -124,6 +124,9 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, params=No
     min_split = params.min_samples_split
     reducer = make_reducer(comm, bin_info.n_features, engine.split_mode, engine.algorithm)
     builder = HistogramBuilder(binned, bin_info.n_bins, channels.shape[1], engine)
+    # Every build of this call reads these channels, unchanged; the builder is local
+    # to the call, so nothing needs releasing (a GPU backend uploads them once).
+    builder.hold(channels)
     finisher = None
     if compiled is not None:
         finisher = TreeParallelFinisher(compiled, criterion, binned, channels, gids, bin_info, comm, tree_indices,
@@ -359,11 +362,20 @@ class LeafwiseGrower:
         -------
         GrownTree
         """
-        crit, info, red = self.criterion, self.bin_info, self.reducer
         binned = self.binned
         channels = np.ascontiguousarray(channels, dtype=np.float64)
-        if channels.shape != (binned.shape[1], crit.n_channels):
-            raise ValueError(f"channels must have shape ({binned.shape[1]}, {crit.n_channels}), got {channels.shape}")
+        if channels.shape != (binned.shape[1], self.criterion.n_channels):
+            raise ValueError(f"channels must have shape ({binned.shape[1]}, {self.criterion.n_channels}), "
+                             f"got {channels.shape}")
+        # Every node of the tree is built from these channels (a GPU backend uploads
+        # them once per tree, not per node).
+        with self.builder.holding(channels):
+            return self._grow(channels, rows, shrinkage, quantized)
+
+    def _grow(self, channels, rows, shrinkage, quantized):
+        """:meth:`grow` on checked, C-contiguous ``channels``."""
+        crit, info, red = self.criterion, self.bin_info, self.reducer
+        binned = self.binned
         identity = rows is None
         rows = np.arange(binned.shape[1], dtype=np.int32) if identity else np.array(rows, dtype=np.int32)
         if self._scratch is None or len(self._scratch) < len(rows):

@@ -7,6 +7,8 @@ only the one with the smaller *global* weight (decided from the reduced parent
 sums, so every rank builds the same child) is built and reduced; its sibling's
 histogram is the parent's minus it.
 """
+from contextlib import contextmanager
+
 import numba
 import numpy as np
 
@@ -76,6 +78,7 @@ class HistogramBuilder:
         self._int_partial = None
         self._packed = None
         self._cuda = None
+        self._held = None  # channels promised unchanged (hold / release)
         if self.fast and (self.gh or quantized):
             from histogram.cpu_kernels import pack_codes
 
@@ -97,21 +100,53 @@ class HistogramBuilder:
             return self._build_cuda(channels, rows, node_starts)
         return build(self.binned, channels, rows, node_starts, self.n_bins, self.backend)
 
+    def hold(self, channels):
+        """Promise that ``channels`` stays unchanged until :meth:`release`.
+
+        Builds that pass this same array may then reuse one copy of it: the CUDA
+        backend uploads it once instead of at every build (a boosting tree builds
+        one histogram per node from one channel array). The CPU backends read the
+        host array anyway; for them this only records the promise.
+        """
+        self._held = channels
+        if self._cuda is not None:
+            self._cuda.hold_channels(channels)
+
+    def release(self):
+        """End the promise of :meth:`hold`."""
+        self._held = None
+        if self._cuda is not None:
+            self._cuda.release_channels()
+
+    @contextmanager
+    def holding(self, channels):
+        """:meth:`hold` for the ``with`` block, then :meth:`release`."""
+        self.hold(channels)
+        try:
+            yield self
+        finally:
+            self.release()
+
     def _build_cuda(self, channels, rows, node_starts):
         """:meth:`build` on the GPU, over codes uploaded once per fit (the first call)."""
         from histogram.kernels import validate_inputs
 
         with phase("histogram"):
             first = self._cuda is None
-            binned, channels, rows, node_starts, identity = validate_inputs(
+            held = self._held is not None and channels is self._held
+            binned, checked, rows, node_starts, identity = validate_inputs(
                 self.binned, channels, rows, node_starts, self.n_bins, check_codes=first)
             if first:
                 from histogram.cuda_kernels import CudaHistogramContext
 
                 self._cuda = CudaHistogramContext(binned, self.n_bins)
+                if self._held is not None:
+                    self._cuda.hold_channels(self._held)
             if identity:
                 rows = np.arange(binned.shape[1], dtype=np.int32)
-            return self._cuda.build(channels, rows, node_starts)
+            # A held array goes as itself: the context knows it by identity (the checks
+            # above passed, so it is a float64 (n_rows, C) array already).
+            return self._cuda.build(channels if held else checked, rows, node_starts)
 
     def build_segments(self, channels, rows, lo, hi):
         """Histograms of the segments ``rows[lo[i]:hi[i]]``, shape (len(lo), n_features, n_bins, C)."""

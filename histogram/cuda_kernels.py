@@ -206,7 +206,44 @@ class CudaHistogramContext:
         self.rows_per_block = int(rows_per_block)
         self.threads_per_block = int(threads_per_block)
         self.stream = cuda.stream()
-        self.d_binned = cuda.to_device(np.ascontiguousarray(binned), stream=self.stream)
+        binned = np.ascontiguousarray(binned)
+        self.d_binned = cuda.to_device(binned, stream=self.stream)
+        #: Host-to-device bytes this context has moved (codes, channels, row ids, tiles).
+        self.uploaded_bytes = binned.nbytes
+        #: Channel arrays uploaded (a held array counts once, however many builds read it).
+        self.channel_uploads = 0
+        self._held = None  # (host channels, device copy) while a caller holds them
+
+    def hold_channels(self, channels):
+        """Keep a device copy of ``channels`` for the builds that pass this same array.
+
+        The caller promises not to change ``channels`` until :meth:`release_channels`:
+        a boosting tree (or a level-wise forest batch) reads one channel array in every
+        node's build, so uploading it once per tree instead of once per node moves
+        ``n_rows * C * 8`` bytes once rather than at every node (about 30x fewer for a
+        31-leaf tree). The upload happens at the first build that uses it.
+        """
+        self._held = (channels, None)
+
+    def release_channels(self):
+        """Forget the held channels (their device copy is freed with the last reference)."""
+        self._held = None
+
+    def _device_channels(self, channels):
+        held = self._held
+        if held is not None and held[0] is channels and held[1] is not None:
+            return held[1]
+        host = np.ascontiguousarray(channels)
+        d_channels = cuda.to_device(host, stream=self.stream)
+        self.uploaded_bytes += host.nbytes
+        self.channel_uploads += 1
+        if held is not None and held[0] is channels:
+            self._held = (channels, d_channels)
+        return d_channels
+
+    def _upload(self, host):
+        self.uploaded_bytes += host.nbytes
+        return cuda.to_device(host, stream=self.stream)
 
     def build(self, channels, rows, node_starts, out=None):
         """Histograms of the node segments of ``rows``, copied back to the host.
@@ -235,10 +272,10 @@ class CudaHistogramContext:
 
     def build_on_device(self, channels, rows, node_starts):
         """:meth:`build` without the copy back: the device array (the launch is queued
-        on ``self.stream``; synchronize before reading it)."""
-        stream = self.stream
-        d_channels = cuda.to_device(np.ascontiguousarray(channels), stream=stream)
-        d_rows = cuda.to_device(np.ascontiguousarray(rows, dtype=np.int32), stream=stream)
+        on ``self.stream``; synchronize before reading it). ``channels`` held by
+        :meth:`hold_channels` are not uploaded again."""
+        d_channels = self._device_channels(channels)
+        d_rows = self._upload(np.ascontiguousarray(rows, dtype=np.int32))
         return self.launch(d_channels, d_rows, node_starts)
 
     def launch(self, d_channels, d_rows, node_starts):
@@ -269,7 +306,7 @@ class CudaHistogramContext:
         fpb, cpb = block_shape(self.n_features, self.n_bins, n_channels)
         grid = (tile_node.shape[0], -(-self.n_features // fpb), -(-n_channels // cpb))
         shared = 8 * self.n_bins * fpb * cpb
-        tiles = [cuda.to_device(a, stream=stream) for a in (tile_node, tile_start, tile_stop)]
+        tiles = [self._upload(a) for a in (tile_node, tile_start, tile_stop)]
         _compiled_kernel()[grid, self.threads_per_block, stream, shared](
             self.d_binned, d_channels, d_rows, *tiles, np.int64(fpb), np.int64(cpb), d_out)
         return d_out

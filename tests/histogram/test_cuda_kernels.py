@@ -60,6 +60,28 @@ SIM_SCRIPT = textwrap.dedent("""
     got = builder.build(channels, None, np.array([0, n]))
     ref = build_histograms_numpy(binned, channels, np.arange(n, dtype=np.int32), np.array([0, n]), 16)
     assert np.allclose(got, ref, rtol=1e-9, atol=1e-12)
+    # held channels are uploaded once for every build that passes the same array
+    held_ch = rng.normal(size=(n, 3))
+    before = builder._cuda.channel_uploads
+    with builder.holding(held_ch):
+        for sizes in ([157], [50, 60], [7, 0, 9]):
+            rows = rng.permutation(n)[:sum(sizes)].astype(np.int32)
+            ns = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+            got = builder.build(held_ch, rows, ns)
+            assert np.allclose(got, build_histograms_numpy(binned, held_ch, rows, ns, 16), rtol=1e-9, atol=1e-12)
+        assert builder._cuda.channel_uploads == before + 1
+        other = held_ch + 1.0  # another array: uploaded on its own, the held copy kept
+        got = builder.build(other, None, np.array([0, n]))
+        assert np.allclose(got, build_histograms_numpy(binned, other, np.arange(n, dtype=np.int32),
+                                                       np.array([0, n]), 16), rtol=1e-9, atol=1e-12)
+        builder.build(held_ch, None, np.array([0, n]))
+        assert builder._cuda.channel_uploads == before + 2
+    # released: the caller may change the array, so the next build uploads it again
+    held_ch[:] = rng.normal(size=(n, 3))
+    got = builder.build(held_ch, None, np.array([0, n]))
+    assert builder._cuda.channel_uploads == before + 3
+    assert np.allclose(got, build_histograms_numpy(binned, held_ch, np.arange(n, dtype=np.int32),
+                                                   np.array([0, n]), 16), rtol=1e-9, atol=1e-12)
     # a code past n_bins is refused on the first build, before any launch
     bad = binned.copy(); bad[0, 0] = 16
     try:
@@ -69,12 +91,22 @@ SIM_SCRIPT = textwrap.dedent("""
     else:
         raise AssertionError("code >= n_bins accepted")
 
-    # a whole boosting fit on the CUDA backend grows the NumPy backend's trees
+    # a whole boosting fit on the CUDA backend grows the NumPy backend's trees, and
+    # uploads each tree's gradients once (not once per node)
     from forest import GBDTRegressor
+    import histogram.cuda_kernels as ck
+    made = []
+    init = ck.CudaHistogramContext.__init__
+    def recording_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+    ck.CudaHistogramContext.__init__ = recording_init
     X = rng.normal(size=(300, 4)); y = X[:, 0] + 0.1 * rng.normal(size=300)
     a = GBDTRegressor(n_estimators=3, max_depth=3, backend="cuda", random_state=0).fit(X, y)
     b = GBDTRegressor(n_estimators=3, max_depth=3, backend="numpy", random_state=0).fit(X, y)
     assert np.allclose(a.predict(X), b.predict(X), rtol=1e-9, atol=1e-9)
+    assert len(made) == 1 and made[0].channel_uploads == 3, [m.channel_uploads for m in made]
+    assert sum(t.node_count for t in a.trees_) > 3 * 3  # several builds per tree
     print("SIM-OK")
 """)
 
