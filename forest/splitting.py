@@ -151,7 +151,7 @@ def first_near_best(cand_gain, n_cand, best, rel_tol):
     return -1, -1
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def hist_candidates(p, f, h, cnt, have_counts, n_node, nbf, missing_bin, min_rows, base, parent, cum, miss, lefts,
                     rights, cand_bin, cand_dir, cand_left):
     """Split candidates of feature ``f`` of one node from its histogram ``h (F, bins, C)``.
