@@ -83,7 +83,7 @@ GrowthRecord = namedtuple("GrowthRecord", ["missing_bin", "min_rows", "weight_ch
                                            "max_slots"])
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin, cum, miss, lefts, rights, cand_bin,
                      cand_dir, cand_end):
     """Split candidates of feature ``f`` of a scan-mode node from its rows sorted by code.
