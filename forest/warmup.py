@@ -155,6 +155,24 @@ def _numba_threads(n):
         numba.set_num_threads(before)
 
 
+@contextlib.contextmanager
+def _batch_oob_forced():
+    """Out-of-bag sums by the batch walk whatever the size.
+
+    A big forest fit takes that route (:data:`forest.predictor.OOB_BATCH_MIN_PAIRS`),
+    and ``predict`` shares its compiled kernels; the warm-up's small fits would skip
+    it and leave those kernels for the first big fit (or prediction) to compile.
+    """
+    from forest import predictor
+
+    before = predictor.OOB_BATCH_MIN_PAIRS
+    predictor.OOB_BATCH_MIN_PAIRS = 0
+    try:
+        yield
+    finally:
+        predictor.OOB_BATCH_MIN_PAIRS = before
+
+
 def warm_up(variants, log=None):
     """Fit each variant's small model (compiling or loading its kernels) and stamp it.
 
@@ -181,7 +199,7 @@ def warm_up(variants, log=None):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 for threads in _thread_counts():
-                    with _numba_threads(threads):
+                    with _numba_threads(threads), _batch_oob_forced():
                         _fit_variant(variant)
         except Exception as exc:  # best effort: the real fit reports real problems
             done[variant] = f"failed: {type(exc).__name__}: {exc}"

@@ -65,6 +65,37 @@ def test_accumulate_oob_binned_matches_masked_reference(rng, n_rows):
         accumulate_oob_binned(packed, _bin(X, thresholds, missing_bin), missing_bin, codes[:2], acc, cnt)
 
 
+@pytest.mark.parametrize("n_rows", [300, 70000])  # one chunk, serial; several chunks, parallel
+def test_oob_binned_batch_walk_equals_blocked_walk_bit_for_bit(rng, monkeypatch, n_rows):
+    """The batch route of accumulate_oob_binned (codes as floats against bin thresholds)
+    gives the blocked per-tree walk's sums exactly, also for a chunk of a forest's trees."""
+    import forest.predictor as pr
+
+    n_features, n_outputs, missing_bin = 5, 3, 9
+    thresholds = [np.sort(rng.normal(size=int(rng.integers(1, 9)))) for _ in range(n_features)]
+    trees = [random_tree(rng, n_features, n_outputs, thresholds) for _ in range(9)]
+    X = rng.normal(size=(n_rows, n_features))
+    X[rng.random(X.shape) < 0.1] = np.nan
+    X[:5, 0] = thresholds[0][0]
+    binned = _bin(X, thresholds, missing_bin)
+    packed = pack_trees(trees)
+    offsets = packed["tree_offsets"]
+    codes = rng.integers(0, 3, size=(len(trees), n_rows)).astype(np.int8)
+    start = rng.normal(size=(n_rows, n_outputs))
+    for sub, sub_codes in ((packed, codes), (dict(packed, tree_offsets=offsets[3:8]), codes[3:7])):
+        results = []
+        for min_pairs in (np.iinfo(np.int64).max, 0):  # blocked walk, then batch walk
+            monkeypatch.setattr(pr, "OOB_BATCH_MIN_PAIRS", min_pairs)
+            acc, cnt = start.copy(), np.full(n_rows, 2.0)
+            accumulate_oob_binned(sub, binned, missing_bin, sub_codes, acc, cnt)
+            results.append((acc, cnt))
+        np.testing.assert_array_equal(results[0][0], results[1][0])
+        np.testing.assert_array_equal(results[0][1], results[1][1])
+        assert (results[1][1] > 2.0).any()
+        # the second run did take the batch route
+        assert pr._oob_binned_batch(sub, binned, missing_bin, sub_codes, start.copy(), np.zeros(n_rows))
+
+
 def test_nan_follows_missing_left():
     t = Tree(1)
     t.add_node(0, 1.0, [0.0])

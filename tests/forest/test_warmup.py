@@ -121,3 +121,23 @@ def test_causal_warmup_covers_fits_with_given_nuisance_estimates():
     sigs = [str(s) for kernel in (local_growth._grow_trees, local_growth._grow_trees_parallel)
             for s in kernel.signatures]
     assert any("CausalScalarRecord" in s and "PairedRecord" not in s for s in sigs)
+
+
+def test_forest_warmup_reaches_the_batch_out_of_bag_walk(monkeypatch):
+    """Big forest fits sum out-of-bag values by the batch walk (the kernels predict
+    shares); the warm-up's small fits must reach it too, or a big first fit compiles it."""
+    from forest import predictor
+
+    taken = []
+    original = predictor._oob_binned_batch
+
+    def recording(*args):
+        taken.append(original(*args))
+        return taken[-1]
+
+    monkeypatch.setattr(predictor, "_oob_binned_batch", recording)
+    monkeypatch.setattr(warmup, "_stamp", lambda variant: None)
+    done = warmup.warm_up(["regression"])
+    assert isinstance(done["regression"], float), done
+    assert taken and all(taken)
+    assert predictor.OOB_BATCH_MIN_PAIRS > 0  # restored after the warm-up
