@@ -44,14 +44,16 @@ VARIANTS = {
     "causal-continuous": "CausalForest, continuous treatment",
     "causal-given": "CausalForest, binary treatment, nuisance estimates given (y_hat, t_hat): no nuisance "
                     "forest, so its kernels are not shared with them (forest.compiled_criterion.PairedRecord)",
+    "batch-walk": "the batch tree walk: out-of-bag sums of big forest fits (forest.predictor."
+                  "OOB_BATCH_MIN_PAIRS) and predict() on many rows",
 }
 
 #: ``--model`` names (as forest-train spells them) -> their variants.
 MODEL_VARIANTS = {
     "gbdt-classifier": ("gbdt-classifier",),
     "gbdt-regressor": ("gbdt-regressor",),
-    "regression": ("regression",),
-    "causal": ("causal-binary", "causal-multiarm", "causal-continuous", "causal-given"),
+    "regression": ("regression", "batch-walk"),
+    "causal": ("causal-binary", "causal-multiarm", "causal-continuous", "causal-given", "batch-walk"),
 }
 
 #: Rows of the synthetic warm-up data.
@@ -85,6 +87,9 @@ def _fit_variant(variant):
         GBDTRegressor(n_estimators=2, random_state=0).fit(X, y, comm=comm)
     elif variant == "regression":
         RegressionForest(n_estimators=4, random_state=0).fit(X, y, comm=comm)
+    elif variant == "batch-walk":
+        with _batch_oob_forced():
+            RegressionForest(n_estimators=4, random_state=0).fit(X, y, comm=comm)
     elif variant == "causal-given":
         t = (rng.uniform(size=len(y)) < 0.5).astype(float)
         CausalForest(n_estimators=4, random_state=0).fit(X, t, y + t, y_hat=np.full(len(y), float(np.mean(y + t))),
@@ -157,11 +162,10 @@ def _numba_threads(n):
 
 @contextlib.contextmanager
 def _batch_oob_forced():
-    """Out-of-bag sums by the batch walk whatever the size.
+    """Out-of-bag sums by the batch walk whatever the size (the ``batch-walk`` variant).
 
     A big forest fit takes that route (:data:`forest.predictor.OOB_BATCH_MIN_PAIRS`),
-    and ``predict`` shares its compiled kernels; the warm-up's small fits would skip
-    it and leave those kernels for the first big fit (or prediction) to compile.
+    and ``predict`` shares its compiled kernels; a small warm-up fit would skip it.
     """
     from forest import predictor
 
@@ -199,7 +203,7 @@ def warm_up(variants, log=None):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 for threads in _thread_counts():
-                    with _numba_threads(threads), _batch_oob_forced():
+                    with _numba_threads(threads):
                         _fit_variant(variant)
         except Exception as exc:  # best effort: the real fit reports real problems
             done[variant] = f"failed: {type(exc).__name__}: {exc}"
@@ -248,8 +252,8 @@ def compile_once_per_node(comm, variants, announce=None):
     return True
 
 
-def variants_for(kind, treatment_values=None, treatment_type=None):
-    """The warm-up variant ``forest-train --model kind`` needs.
+def variants_for(kind, treatment_values=None, treatment_type=None, n_rows=0, n_estimators=0):
+    """The warm-up variants ``forest-train --model kind`` needs.
 
     Parameters
     ----------
@@ -260,18 +264,29 @@ def variants_for(kind, treatment_values=None, treatment_type=None):
     treatment_type : str or None
         The treatment column's type name (an integer type with more than two values
         means arms, a float type a continuous dose).
+    n_rows, n_estimators : int
+        Rows (over all ranks) and trees of the fit: a forest fit whose out-of-bag
+        sums walk at least :data:`forest.predictor.OOB_BATCH_MIN_PAIRS` (row, tree)
+        pairs (a causal forest's nuisance forests have at least 50 trees) also needs
+        ``batch-walk``.
 
     Returns
     -------
     tuple of str
     """
-    if kind != "causal":
+    from .predictor import OOB_BATCH_MIN_PAIRS
+
+    if kind not in ("causal", "regression"):
         return MODEL_VARIANTS.get(kind, ())
+    trees = max(int(n_estimators), 50) if kind == "causal" else int(n_estimators)
+    batch = ("batch-walk",) if int(n_rows) * trees >= OOB_BATCH_MIN_PAIRS else ()
+    if kind == "regression":
+        return ("regression",) + batch
     if treatment_values is not None and len(treatment_values) <= 2:
-        return ("causal-binary",)
+        return ("causal-binary",) + batch
     if treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):
-        return ("causal-multiarm",)
-    return ("causal-continuous",)
+        return ("causal-multiarm",) + batch
+    return ("causal-continuous",) + batch
 
 
 def build_parser():

@@ -443,7 +443,9 @@ def _body(argv):
         # Before the progress bar starts: a first run on a machine compiles the
         # kernels (once per node), announced on rank 0 instead of a frozen bar.
         compile_once_per_node(comm, variants_for(args.model, values if args.treatment else None,
-                                                 source.types.get(args.treatment) if args.treatment else None),
+                                                 source.types.get(args.treatment) if args.treatment else None,
+                                                 n_rows=source.n_rows,
+                                                 n_estimators=est.get_params().get("n_estimators", 0)),
                               announce=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True))
     with phase("binning"):
         mapper = fitter.finish(comm)

@@ -139,5 +139,17 @@ def test_forest_warmup_reaches_the_batch_out_of_bag_walk(monkeypatch):
     monkeypatch.setattr(warmup, "_stamp", lambda variant: None)
     done = warmup.warm_up(["regression"])
     assert isinstance(done["regression"], float), done
+    assert taken and not any(taken)  # small fits: the blocked walk
+    taken.clear()
+    done = warmup.warm_up(["batch-walk"])
+    assert isinstance(done["batch-walk"], float), done
     assert taken and all(taken)
     assert predictor.OOB_BATCH_MIN_PAIRS > 0  # restored after the warm-up
+    # forest-train asks for it when its fit is big enough to take that route
+    big = predictor.OOB_BATCH_MIN_PAIRS
+    assert warmup.variants_for("regression", n_rows=big // 100, n_estimators=100) == ("regression", "batch-walk")
+    assert warmup.variants_for("regression", n_rows=big // 100 - 1, n_estimators=100) == ("regression",)
+    # a causal fit's nuisance forests have at least 50 trees
+    assert warmup.variants_for("causal", [0, 1], "int8", n_rows=big // 50, n_estimators=10) == \
+        ("causal-binary", "batch-walk")
+    assert warmup.variants_for("gbdt-classifier", n_rows=10 ** 9, n_estimators=1000) == ("gbdt-classifier",)
