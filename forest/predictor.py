@@ -551,8 +551,11 @@ def accumulate_oob_binned(forest, binned, missing_bin, codes, acc, cnt):
 #: cache, and small first fits stay quick to start (issue 11).
 OOB_BATCH_MIN_PAIRS = 4_000_000
 
-#: Rows of codes turned into float rows at a time for the batch walk (8 bytes per cell).
+#: Rows of codes turned into float rows at a time for the batch walk: at most this many
+#: rows, and at most :data:`_OOB_BATCH_CHUNK_CELLS` cells (8 bytes each) unless that
+#: leaves fewer than :data:`_PARALLEL_MIN_ROWS` rows (wide data: the threads still share a chunk).
 _OOB_BATCH_CHUNK_ROWS = 32_768
+_OOB_BATCH_CHUNK_CELLS = 4_000_000
 
 
 def _own_nodes(packed):
@@ -589,8 +592,9 @@ def _oob_binned_batch(packed, binned, missing_bin, codes, acc, cnt):
     batch = batch_forest(as_float, n, n_features)
     if batch is None:
         return False
-    for lo in range(0, n, _OOB_BATCH_CHUNK_ROWS):
-        hi = min(n, lo + _OOB_BATCH_CHUNK_ROWS)
+    step = max(_PARALLEL_MIN_ROWS, min(_OOB_BATCH_CHUNK_ROWS, _OOB_BATCH_CHUNK_CELLS // max(n_features, 1)))
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
         block = binned[:, lo:hi].T
         X = np.ascontiguousarray(block, dtype=np.float64)
         X[block == missing_bin] = np.nan

@@ -82,6 +82,8 @@ def test_oob_binned_batch_walk_equals_blocked_walk_bit_for_bit(rng, monkeypatch,
     offsets = packed["tree_offsets"]
     codes = rng.integers(0, 3, size=(len(trees), n_rows)).astype(np.int8)
     start = rng.normal(size=(n_rows, n_outputs))
+    if n_rows > 300:
+        monkeypatch.setattr(pr, "_OOB_BATCH_CHUNK_CELLS", 30_000)  # chunks of 6,000 rows, bounded by cells
     for sub, sub_codes in ((packed, codes), (dict(packed, tree_offsets=offsets[3:8]), codes[3:7])):
         results = []
         for min_pairs in (np.iinfo(np.int64).max, 0):  # blocked walk, then batch walk
