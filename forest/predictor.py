@@ -544,11 +544,12 @@ def accumulate_oob_binned(forest, binned, missing_bin, codes, acc, cnt):
              offsets, int(missing_bin), acc, cnt)
 
 
-#: Fewest out-of-bag (row, tree) pairs (counting every pair) for which
-#: :func:`accumulate_oob_binned` takes the batch walk. The batch kernels are not
-#: otherwise compiled by a forest's fit; below this, the blocked per-tree walk
-#: (about 0.1 s for this many pairs) costs less than compiling them would on an empty
-#: cache, and small first fits stay quick to start (issue 11).
+#: Fewest (row, tree) pairs, out of bag or not, for which :func:`accumulate_oob_binned`
+#: takes the batch walk (about 4x faster per pair once compiled, benchmarks/RESULTS.md).
+#: Its kernels, shared with ``predict``, take ~5.5 s to compile on an empty cache, and a
+#: forest's fit needs them for nothing else: below this (the blocked walk costs ~100 ns
+#: of CPU per pair, ~0.4 s here) a first fit stays quick to start (issue 11); above it
+#: the fit compiles them once, or loads them (the ``batch-walk`` warm-up variant).
 OOB_BATCH_MIN_PAIRS = 4_000_000
 
 #: Rows of codes turned into float rows at a time for the batch walk: at most this many
