@@ -105,8 +105,10 @@ class HistogramBuilder:
 
         Builds that pass this same array may then reuse one copy of it: the CUDA
         backend uploads it once instead of at every build (a boosting tree builds
-        one histogram per node from one channel array). The CPU backends read the
-        host array anyway; for them this only records the promise.
+        one histogram per node from one channel array). It recognises the array by
+        identity, so hold the C-contiguous float64 array the builds get (as both
+        growers do). The CPU backends read the host array anyway; for them this only
+        records the promise.
         """
         self._held = channels
         if self._cuda is not None:
@@ -133,8 +135,7 @@ class HistogramBuilder:
 
         with phase("histogram"):
             first = self._cuda is None
-            held = self._held is not None and channels is self._held
-            binned, checked, rows, node_starts, identity = validate_inputs(
+            binned, channels, rows, node_starts, identity = validate_inputs(
                 self.binned, channels, rows, node_starts, self.n_bins, check_codes=first)
             if first:
                 from histogram.cuda_kernels import CudaHistogramContext
@@ -144,9 +145,9 @@ class HistogramBuilder:
                     self._cuda.hold_channels(self._held)
             if identity:
                 rows = np.arange(binned.shape[1], dtype=np.int32)
-            # A held array goes as itself: the context knows it by identity (the checks
-            # above passed, so it is a float64 (n_rows, C) array already).
-            return self._cuda.build(channels if held else checked, rows, node_starts)
+            # A held C-contiguous float64 array passes the checks as itself, so the
+            # context still knows it by identity.
+            return self._cuda.build(channels, rows, node_starts)
 
     def build_segments(self, channels, rows, lo, hi):
         """Histograms of the segments ``rows[lo[i]:hi[i]]``, shape (len(lo), n_features, n_bins, C)."""

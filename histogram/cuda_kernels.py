@@ -233,9 +233,7 @@ class CudaHistogramContext:
         held = self._held
         if held is not None and held[0] is channels and held[1] is not None:
             return held[1]
-        host = np.ascontiguousarray(channels)
-        d_channels = cuda.to_device(host, stream=self.stream)
-        self.uploaded_bytes += host.nbytes
+        d_channels = self._upload(np.ascontiguousarray(channels))
         self.channel_uploads += 1
         if held is not None and held[0] is channels:
             self._held = (channels, d_channels)
