@@ -22,10 +22,14 @@ Modes
     rank counts, :func:`forest.cost_model.measured_pace`). Each fit runs in a
     fresh process. Run it on a quiet machine; it takes a few minutes.
 ``--validate``
-    Real fits at p = 1, 2, 3, 4 ranks on this machine (oversubscribed beyond its
-    cores; one thread per rank): a GBDT classifier and a causal forest (with its two
-    nuisance forests), each repeated, fastest kept; prints predicted vs measured fit
-    time and peak RSS per rank and exits with status 1 if a time error exceeds 25 %.
+    First a speed probe (:func:`speed_probe`; ``--no-speed-probe`` skips it): the
+    smaller calibration fits again, at one rank, give this machine's core speed now
+    relative to the calibration, per family. Then real fits at p = 1, 2, 3, 4 ranks on
+    this machine (oversubscribed beyond its cores; one thread per rank): a GBDT
+    classifier and a causal forest (with its two nuisance forests), sizes the
+    calibration never ran, each repeated, fastest kept; prints predicted (at the
+    probed speed, and at the calibrated speed) vs measured fit time and peak RSS per
+    rank and exits with status 1 if a time error at the probed speed exceeds 25 %.
 ``--strong``, ``--weak``, ``--headline`` (default: all three)
     Model only. Strong scaling (1e7 and 1e8 rows, p = 1 .. 256) and weak scaling
     (390,625 rows per rank: 1e8 rows at 256 ranks) with parallel efficiency (and the
@@ -82,6 +86,11 @@ CAL_CASES = [
 # Pace fits (forest.cost_model.measured_pace): the larger calibration case of each
 # family again at 2 .. 4 ranks.
 PACE_CASES = [CAL_CASES[1], CAL_CASES[5]]
+
+# Speed probe of --validate (forest.cost_model.Cluster.core_speed): the smaller
+# calibration fits of each family again, at one rank. They share no size with the
+# validation fits below.
+PROBE_CASES = [CAL_CASES[0], CAL_CASES[2], CAL_CASES[4]]
 
 # Validation fits: a few tens of seconds each at p = 1 on a quiet machine.
 VAL_CASES = [
@@ -410,33 +419,87 @@ def _pace(constants, points):
 
 
 # ============================================================================ validate
+def speed_probe(args):
+    """How fast this machine's cores run now, relative to the calibration, per family.
+
+    The calibrated phase prices are seconds on the calibrating machine at the time it
+    was calibrated. A virtual machine drifts (this one ran 20-35 % slower on some
+    afternoons than in the morning it was calibrated), and another machine has other
+    processors; both scale every phase of a family by about one factor. The probe
+    refits :data:`PROBE_CASES` (the smaller calibration fits, one rank, fastest of
+    ``args.repeats``) and returns, per growth family (``"gbdt"``, ``"forest"``), the
+    geometric mean of predicted / measured seconds: the
+    :attr:`forest.cost_model.Cluster.core_speed` that the validation then uses.
+    Everything else the validation checks (the steps of a fit, how compute scales with
+    rows and ranks, the pace of shared cores, the collectives, memory) stays as
+    calibrated.
+
+    Returns
+    -------
+    speeds : dict
+        ``family -> core speed``.
+    rows : list
+        One table row per probe fit.
+    """
+    from forest import cost_model
+
+    here = cost_model.Cluster.this_machine()
+    logs, rows = {}, []
+    for case in PROBE_CASES:
+        w = _case_workload(case)
+        runs = [_run(f"probe {case['model']} n={case['n']} #{i + 1}", "contender_fit", {"case": case})
+                for i in range(args.repeats)]
+        measured = min(r["fit_s"] for r in runs)
+        predicted = cost_model.predict(w, 1, here).seconds
+        family = cost_model.growth_family(w)
+        logs.setdefault(family, []).append(np.log(predicted / measured))
+        rows.append([case["model"] + (" (nuisance given)" if case.get("given_nuisance") else ""),
+                     f"{case['n']:,}", family, measured, predicted, f"{predicted / measured:.3f}"])
+    return {family: float(np.exp(np.mean(v))) for family, v in logs.items()}, rows
+
+
 def validate(args):
     from forest import cost_model
 
-    cluster = cost_model.Cluster.this_machine()
-    rows, worst = [], 0.0
+    speeds = {"gbdt": 1.0, "forest": 1.0}
+    if args.speed_probe:
+        measured_speeds, probe_rows = speed_probe(args)
+        speeds.update(measured_speeds)
+        print(_harness.markdown_table(["speed probe", "rows", "family", "fit s measured (min)",
+                                       "fit s predicted (calibrated speed)", "core speed"], probe_rows))
+        print("core speed used below: " + ", ".join(f"{k} {v:.3f}" for k, v in speeds.items()) + "\n", flush=True)
+        far = {k: v for k, v in speeds.items() if not 0.5 <= v <= 2.0}
+        if far:
+            print(f"note: this machine runs at {far} of the calibrated speed; the prices may not carry over "
+                  "between such different machines: recalibrate (--calibrate) before trusting the table", flush=True)
+    rows, worst, worst_raw = [], 0.0, 0.0
     for case in VAL_CASES:
         case = dict(case, n=case["n"] // args.shrink)
         w = _case_workload(case)
+        speed = speeds[cost_model.growth_family(w)]
+        cluster = cost_model.Cluster.this_machine(core_speed=speed)
         for p in args.procs:
             runs = [_run(f"{case['model']} n={case['n']} -np {p} #{i + 1}", "contender_fit", {"case": case},
                          nprocs=p) for i in range(args.repeats)]
             measured = min(r["fit_s"] for r in runs)
             peak = min(r["peak_rss_mb"] for r in runs)
             pred = cost_model.predict(w, p, cluster)
-            err = pred.seconds / measured - 1.0
-            worst = max(worst, abs(err))
-            rows.append([case["model"], f"{case['n']:,}", p, measured, pred.seconds, f"{err:+.1%}", peak,
-                         pred.peak_bytes / 2 ** 20, f"{pred.peak_bytes / 2 ** 20 / peak - 1:+.1%}",
-                         pred.communication_seconds])
+            raw = cost_model.predict(w, p, cost_model.Cluster.this_machine())
+            err, err_raw = pred.seconds / measured - 1.0, raw.seconds / measured - 1.0
+            worst, worst_raw = max(worst, abs(err)), max(worst_raw, abs(err_raw))
+            rows.append([case["model"], f"{case['n']:,}", p, measured, pred.seconds, f"{err:+.1%}",
+                         raw.seconds, f"{err_raw:+.1%}", peak, pred.peak_bytes / 2 ** 20,
+                         f"{pred.peak_bytes / 2 ** 20 / peak - 1:+.1%}", pred.communication_seconds])
             print(rows[-1], flush=True)
     print()
     print(_harness.markdown_table(["model", "rows", "p", "fit s measured (min)", "fit s predicted", "error",
+                                   "predicted at calibrated speed", "error",
                                    "peak RSS MB measured", "peak RSS MB predicted", "error",
                                    "of which collectives s (pred.)"], rows))
     consts = cost_model.calibration()
     print(f"\nconstants: forest/calibration.json from `{consts.get('command', '?')}` on {consts.get('host', '?')} "
           f"({consts.get('date', '?')}); this run: load {_provenance()['load_average_at_start']}")
+    print(f"at the calibrated speed (no probe) the largest time error is {worst_raw:.1%}")
     limit = args.tolerance
     if worst > limit:
         print(f"FAIL: largest time error {worst:.1%} > {limit:.0%}")
@@ -450,7 +513,8 @@ def _cluster(args):
     from forest.cost_model import Cluster
 
     return Cluster(cores_per_node=args.cores_per_node, ranks_per_node=args.ranks_per_node,
-                   threads_per_rank=args.threads_per_rank, latency_us=args.latency_us, gbits=args.gbits)
+                   threads_per_rank=args.threads_per_rank, latency_us=args.latency_us, gbits=args.gbits,
+                   core_speed=args.core_speed)
 
 
 def _scaling_rows(w_of_p, procs, cluster, weak):
@@ -629,6 +693,10 @@ def main(argv=None):
     ap.add_argument("--procs", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2, 3, 4])
     ap.add_argument("--plan-procs", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2])
     ap.add_argument("--tolerance", type=float, default=0.25)
+    ap.add_argument("--no-speed-probe", dest="speed_probe", action="store_false",
+                    help="--validate at the calibrated core speed (no probe fits first)")
+    ap.add_argument("--core-speed", type=float, default=1.0,
+                    help="extrapolation: the cluster's core speed relative to the calibrating machine")
     ap.add_argument("--quick", dest="shrink", action="store_const", const=10, default=1,
                     help="validation / plan-check fits on a tenth of the rows (smoke run)")
     ap.add_argument("--cores-per-node", type=int, default=32)

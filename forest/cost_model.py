@@ -46,6 +46,10 @@ from pathlib import Path
 
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
 
+#: Environment variable for ``forest-train --plan``: the job's cores' speed relative to
+#: the calibrating machine (:attr:`Cluster.core_speed`; default 1).
+ENV_CORE_SPEED = "HISTFOREST_CORE_SPEED"
+
 MODELS = ("gbdt-regressor", "gbdt-classifier", "regression", "causal", "instrumental")
 
 # ----------------------------------------------------------------------------- cluster
@@ -77,6 +81,13 @@ class Cluster:
         Parallel efficiency of a rank's threads (speedup = 1 + eff * (threads - 1)).
     single_node : bool
         All ranks on one node whatever their number (this machine).
+    core_speed : float
+        Speed of one of these cores relative to the calibrating machine's core when it
+        was calibrated (2.0: compute takes half the calibrated seconds). The phase
+        prices are seconds on that machine; a cluster with other processors, or the
+        same virtual machine on a slower day, differs by about one factor for every
+        phase of one family (``bench_scaling.py --validate`` measures it with a speed
+        probe, see there). Collectives are priced from the network constants alone.
     """
 
     cores_per_node: int = 32
@@ -87,12 +98,18 @@ class Cluster:
     memory_gb_per_node: float = None
     thread_efficiency: float = 0.8
     single_node: bool = False
+    core_speed: float = 1.0
+
+    def __post_init__(self):
+        if not (isinstance(self.core_speed, (int, float)) and math.isfinite(self.core_speed)
+                and self.core_speed > 0):
+            raise ValueError(f"core_speed must be a finite number > 0, got {self.core_speed!r}")
 
     @classmethod
-    def this_machine(cls, threads_per_rank=1):
+    def this_machine(cls, threads_per_rank=1, core_speed=1.0):
         """Every rank on this host (shared memory), its cores and memory."""
         return cls(cores_per_node=os.cpu_count() or 1, ranks_per_node=None, threads_per_rank=threads_per_rank,
-                   memory_gb_per_node=_mem_total_gb(), single_node=True)
+                   memory_gb_per_node=_mem_total_gb(), single_node=True, core_speed=core_speed)
 
     def rpn(self, p):
         if self.single_node:
@@ -136,9 +153,10 @@ class Cluster:
         return avg + (busiest - avg) * weight
 
     def compute_factor(self, p, phase_s=None):
-        """Wall seconds per single-core second of compute on one rank (:meth:`sharing_factor`)."""
+        """Wall seconds per calibrated single-core second of compute on one rank
+        (:meth:`sharing_factor`, threads, :attr:`core_speed`)."""
         speedup = 1.0 + self.thread_efficiency * (self.threads_per_rank - 1)
-        return self.sharing_factor(p, phase_s) / speedup
+        return self.sharing_factor(p, phase_s) / (speedup * self.core_speed)
 
     def network(self, p, constants=None):
         """:class:`native.costs.Network` for ``p`` ranks of this cluster."""
@@ -156,10 +174,18 @@ class Cluster:
         return net
 
     def describe(self):
+        speed = "" if self.core_speed == 1.0 else f", cores at {self.core_speed:.3g}x the calibrated speed"
         if self.single_node:
-            return f"this machine ({self.cores_per_node} cores, shared memory)"
+            return f"this machine ({self.cores_per_node} cores, shared memory{speed})"
         return (f"{self.cores_per_node} cores/node, {self.ranks_per_node or 'one rank per core'} ranks/node, "
-                f"{self.threads_per_rank} thread(s)/rank, {self.latency_us:g} us, {self.gbits:g} Gb/s links")
+                f"{self.threads_per_rank} thread(s)/rank, {self.latency_us:g} us, {self.gbits:g} Gb/s links{speed}")
+
+
+def core_speed_setting():
+    """:data:`ENV_CORE_SPEED` as a number > 0 (1.0 if unset); ValueError if malformed."""
+    from native.settings import positive_number
+
+    return positive_number(ENV_CORE_SPEED, 1.0, unit="a core speed relative to the calibrating machine (e.g. 1.5)")
 
 
 def growth_family(workload):
@@ -599,7 +625,10 @@ def predict(workload, p, cluster=None, constants=None):
             calls += step.count
     factor = measured_pace(constants, workload, p, cluster)
     if factor is None:
-        factor = cluster.compute_factor(p, sum(single_core.values()) / (calls + 1))
+        # phase_s is the time between collectives on these cores, hence the speed.
+        factor = cluster.compute_factor(p, sum(single_core.values()) / cluster.core_speed / (calls + 1))
+    else:
+        factor = factor / cluster.core_speed
     phases = {key: factor * seconds for key, seconds in single_core.items()}
     comms = {}
     for step in steps:

@@ -56,16 +56,36 @@ def workload(args, params, source, features):
                     n_treatments=n_treatments, entry="cli", row_group_rows=largest_group)
 
 
+def check_settings():
+    """Check the environment the estimate reads (network, core speed) before any work.
+
+    Raises
+    ------
+    CLIError
+        One line naming the malformed variable (every rank raises the same).
+    """
+    from forest.cost_model import core_speed_setting
+    from native import costs
+
+    try:
+        costs.network_setting()
+        core_speed_setting()
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+
 def cluster(comm):
-    """Where this job runs: this host's cores, the job's node layout, the described network."""
-    from forest.cost_model import Cluster
+    """Where this job runs: this host's cores, the job's node layout, the described network
+    and core speed (``HISTFOREST_NET_*``, ``HISTFOREST_CORE_SPEED``)."""
+    from forest.cost_model import Cluster, core_speed_setting
     from native import costs
     from native.topology import topology
 
     topo = topology(comm)
     latency_us, gbits = costs.network_setting()
     return Cluster(cores_per_node=os.cpu_count() or 1, ranks_per_node=topo.ranks_per_node,
-                   latency_us=latency_us, gbits=gbits, single_node=topo.n_nodes == 1)
+                   latency_us=latency_us, gbits=gbits, single_node=topo.n_nodes == 1,
+                   core_speed=core_speed_setting())
 
 
 # ----------------------------------------------------------------------------- memory available
@@ -149,7 +169,8 @@ def report(pred, work, comm, avail):
     from forest import cost_model
 
     consts = cost_model.calibration()
-    topo_nodes = len(set(cluster(comm).layout(comm.size)))
+    where = cluster(comm)
+    topo_nodes = len(set(where.layout(comm.size)))
     lines = [f"plan: {work.model} on {work.n_rows:,} rows x {work.n_features} features (from the file footers), "
              f"{comm.size} rank(s) on {topo_nodes} node(s)",
              f"  fit time          {pred.seconds:10.1f} s   (compute {pred.compute_seconds:.1f} s, "
@@ -167,7 +188,9 @@ def report(pred, work, comm, avail):
     lines.append("  compute phases:   " + ", ".join(f"{k} {v:.1f} s" for k, v in
                                                    sorted(pred.phases.items(), key=lambda kv: -kv[1]) if v >= 0.05))
     lines.append(f"  model: forest/cost_model.py; constants from `{consts.get('command', 'defaults (not calibrated)')}`"
-                 f" on {consts.get('host', '?')} ({consts.get('date', '?')})")
+                 f" on {consts.get('host', '?')} ({consts.get('date', '?')})"
+                 + ("" if where.core_speed == 1.0 else f"; cores at {where.core_speed:g}x its speed "
+                    f"({cost_model.ENV_CORE_SPEED})"))
     return "\n".join(lines)
 
 

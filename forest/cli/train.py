@@ -370,6 +370,9 @@ def _body(argv):
     params, given = collect_params(args)
     est = make_estimator(args.model, params, given)
     checkpoint = make_checkpoint(args)
+    from forest.cli.plan import check_settings
+
+    check_settings()
     t_start = time.perf_counter()
 
     from forest import dataio, model_io

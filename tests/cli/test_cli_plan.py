@@ -24,6 +24,33 @@ def test_plan_prints_the_estimate_and_writes_nothing(small_parquet, tmp_path, ca
         assert label in text, text
 
 
+def test_plan_prices_compute_at_the_stated_core_speed(small_parquet, tmp_path, capsys, monkeypatch):
+    from native.comm import SelfCommunicator
+
+    out = str(tmp_path / "m.model")
+    monkeypatch.delenv("HISTFOREST_CORE_SPEED", raising=False)
+    assert plan.cluster(SelfCommunicator()).core_speed == 1.0
+    assert train.main([small_parquet, "--out", out, "--plan"] + CAUSAL) == 0
+    assert "HISTFOREST_CORE_SPEED" not in capsys.readouterr().out
+    monkeypatch.setenv("HISTFOREST_CORE_SPEED", "4")
+    assert plan.cluster(SelfCommunicator()).core_speed == 4.0
+    assert train.main([small_parquet, "--out", out, "--plan"] + CAUSAL) == 0
+    text = capsys.readouterr().out
+    assert "cores at 4x its speed (HISTFOREST_CORE_SPEED)" in text, text
+    monkeypatch.setenv("HISTFOREST_CORE_SPEED", "fast")
+    code = train.main([small_parquet, "--out", out, "--plan"] + CAUSAL)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "HISTFOREST_CORE_SPEED" in err[0], err
+    monkeypatch.delenv("HISTFOREST_CORE_SPEED")
+    for var in ("HISTFOREST_NET_GBITS", "HISTFOREST_NET_LATENCY_US"):   # checked before any work too
+        monkeypatch.setenv(var, "-1")
+        code = train.main([small_parquet, "--out", out] + CAUSAL)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"forest-train: error: {var}"), err
+        monkeypatch.delenv(var)
+    assert not os.path.exists(out)
+
+
 def test_run_is_refused_when_memory_does_not_fit_unless_forced(small_parquet, tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "m.model")
     monkeypatch.setattr(plan, "_mem_available", lambda: 2 ** 20)   # 1 MiB left on this node

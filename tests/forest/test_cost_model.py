@@ -177,6 +177,26 @@ def test_measured_pace_replaces_the_sharing_formula_on_this_machine():
     assert p4.compute_seconds == pytest.approx(here.compute_factor(4, None) * p4.single_core_seconds, rel=0.5)
 
 
+def test_core_speed_scales_compute_only():
+    consts = {"phases": {"gbdt": {ph: [1e-8, 1e-5] for ph in
+                                  ("binning", "histogram", "split", "partition", "prediction", "other")}},
+              "memory": {"gbdt": {"base": 1e8, "per_row": 100.0}},
+              "pace": {"gbdt": {"3": 2.7}}}
+    w = cm.Workload("gbdt-regressor", 1_000_000, 20, {"n_estimators": 10, "early_stopping": False})
+    for make in (lambda s: cm.Cluster(cores_per_node=32, core_speed=s),
+                 lambda s: cm.Cluster.this_machine(core_speed=s)):
+        for p in (1, 3, 8):
+            base, fast = cm.predict(w, p, make(1.0), consts), cm.predict(w, p, make(2.0), consts)
+            assert fast.compute_seconds == pytest.approx(base.compute_seconds / 2)
+            assert fast.communication_seconds == pytest.approx(base.communication_seconds)
+            assert fast.single_core_seconds == pytest.approx(base.single_core_seconds)
+            assert fast.peak_bytes == base.peak_bytes
+    assert "0.5x the calibrated speed" in cm.Cluster(core_speed=0.5).describe()
+    for bad in (0, -1.0, float("nan"), float("inf"), "2"):
+        with pytest.raises(ValueError, match="core_speed"):
+            cm.Cluster(core_speed=bad)
+
+
 def test_given_nuisance_estimates_grow_no_nuisance_forest():
     full = cm.forest_specs(cm.Workload("causal", 10_000, 5, {"n_estimators": 40}))
     given = cm.forest_specs(cm.Workload("causal", 10_000, 5, {"n_estimators": 40}, nuisance_given=True))
