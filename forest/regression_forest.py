@@ -83,6 +83,74 @@ def normalise_weights(g, n_global, weight_total):
     return g * (n_global / weight_total)
 
 
+def weight_range(g):
+    """This rank's ``(min, max)`` of the sample weights, or None without rows (to share)."""
+    return (float(g.min()), float(g.max())) if len(g) else None
+
+
+def scaled_weights(g, n_global, weight_total, ranges):
+    """:func:`normalise_weights`, except that equal weights on every rank become exactly 1.
+
+    ``g * (n / total)`` rounds: equal weights of 0.1 or 1e-6 become ``1 - 2**-52`` and a
+    node of ten such rows weighs ``9.999...`` < ``min_samples_split`` = 10, so the forest
+    would change with the weights' scale. Equal weights are an unweighted fit.
+
+    Parameters
+    ----------
+    g : ndarray of float64, shape (n_local,)
+    n_global : int
+    weight_total : float
+    ranges : list
+        Every rank's :func:`weight_range` (the same list on every rank).
+
+    Returns
+    -------
+    ndarray of float64, shape (n_local,)
+    """
+    g = normalise_weights(g, n_global, weight_total)
+    seen = [r for r in ranges if r is not None]
+    if seen and min(r[0] for r in seen) == max(r[1] for r in seen):
+        return np.ones_like(g)
+    return g
+
+
+def target_range(y):
+    """This rank's per-output ``(min, max)`` of ``y`` (n, M) as lists, or None without rows."""
+    return (y.min(axis=0).tolist(), y.max(axis=0).tolist()) if len(y) else None
+
+
+def target_standardisation(ranges):
+    """Per output: the shift and power-of-two scale the split statistics see ``y`` through.
+
+    The variance criterion compares sums of squares, ``S_l**2 / W_l + S_r**2 / W_r -
+    S**2 / W``: with ``y = 1e9 + noise`` the squares lose the noise to rounding and the
+    trees turn to noise too (timestamps, revenues), and with ``|y| ~ 1e-200`` they
+    underflow and no split gains anything. Splits and node values are equivariant to
+    ``y -> (y - shift) / scale``, so the forest grows on the standardised outcome and
+    node values are mapped back. The shift is the midrange and the scale a power of two
+    near the half-range: both come from the global minimum and maximum, exact and
+    order-free, so every rank count computes the same bits (a mean would depend on
+    the summation order), and dividing by a power of two is exact.
+
+    Parameters
+    ----------
+    ranges : list
+        Every rank's :func:`target_range` (the same list on every rank).
+
+    Returns
+    -------
+    shift, scale : ndarray of float64, shape (M,)
+    """
+    seen = [r for r in ranges if r is not None]
+    lo = np.min([r[0] for r in seen], axis=0)
+    hi = np.max([r[1] for r in seen], axis=0)
+    shift = lo / 2 + hi / 2          # halves first: lo + hi may overflow
+    half = hi / 2 - lo / 2
+    _, exponent = np.frexp(half)     # half = m * 2**exponent, 0.5 <= m < 1
+    scale = np.where(half > 0, np.ldexp(1.0, exponent), 1.0)
+    return shift, scale
+
+
 def check_forest_params(est):
     """Validate the sampling/growth parameters shared by both forests.
 
@@ -117,8 +185,9 @@ def check_forest_params(est):
         raise ValueError(f"ci_group_size must be >= 1, and max_samples <= 0.5 when it is > 1; got "
                          f"{est.ci_group_size}, {est.max_samples}")
     seed = 0 if est.random_state is None else est.random_state
-    if not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"random_state must be a non-negative int or None, got {est.random_state!r}")
+    # numpy's and scikit-learn's range for an integer seed (RandomState, check_random_state)
+    if not isinstance(seed, (int, np.integer)) or not 0 <= seed <= 2 ** 32 - 1:
+        raise ValueError(f"random_state must be an int in [0, 2**32 - 1] or None, got {est.random_state!r}")
     return int(seed)
 
 
@@ -290,7 +359,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         self
         """
         comm = world() if comm is None else comm
-        seed, X, binned, y, g, n_global = self._fit_inputs(X, y, sample_weight, binned, feature_names, comm)
+        seed, X, binned, y, g, n_global, (shift, scale) = self._fit_inputs(X, y, sample_weight, binned,
+                                                                          feature_names, comm)
         n_features = self.n_features_in_
         y2 = as_columns(y)
         n_out = y2.shape[1]
@@ -310,12 +380,15 @@ class RegressionForest(RegressorMixin, BaseEstimator):
                                           sampling=sampling, n_estimators=int(self.n_estimators), oob=True,
                                           clusters=layout)
         crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
-        channels = crit.make_channels(y2, g)
+        # Trees grow on the standardised outcome (target_standardisation); values map back.
+        channels = crit.make_channels((y2 - shift) / scale, g)
 
         def value_fn(sums):
             out = np.empty((len(sums), n_out + 1))
-            out[:, :n_out] = crit.node_value(sums)
-            out[:, n_out] = sums[:, -1]
+            out[:, :n_out] = crit.node_value(sums) * scale + shift
+            # A node whose estimation rows all have zero weight knows nothing of y: it
+            # counts as empty and takes its parent's value (fill_empty_from_parent).
+            out[:, n_out] = np.where(crit.node_weight(sums) > 0, sums[:, -1], 0.0)
             return out
 
         self.n_outputs_ = n_out
@@ -342,8 +415,10 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         binned : tuple (BinMapper, ndarray) or None
         y : ndarray of float64, shape (n_local,) or (n_local, n_outputs)
         g : ndarray of float64, shape (n_local,)
-            Sample weights rescaled to mean 1 over all ranks' rows.
+            Sample weights rescaled to mean 1 over all ranks' rows (:func:`scaled_weights`).
         n_global : int
+        standardisation : tuple of ndarray, shape (n_outputs,) each
+            ``(shift, scale)`` of :func:`target_standardisation`.
         """
         with collective_checks(comm) as checks:
             seed = self._check_params()
@@ -351,7 +426,8 @@ class RegressionForest(RegressorMixin, BaseEstimator):
             resolve_mtry(self.max_features, self.n_features_in_)
             y = check_target(y, "y", n, estimator=self, warn_column=True)
             g = check_weight(sample_weight, n)
-            checks.share(rows=n, outputs=y.shape[1:], moments=moment_sums(g, y), **feature_summary(self))
+            checks.share(rows=n, outputs=y.shape[1:], moments=moment_sums(g, y), y_range=target_range(as_columns(y)),
+                         weights=weight_range(g), **feature_summary(self))
         summaries = checks.summaries
         agreed_features(summaries)
         require_same(summaries, "outputs", lambda s: f"y has shape (n, {s[0]})" if s else "y is 1-D")
@@ -359,9 +435,12 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         check_row_count(self, n_global, 2, comm.size)
         moments = total(summaries, "moments")
         weight_total = moments[0]  # sum |g| = sum g: weights are non-negative
-        g = normalise_weights(g, n_global, weight_total)
-        check_moment_sums(moments * (n_global / weight_total))  # the channels hold the rescaled weights
-        return seed, X, binned, y, g, n_global
+        g = scaled_weights(g, n_global, weight_total, [s["weights"] for s in summaries])
+        # The channels hold the rescaled weights and the standardised y (|y| < 1): only
+        # the weights' sum is left to check, whatever the magnitude of y.
+        check_moment_sums(moments[:1] * (n_global / weight_total))
+        standardisation = target_standardisation([s["y_range"] for s in summaries])
+        return seed, X, binned, y, g, n_global, standardisation
 
     def _oob_from_sums(self, acc, cnt, codes):
         """Out-of-bag means (n, n_outputs_) from out-of-bag sums; rows every tree sampled get the forest mean."""

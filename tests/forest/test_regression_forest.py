@@ -106,11 +106,46 @@ def test_sample_weight_scale_does_not_change_the_forest():
     X = rng.uniform(size=(400, 3))
     y = 3 * X[:, 0] + rng.normal(scale=0.1, size=400)
     unit = RegressionForest(8, random_state=0).fit(X, y)
-    tiny = RegressionForest(8, random_state=0).fit(X, y, sample_weight=np.full(400, 1 / 400))
-    big = RegressionForest(8, random_state=0).fit(X, y, sample_weight=np.full(400, 3.0))
     assert unit.predict(X).std() > 0.5
-    np.testing.assert_allclose(tiny.predict(X), unit.predict(X), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(big.predict(X), unit.predict(X), rtol=0, atol=1e-12)
+    # 0.1, 1e-6, 1e100: the rescaled weights would round to 1 - 2**-52, and ten rows
+    # would weigh less than min_samples_split = 10 (equal weights are now exactly 1)
+    for c in (1 / 400, 3.0, 0.1, 1e-6, 1e-100, 1e100):
+        scaled = RegressionForest(8, random_state=0).fit(X, y, sample_weight=np.full(400, c))
+        np.testing.assert_allclose(scaled.predict(X), unit.predict(X), rtol=0, atol=1e-12, err_msg=str(c))
+
+
+def test_offset_and_scale_of_y_do_not_change_the_forest():
+    # Sums of squares of y = 1e9 + noise used to lose the noise (the trees split on
+    # rounding), and |y| ~ 1e-200 underflowed to no split at all; the trees now grow on
+    # the standardised outcome.
+    X, y, f = _data(600, 6)
+    base = RegressionForest(10, random_state=0).fit(X, y)
+    ref = base.predict(X)
+    assert np.sqrt(np.mean((ref - f) ** 2)) < 0.3
+    for off in (1e7, 1e9, -1e9):
+        shifted = RegressionForest(10, random_state=0).fit(X, y + off)
+        np.testing.assert_array_equal(shifted.estimators_["feature"], base.estimators_["feature"])
+        np.testing.assert_allclose(shifted.predict(X) - off, ref, rtol=0, atol=1e-5 * max(1.0, abs(off) / 1e9))
+        np.testing.assert_allclose(shifted.oob_prediction_ - off, base.oob_prediction_, rtol=0, atol=1e-5)
+    for scale in (1e-200, 1e-6, 1e100, 1e300):
+        scaled = RegressionForest(10, random_state=0).fit(X, y * scale)
+        np.testing.assert_array_equal(scaled.estimators_["feature"], base.estimators_["feature"])
+        np.testing.assert_allclose(scaled.predict(X) / scale, ref, rtol=1e-9, err_msg=str(scale))
+    with pytest.raises(ValueError, match="random_state"):
+        RegressionForest(5, random_state=2 ** 63).fit(X, y)
+    assert RegressionForest(5, random_state=2 ** 32 - 1).fit(X, y).predict(X[:3]).shape == (3,)
+
+
+@pytest.mark.mpi
+def test_same_forest_for_any_rank_count_with_offset_y(comm):
+    # the standardisation comes from the global min and max: the same bits on any rank count
+    X, y, _ = _data(500, 7)
+    sl = block_slice(500, comm.size, comm.rank)
+    kw = dict(n_estimators=6, max_bins=32, random_state=2)
+    dist = RegressionForest(**kw).fit(X[sl], 1e8 + y[sl], comm=comm)
+    ref = RegressionForest(**kw).fit(X, 1e8 + y, comm=SELF)
+    for k in ("feature", "bin_threshold", "left", "value"):
+        np.testing.assert_array_equal(dist.estimators_[k], ref.estimators_[k])
 
 
 def test_progress_reports_at_least_ten_times_and_changes_nothing():
