@@ -56,6 +56,16 @@ class RankInputError(ValueError):
         super().__init__(text)
 
 
+class AgreedError(ValueError):
+    """An error every rank raises together, decided from values all ranks share.
+
+    For failures found after the input checks (e.g. a boosting fit that diverges:
+    the trees, and so the test, are the same on every rank). The command-line tools
+    report it as their one-line error, as they do a :class:`RankInputError`, instead
+    of ending the job as they must for an error that one rank alone may have raised.
+    """
+
+
 def _describe(exc):
     """One rank's error as a message other ranks can read."""
     text = str(exc).strip() or type(exc).__name__

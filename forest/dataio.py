@@ -186,7 +186,8 @@ def open_source(spec):
     Raises
     ------
     DataError
-        Unreadable file, mixed parquet and CSV, or schemas that differ across files.
+        Unreadable file, mixed parquet and CSV, a column name that appears twice, or
+        schemas that differ across files.
     """
     import pyarrow as pa
 
@@ -216,6 +217,8 @@ def open_source(spec):
             schemas.append(schema)
             for g in range(meta.num_row_groups):
                 groups.append((i, g, int(meta.row_group(g).num_rows)))
+    for path, schema in zip(paths, schemas):
+        _check_unique_names(path, schema.names)
     first = schemas[0]
     for path, schema in zip(paths[1:], schemas[1:]):
         if schema.names != first.names:
@@ -236,6 +239,20 @@ def open_source(spec):
         schema=first.serialize().to_pybytes(),
         groups=groups,
     )
+
+
+def _check_unique_names(path, names):
+    """Raise ``DataError`` naming the first column that ``path`` holds more than once.
+
+    Columns are read by name, so two columns of one name are ambiguous (and pyarrow
+    refuses to select either).
+    """
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise DataError(f"column {name!r} appears {list(names).count(name)} times in {path!r}; "
+                            f"column names must be unique")
+        seen.add(name)
 
 
 def _first_line(exc):

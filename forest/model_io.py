@@ -371,6 +371,12 @@ def library_version():
 def check_writable(path):
     """Raise ``ValueError`` early when ``path``'s directory cannot take a new file.
 
+    The directory is probed by creating (and removing) a hidden temporary file in it,
+    as :func:`save` will: permission bits do not tell everything (root, read-only
+    mounts, pseudo file systems such as ``/proc``), so a run fails here, naming
+    ``path``, before any data is read rather than after the work is done. An existing
+    ``path`` that is not a regular file (a directory, a device) is refused.
+
     Parameters
     ----------
     path : str
@@ -382,6 +388,28 @@ def check_writable(path):
         raise ValueError(f"output directory {directory!r} is not writable")
     if os.path.isdir(path):
         raise ValueError(f"output path {path!r} is a directory")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"output path {path!r} exists and is not a regular file")
+    problem = directory_write_error(directory, prefix=f".{os.path.basename(path)}.")
+    if problem is not None:
+        raise ValueError(f"cannot write {path!r}: cannot create a file in {directory!r} ({problem})")
+
+
+def directory_write_error(directory, prefix=".histforest-probe."):
+    """Why a new file cannot be created in ``directory`` (the OS's words), or None when it can.
+
+    Creates and removes a hidden temporary file there, the way :func:`save` writes.
+    """
+    try:
+        fd, probe = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
+    return None
 
 
 def dumps_header_and_arrays(estimator, metadata=None):

@@ -170,8 +170,20 @@ def load_model(path):
     return model_io.read_header(path), model_io.load(path, expect=classes)
 
 
-def check_not_input(out, inputs, flag="--out"):
-    """Raise ``ValueError`` when the output path names one of the input files.
+def _same_path(a, b):
+    """Whether two paths name the same file or directory (after ``..`` and links; by identity when both exist)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    if os.path.exists(a) and os.path.exists(b):
+        try:
+            return os.path.samefile(a, b)
+        except OSError:
+            return False
+    return False
+
+
+def check_not_input(out, inputs, flag="--out", data=None):
+    """Raise ``ValueError`` when the output path names one of the inputs, or lies among the data.
 
     Paths are compared after resolving ``..`` and symbolic links, and by file identity
     where both exist (hard links, bind mounts), so no spelling of an input slips by.
@@ -184,14 +196,97 @@ def check_not_input(out, inputs, flag="--out"):
         Files the tool reads (the model, every data file).
     flag : str
         The option that named ``out``, for the message.
+    data : str, optional
+        The data argument as given (see :func:`forest.dataio.resolve_paths`): an output
+        in that directory, or matching that glob, is refused too, since a later run on
+        the same data argument would take it for data (or fail on its schema).
     """
-    target = os.path.realpath(out)
     for path in inputs:
-        same = os.path.realpath(path) == target
-        if not same and os.path.exists(out) and os.path.exists(path):
-            same = os.path.samefile(out, path)
-        if same:
+        if _same_path(out, path):
             raise ValueError(f"{flag} {out!r} is an input of this run ({path!r}); refusing to overwrite it")
+    if data is not None:
+        check_not_in_data(out, data, flag)
+
+
+def check_not_in_data(out, data, flag="--out"):
+    """Raise ``ValueError`` when ``out`` lies in the data directory or matches the data glob ``data``.
+
+    Mirrors :func:`forest.dataio.resolve_paths`: a directory means the files in it, a
+    glob (that is not itself a file) the files it matches.
+    """
+    import fnmatch
+    import glob
+
+    if os.path.isdir(data):
+        if _same_path(out, data):
+            raise ValueError(f"{flag} {out!r} is the input directory {data!r}")
+        parent = os.path.dirname(os.path.abspath(out)) or "."
+        if _same_path(parent, data):
+            why = (f" (a later run on {data!r} would read it as data)"
+                   if out.lower().endswith((".parquet", ".parq", ".csv")) else "")
+            raise ValueError(f"{flag} {out!r} lies in the input directory {data!r}; write it outside the "
+                             f"data directory{why}")
+        return
+    if os.path.isfile(data) or not glob.has_magic(data):
+        return
+    pattern = os.path.normpath(os.path.abspath(data)).split(os.sep)
+    for spelling in {os.path.normpath(os.path.abspath(out)), os.path.realpath(out)}:
+        parts = spelling.split(os.sep)
+        if len(parts) == len(pattern) and all(fnmatch.fnmatchcase(p, q) for p, q in zip(parts, pattern)):
+            raise ValueError(f"{flag} {out!r} matches the input pattern {data!r}; write it elsewhere "
+                             f"(a later run on {data!r} would read it as data)")
+
+
+def check_unique(names, flag):
+    """Raise :class:`CLIError` when the column list of option ``flag`` names a column twice."""
+    seen = set()
+    for name in names or ():
+        if name in seen:
+            raise CLIError(f"{flag} names column {name!r} twice")
+        seen.add(name)
+
+
+def fit_input_error(exc):
+    """The one-line message of an estimator's input error raised by ``fit``, or None for anything else.
+
+    Estimators validate ``fit``'s input collectively (:mod:`forest.collective_checks`,
+    in their ``_fit_inputs``): a bad input raises the same :class:`RankInputError` on
+    every rank, and with one rank the check's own ``ValueError``; the cross-rank checks
+    after the exchange (in ``_fit_inputs`` too) run on identical summaries, so they
+    also fail alike on every rank. Such an error may become the tools' one-line error
+    (every rank raises :class:`CLIError` together). Any other exception, which may
+    have been raised on one rank alone while the others wait in a collective, gets
+    None: it must abort the job.
+
+    Parameters
+    ----------
+    exc : BaseException
+
+    Returns
+    -------
+    str or None
+    """
+    from forest.collective_checks import AgreedError, RankInputError
+
+    def first_line(text):
+        text = str(text).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
+
+    if isinstance(exc, RankInputError):
+        return first_line(exc.messages[0])
+    if isinstance(exc, AgreedError):
+        return first_line(exc)
+    if not isinstance(exc, ValueError):
+        return None
+    # Raised by an estimator's ``_fit_inputs``: in its ``with collective_checks(...)``
+    # block (one rank: the check's own error) or in the cross-rank checks after it.
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "_fit_inputs" and "collective_checks" in code.co_names:
+            return first_line(exc)
+        tb = tb.tb_next
+    return None
 
 
 def plan_source(comm, spec, numeric, keep=(), require_rows=True, out=None):
@@ -210,7 +305,8 @@ def plan_source(comm, spec, numeric, keep=(), require_rows=True, out=None):
     require_rows : bool
         Fail when the data holds no rows at all.
     out : str, optional
-        The tool's ``--out`` path: fail when it is one of the data files.
+        The tool's ``--out`` path: fail when it is one of the data files, or lies in the
+        data directory or matches the data glob (:func:`check_not_input`).
 
     Returns
     -------
@@ -230,12 +326,12 @@ def plan_source(comm, spec, numeric, keep=(), require_rows=True, out=None):
     if comm.rank == 0:
         def _plan():
             source = dataio.open_source(spec)
+            if out is not None:
+                check_not_input(out, source.paths, data=spec)
             names = list(numeric(source) if callable(numeric) else numeric)
             dataio.check_columns(source, numeric=names, any_type=keep)
             if require_rows and source.n_rows == 0:
                 raise dataio.DataError(f"{spec!r} holds no rows (empty file)")
-            if out is not None:
-                check_not_input(out, source.paths)
             return source, names
         plan, message = guarded(_plan)
     plan, message = col.bcast_object(comm, (plan, message), root=0)
@@ -253,7 +349,7 @@ def plan_source(comm, spec, numeric, keep=(), require_rows=True, out=None):
     return source, names, run, offset, n_local
 
 
-def load_rows(comm, spec, numeric, keep=(), require_rows=True):
+def load_rows(comm, spec, numeric, keep=(), require_rows=True, out=None):
     """Plan on rank 0, then read this rank's row groups; errors are agreed on.
 
     Parameters are those of :func:`plan_source`.
@@ -269,7 +365,7 @@ def load_rows(comm, spec, numeric, keep=(), require_rows=True):
     """
     from forest import dataio
 
-    source, names, run, offset, _ = plan_source(comm, spec, numeric, keep, require_rows)
+    source, names, run, offset, _ = plan_source(comm, spec, numeric, keep, require_rows, out=out)
     shard, message = guarded(dataio.read_shard, source, run, numeric=names, keep=keep)
     agree(comm, message)
     return source, names, shard, offset

@@ -29,7 +29,8 @@ and ``forest-report`` (:func:`report`); those tools call them for policy model f
 import sys
 import time
 
-from forest.cli.common import CLIError, Parser, agree, guarded, load_rows, run_tool, world
+from forest.cli.common import (CLIError, Parser, agree, check_not_input, check_unique, guarded, load_rows, run_tool,
+                               world)
 
 PROG = "forest-policy"
 
@@ -77,6 +78,8 @@ def build_parser():
 
 def _resolve(args):
     """(causal model path or None, data path) and the checks that need no data."""
+    for flag, names in (("--rewards", args.rewards), ("--effects", args.effects), ("--features", args.features)):
+        check_unique(names, flag)
     if args.rewards is not None:
         if len(args.inputs) != 1:
             raise CLIError("with --rewards give only DATA (no causal model)")
@@ -216,14 +219,17 @@ def _body(argv):
     if model_path is not None:
         causal, message = guarded(_load_causal, model_path, args.treatment, args.outcome)
     if message is None and comm.rank == 0:
-        _, message = guarded(model_io.check_writable, args.out)
+        def _output():
+            check_not_input(args.out, [model_path] if model_path is not None else [])
+            model_io.check_writable(args.out)
+        _, message = guarded(_output)
     agree(comm, message)
     est, causal_features, t_col, y_col, levels = causal if model_path is not None else (None,) * 5
 
     def choose(source):
         return _columns(args, causal_features, t_col, y_col, source.columns, source.numeric)[1]
 
-    source, names, shard, offset = load_rows(comm, data, choose)
+    source, names, shard, offset = load_rows(comm, data, choose, out=args.out)
     features, _ = _columns(args, causal_features, t_col, y_col, source.columns, source.numeric)
     finite = [c for c in (args.rewards or []) + (args.effects or []) + (args.costs or []) + [t_col, y_col, args.weight]
               if c]
@@ -361,6 +367,7 @@ def predict(model_path, data, out, keep=(), interval=False):
         header = model_io.read_header(model_path)
         est = model_io.load(model_path, expect=PolicyTree)
         if comm.rank == 0:
+            check_not_input(out, [model_path])
             model_io.check_writable(out)
         return header.get("metadata", {}), est
 
@@ -376,7 +383,7 @@ def predict(model_path, data, out, keep=(), interval=False):
     if clash:
         raise CLIError(f"--keep column {clash[0]!r} would clash with an output column (outputs: {', '.join(outputs)})")
     source, _, shard, offset = load_rows(comm, data, list(dict.fromkeys(names + cost_cols)), keep=list(keep),
-                                         require_rows=False)
+                                         require_rows=False, out=out)
     message = _check_rows(shard, cost_cols, cost_cols, names, offset)
     agree(comm, message)
     n = shard.n_local
@@ -422,6 +429,12 @@ def report(model_path, html=None, as_json=False, data=None):
 
     if data is not None:
         raise CLIError("--data is not used for a policy model (its cost curves were evaluated by forest-policy)")
+    if html is not None:
+        try:
+            check_not_input(html, [model_path], "--html")
+            model_io.check_writable(html)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
     try:
         header = model_io.read_header(model_path)
         est = model_io.load(model_path, expect=PolicyTree)

@@ -16,8 +16,8 @@ written and the rows per second (slowest rank's prediction, and the whole run).
 import sys
 import time
 
-from forest.cli.common import (CLIError, Parser, agree, check_not_input, feature_input, guarded, load_model,
-                               model_feature_names, plan_source, run_tool, world)
+from forest.cli.common import (CLIError, Parser, agree, check_not_input, check_unique, feature_input, guarded,
+                               load_model, model_feature_names, plan_source, run_tool, world)
 
 PROG = "forest-predict"
 _TAG = 7421  # point-to-point tag of the output hand-over to rank 0
@@ -301,6 +301,7 @@ def _body(argv):
     args = build_parser().parse_args(argv)
     if not 0.0 < args.alpha < 1.0:
         raise CLIError(f"--alpha must be in (0, 1), got {args.alpha}")
+    check_unique(args.keep, "--keep")  # an output with two columns of one name cannot be read back
     from forest.cli import policy
     if policy.is_policy_model(args.model):  # policy trees: action (and budget allocation) per row
         return policy.predict(args.model, args.data, args.out, args.keep, interval=args.interval)

@@ -45,13 +45,19 @@ def _feature_names(est, header):
     return names if names is not None else [f"x{j}" for j in range(getattr(est, "n_features_in_", 0))]
 
 
-def open_data(data, names, meta):
-    """Open ``--data`` and read every row: ``(source, shard, X)``; errors are ``DataError``."""
+def open_data(data, names, meta, html=None):
+    """Open ``--data`` and read every row: ``(source, shard, X)``; errors are ``DataError``.
+
+    ``html`` (the page to write) is refused before any row is read when it names a data
+    file or lies among the data (:func:`forest.cli.common.check_not_input`).
+    """
     import numpy as np
 
     from forest import dataio
 
     source = dataio.open_source(data)
+    if html is not None:
+        check_not_input(html, source.paths, "--html", data=data)
     extra = [c for c in (meta.get("treatment"), meta.get("outcome"), meta.get("cluster"))
              if isinstance(c, str) and c in source.columns]
     dataio.check_columns(source, numeric=names + extra)
@@ -104,9 +110,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     names = _feature_names(est, header)
     source = shard = X = None
     if data is not None:
-        source, shard, X = open_data(data, names, meta)
-        if html is not None:
-            check_not_input(html, source.paths, "--html")
+        source, shard, X = open_data(data, names, meta, html=html)
     trees = rep.model_trees(est)
     if not trees:
         raise CLIError(f"model file {path!r} holds no trees (is the model fitted?)")

@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from forest.cli.common import CLIError, Parser, agree, guarded, plan_source, run_tool, world
+from forest.cli.common import (CLIError, Parser, agree, check_not_input, check_unique, fit_input_error, guarded,
+                               plan_source, run_tool, world)
 
 PROG = "forest-train"
 
@@ -78,7 +79,8 @@ def build_parser():
     p.add_argument("--out", required=True, metavar="MODEL", help="model file to write")
     g = p.add_argument_group("model parameters (default: the estimator's own)")
     for flag, dest, _, text in PARAM_OPTIONS:
-        g.add_argument(flag, dest=dest, default=None, help=text)
+        # Collected as a list, so a parameter given twice is refused rather than the last one kept.
+        g.add_argument(flag, dest=dest, default=None, action="append", help=text)
     g.add_argument("--quantized", action="store_true",
                    help="quantized training (GBDT): integer gradients, integer histograms and collectives, "
                         "leaf values refit from full-precision sums")
@@ -129,10 +131,19 @@ def collect_params(args):
         Parameter name -> the option as typed, e.g. ``"--max-features foo"``.
     """
     params, given = {}, {}
+
+    def once(name, how):
+        if name in given:
+            raise CLIError(f"parameter {name!r} is given twice ({given[name]} and {how}); give it once")
+
     for flag, dest, kind, _ in PARAM_OPTIONS:
         raw = getattr(args, dest)
         if raw is None:
             continue
+        if isinstance(raw, list):
+            if len(raw) > 1:
+                raise CLIError(f"{flag} is given twice ({flag} {raw[0]} and {flag} {raw[1]}); give it once")
+            raw = raw[0]
         try:
             params[dest] = kind(raw) if kind is not None else parse_value(raw)
         except ValueError:
@@ -144,10 +155,16 @@ def collect_params(args):
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise CLIError(f"--param expects NAME=VALUE, got {item!r}")
-        name = name.strip().replace("-", "_")
+        name = _param_name(name)
+        once(name, f"--param {item}")
         params[name] = parse_value(value)
         given[name] = f"--param {item}"
     return params, given
+
+
+def _param_name(text):
+    """The estimator parameter a ``--param NAME=...`` names (``n-estimators`` -> ``n_estimators``)."""
+    return text.strip().replace("-", "_")
 
 
 def make_estimator(kind, params, given=None):
@@ -203,8 +220,11 @@ def _resolve_columns(args):
             args.treatment = args.treatment or DEMO_TREATMENT
         args.outcome = args.outcome or DEMO_OUTCOME
         args.features = args.features or list(DEMO_FEATURES)
-        # 100 trees keep `make demo` to tens of seconds on a laptop; --n-estimators overrides.
-        args.n_estimators = args.n_estimators or str(DEMO_TREES)
+        # 100 trees keep `make demo` to tens of seconds on a laptop; --n-estimators (or
+        # --param n_estimators=N) overrides.
+        if args.n_estimators is None and not any(_param_name(p.partition("=")[0]) == "n_estimators"
+                                                 for p in args.param):
+            args.n_estimators = [str(DEMO_TREES)]
     if args.data is None:
         raise CLIError("no DATA given (a parquet file, directory, glob or CSV file; or --demo)")
     if args.outcome is None:
@@ -226,8 +246,7 @@ def _resolve_columns(args):
         clash = sorted(set(args.features) & set(targets))
         if clash:
             raise CLIError(f"column {clash[0]!r} is both a feature and the treatment/instrument/outcome/weight")
-        if len(set(args.features)) != len(args.features):
-            raise CLIError("a feature column is listed twice")
+        check_unique(args.features, "--features")
     return targets
 
 
@@ -344,6 +363,42 @@ def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_typ
     return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned, checkpoint=checkpoint, **extra)
 
 
+def check_checkpoint_path(path, out, data):
+    """Raise ``ValueError`` when ``--checkpoint path`` cannot be a checkpoint directory of this run.
+
+    Refused: the ``--out`` model file, a data file or the data directory, an existing
+    path that is not a directory, and a directory that cannot be created or written.
+    (Rank 0 runs it: only rank 0 writes checkpoints.)
+    """
+    import os
+
+    from forest import dataio, model_io
+
+    if os.path.realpath(path) == os.path.realpath(out) or (os.path.exists(path) and os.path.exists(out)
+                                                           and os.path.samefile(path, out)):
+        raise ValueError(f"--checkpoint {path!r} is the --out model file; give the checkpoint a directory of its own")
+    try:
+        inputs = dataio.resolve_paths(data)
+    except dataio.DataError:
+        inputs = []   # reported when the data is opened
+    check_not_input(path, inputs, "--checkpoint")
+    if os.path.isdir(data) and os.path.exists(path) and os.path.samefile(path, data):
+        raise ValueError(f"--checkpoint {path!r} is the input directory {data!r}; give the checkpoint a "
+                         f"directory of its own")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"--checkpoint {path!r} exists and is not a directory: a checkpoint is a directory "
+                         f"(give a new path, or the directory of an earlier run's checkpoint)")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"cannot create checkpoint directory {path!r}: {existing!r} is not a directory")
+    problem = model_io.directory_write_error(existing)
+    if problem is not None:
+        raise ValueError(f"cannot write checkpoint directory {path!r}: cannot create a file in {existing!r} "
+                         f"({problem})")
+
+
 def make_checkpoint(args):
     """The :class:`forest.checkpoint.Checkpoint` of ``--checkpoint`` (None without it)."""
     if args.checkpoint is None:
@@ -384,8 +439,12 @@ def _body(argv):
 
     comm = world()
     message = None
-    if comm.rank == 0:
-        _, message = guarded(model_io.check_writable, args.out)
+    if comm.rank == 0:  # what the file system says is rank 0's to check, the others agree
+        def _outputs():
+            model_io.check_writable(args.out)
+            if args.checkpoint is not None:
+                check_checkpoint_path(args.checkpoint, args.out, args.data)
+        _, message = guarded(_outputs)
     agree(comm, message)
 
     def choose(source):
@@ -465,6 +524,16 @@ def _body(argv):
              checkpoint)
     except CheckpointError as exc:   # raised on every rank at once: safe to turn into the one-line error
         raise CLIError(str(exc)) from None
+    except ValueError as exc:
+        # The estimator's own input checks (e.g. class labels of a classifier) fail on
+        # every rank at once (forest.collective_checks): one line too. Anything else
+        # may have failed on one rank alone and must abort the job.
+        text = fit_input_error(exc)
+        if text is None:
+            raise
+        if args.model == "gbdt-classifier" and "label type" in text:
+            text += f" (--outcome {args.outcome!r} of a gbdt-classifier must hold class labels)"
+        raise CLIError(f"{type(est).__name__} refused the input: {text}") from None
     finally:
         progress.close()
     fit_seconds = time.perf_counter() - t_fit

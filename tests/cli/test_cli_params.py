@@ -32,7 +32,7 @@ def _one_error(main, argv, capsys, prog="forest-train"):
     (CAUSAL, ["--param", "honest=maybe"], r"--param honest=maybe: honest must be true or false, got 'maybe'"),
     (CAUSAL, ["--param", "honest=1"], r"honest must be true or false, got 1"),
     (CAUSAL, ["--param", "treatment_type=weird"], r"treatment_type must be one of"),
-    (CAUSAL, ["--param", "nuisance_estimators=0"], r"nuisance_estimators must be >= 1"),
+    (CAUSAL[:4] + FEATURES, ["--param", "nuisance_estimators=0"], r"nuisance_estimators must be >= 1"),
     (CAUSAL, ["--param", "imbalance_penalty=-1"], r"imbalance_penalty must be >= 0"),
     (REGRESSION, ["--param", "ci_group_size=2.5"], r"ci_group_size must be an int, got 2.5"),
     (REGRESSION, ["--max-bins", "300"], r"--max-bins 300: max_bins must be in \[2, 255\]"),
