@@ -83,8 +83,12 @@ class CausalAnalysisMixin:
     def _fit_variance_forest(self, X, binned, W, t_hat, g, comm, layout, n_trees, seed, nuisance, checkpoint=None):
         """Auxiliary forest of ``Var[W|x]`` (continuous treatments); returns out-of-bag V (n, K, K)."""
         wc = W - t_hat
+        targets = variance_targets(wc)
+        # A scalar treatment has one product: pass it 1-D, as the centering forests get
+        # theirs; a column vector would make RegressionForest warn (DataConversionWarning).
         forest = RegressionForest(n_trees, random_state=seed + 1299709, **nuisance).fit(
-            X, variance_targets(wc), g, comm=comm, binned=binned, clusters=layout, checkpoint=checkpoint)
+            X, targets[:, 0] if targets.shape[1] == 1 else targets, g, comm=comm, binned=binned, clusters=layout,
+            checkpoint=checkpoint)
         V = variance_matrix(forest.oob_prediction_, W.shape[1])
         del forest.oob_prediction_          # training rows: not part of the model
         self.treatment_variance_forest_ = forest

@@ -38,7 +38,7 @@ from .profiling import phase
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_row_count,
                           check_target, check_weight, feature_summary, fit_features, moment_sums)
 from .collective_checks import collective_checks, input_error, require_same, total
-from .regression_forest import forest_spec, resolve_mtry
+from .regression_forest import forest_spec, resolve_mtry, scaled_weights, weight_range
 from .treatment import check_treatment_type, encode_treatment, resolve_treatment, treatment_summary
 
 
@@ -204,7 +204,7 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
             checks.share(rows=n, outputs=y.shape[1:], t_shape=t.shape[1:],
                          treatment=treatment_summary(t, self.treatment_type),
                          t_hat=None if t_hat is None else t_hat.shape[1:],
-                         moments=moment_sums(g, Y, as_columns(t)), **feature_summary(self))
+                         moments=moment_sums(g, Y, as_columns(t)), weights=weight_range(g), **feature_summary(self))
         summaries = checks.summaries
         agreed_features(summaries)
         require_same(summaries, "outputs", lambda s: f"y has shape (n, {s[0]})" if s else "y is 1-D")
@@ -227,8 +227,12 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
             moments[2:] = 0.0  # arm indicators: their products are bounded by the weight and y sums
         # The nuisance forests rescale the weights to mean 1; check what they will sum too.
         check_moment_sums(moments * max(1.0, n_global / weight_total))
+        # The moments and the average effect are ratios of weighted sums: rescaled to mean
+        # 1 (equal weights exactly 1), weights such as 1e-160 cannot underflow in their
+        # products (they gave NaN effects).
+        g_scaled = scaled_weights(g, n_global, weight_total, [s["weights"] for s in summaries])
         return SimpleNamespace(seed=seed, X=X, binned=binned, n_global=n_global, kind=kind, classes=classes, W=W,
-                               codes=codes, Y=Y, y_ndim=y.ndim, g=g, y_hat=y_hat, t_hat=t_hat)
+                               codes=codes, Y=Y, y_ndim=y.ndim, g=g, g_scaled=g_scaled, y_hat=y_hat, t_hat=t_hat)
 
     def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None, binned=None,
             feature_names=None, clusters=None, checkpoint=None):
@@ -280,6 +284,7 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
         """
         comm = world() if comm is None else comm
         inputs = self._fit_inputs(X, t, y, sample_weight, y_hat, t_hat, binned, feature_names, comm)
+        self._check_warm_targets(inputs)
         seed, X, W, Y, g, kind = inputs.seed, inputs.X, inputs.W, inputs.Y, inputs.g, inputs.kind
         n, n_features, n_global = len(Y), self.n_features_in_, inputs.n_global
         K, M = W.shape[1], Y.shape[1]
@@ -311,10 +316,10 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
             nuisance = self._nuisance_params()
             wc = W - t_hat
             yc = Y - y_hat
-            _check_centered_moments(comm, g, yc, wc)
+            _check_centered_moments(comm, inputs.g_scaled, yc, wc)
             indicator = (wc > 0).astype(np.float64) if constraint == "sign" else W
             with phase("other"):
-                channels = crit.make_channels(wc, yc, g, indicator)
+                channels = crit.make_channels(wc, yc, inputs.g_scaled, indicator)
             layout = crit.layout
             start, on_batch = continue_forest(stage, earlier, binned=binned, missing_bin=mapper.missing_bin_, gids=gids,
                                               sampling=sampling, n_estimators=int(self.n_estimators), oob=True,
@@ -347,13 +352,51 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
         codes = inputs.codes
         arm = None if kind == "continuous" else (codes if kind == "categorical" else W[:, 0].astype(np.int64))
         rows = self._store_oob_rows(kind, tau_oob, W, arm, Y, y_hat, t_hat, V,
-                                    None if sample_weight is None else g, gids, clusters_layout)
+                                    None if sample_weight is None else inputs.g_scaled, gids, clusters_layout)
         est, se = _average_effect(comm, rows, "all")
         self.ate_ = self._shape_one(est)
         self.ate_stderr_ = self._shape_one(se)
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
         self.gain_importances_ = gain_importance(packed, n_features)
         return self
+
+    def _check_warm_targets(self, inputs):
+        """Raise ``ValueError`` when a warm start's treatment or outcome differs from the fitted forest's.
+
+        The trees already grown hold moments of the first fit's treatment columns (arms
+        or components) and outcome columns, and the kept nuisance forests predict
+        them; more trees can only be added for a treatment of the same type, levels and
+        shape and an outcome of the same shape. Every input here was agreed over all
+        ranks, so every rank raises the same error.
+
+        Parameters
+        ----------
+        inputs : SimpleNamespace
+            What :meth:`_fit_inputs` returned.
+        """
+        if not (self.warm_start and hasattr(self, "estimators_")):
+            return
+
+        def treatment(kind, classes, K):
+            if kind == "continuous":
+                return f"a continuous treatment with {K} column{'s' if K > 1 else ''}"
+            return f"a {kind} treatment with levels {np.asarray(classes).tolist()}"
+
+        def outcome(ndim, M):
+            return "(n,)" if ndim == 1 else f"(n, {M})"
+
+        K, M = inputs.W.shape[1], inputs.Y.shape[1]
+        fitted_classes = self.classes_ if self.classes_ is not None else np.zeros(0)
+        new_classes = inputs.classes if inputs.classes is not None else np.zeros(0)
+        if (inputs.kind != self.treatment_type_ or K != self.n_treatments_
+                or not np.array_equal(new_classes, fitted_classes)):
+            raise ValueError(f"warm start: t is {treatment(inputs.kind, inputs.classes, K)}, the forest was fitted "
+                             f"on {treatment(self.treatment_type_, self.classes_, self.n_treatments_)}; adding trees "
+                             f"needs the first fit's treatment type, levels and shape (or warm_start=False)")
+        if inputs.y_ndim != self.y_ndim_ or M != self.n_outcomes_:
+            raise ValueError(f"warm start: y has shape {outcome(inputs.y_ndim, M)}, the forest was fitted on y of "
+                             f"shape {outcome(self.y_ndim_, self.n_outcomes_)}; adding trees needs the first fit's "
+                             f"outcome shape (or warm_start=False)")
 
     # ------------------------------------------------------------------ shapes
     def _layout(self):

@@ -29,6 +29,7 @@ Fitted state
     :class:`histogram.binning.BinMapper` (model files need no pickle).
 """
 import contextlib
+import math
 
 import numba
 import numpy as np
@@ -45,7 +46,7 @@ from native.comm import world
 from ._validation import (agreed_features, check_moment_sums, check_param_types, check_row_count, check_target,
                           check_weight, feature_summary, fit_features, moment_sums, validate_features)
 from .checkpoint import stored_seed
-from .collective_checks import collective_checks, total
+from .collective_checks import AgreedError, collective_checks, total
 from .continuation import fit_fingerprint, open_stage, warm_mapper
 from .criteria import NewtonCriterion
 from .expansion import LeafwiseGrower
@@ -74,6 +75,14 @@ def _threads(n_threads):
         yield
     finally:
         numba.set_num_threads(old)
+
+
+def _finite(value):
+    """Whether a real number is finite in float64 (a Python int beyond its range is not)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _allreduce(comm, arr):
@@ -141,11 +150,15 @@ class _BaseGBDT(BaseEstimator):
                                  "validation_fraction", "tol"))
         need(self.backend in BACKENDS, f"backend must be one of {BACKENDS}, got {self.backend!r}")
         need(self.split_mode in SPLIT_MODES, f"split_mode must be one of {SPLIT_MODES}, got {self.split_mode!r}")
-        need(self.random_state is None or isinstance(self.random_state, (int, np.integer, np.random.RandomState)),
-             f"random_state must be None, an int or a numpy RandomState, got {self.random_state!r}")
-
-        need(isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0,
-             f"learning_rate must be > 0, got {self.learning_rate!r}")
+        self._check_random_state()
+        # Every real parameter must be finite: NaN fails the range checks silently
+        # (tol=nan never stops early), and inf or an overflowing product makes leaf
+        # values NaN, so the fit would end in a model that predicts NaN.
+        for name, strict in (("learning_rate", True), ("l2_regularization", False), ("min_child_weight", False),
+                             ("min_gain_to_split", False), ("tol", False)):
+            value = getattr(self, name)
+            need(_finite(value) and (value > 0 if strict else value >= 0),
+                 f"{name} must be {'>' if strict else '>='} 0 and finite, got {value!r}")
         need(isinstance(self.n_estimators, (int, np.integer)) and self.n_estimators >= 1,
              f"n_estimators must be an int >= 1, got {self.n_estimators!r}")
         need(self.max_leaf_nodes is None or (isinstance(self.max_leaf_nodes, (int, np.integer))
@@ -157,9 +170,6 @@ class _BaseGBDT(BaseEstimator):
              "max_leaf_nodes and max_depth cannot both be None")
         need(isinstance(self.min_samples_leaf, (int, np.integer)) and self.min_samples_leaf >= 1,
              f"min_samples_leaf must be an int >= 1, got {self.min_samples_leaf!r}")
-        need(self.l2_regularization >= 0, f"l2_regularization must be >= 0, got {self.l2_regularization!r}")
-        need(self.min_child_weight >= 0, f"min_child_weight must be >= 0, got {self.min_child_weight!r}")
-        need(self.min_gain_to_split >= 0, f"min_gain_to_split must be >= 0, got {self.min_gain_to_split!r}")
         need(isinstance(self.max_bins, (int, np.integer)) and 2 <= self.max_bins <= 255,
              f"max_bins must be an int in [2, 255], got {self.max_bins!r}")
         need(self.early_stopping in ("auto", True, False),
@@ -178,6 +188,20 @@ class _BaseGBDT(BaseEstimator):
              f"quantized=True needs split_mode='allreduce', got {self.split_mode!r}")
         need(not self.quantized or self.backend in ("auto", "numba", "numpy"),
              f"quantized=True runs on the CPU backends ('auto', 'numba', 'numpy'), got backend={self.backend!r}")
+
+    def _check_random_state(self):
+        """Raise ``ValueError`` unless scikit-learn's ``check_random_state`` takes ``random_state``.
+
+        ``_seed`` keeps 31 bits of an int, so without this an int numpy cannot seed with
+        (negative, or ``2**32`` and above) would be accepted here and fail elsewhere.
+        """
+        from sklearn.utils import check_random_state
+
+        try:
+            check_random_state(self.random_state)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"random_state must be None, an int in [0, 2**32 - 1] or a numpy RandomState, got "
+                             f"{self.random_state!r}") from None
 
     def _seed(self, comm, checkpoint=None):
         """The fit's seed: a checkpoint's, a warm start's, ``random_state``, or one drawn on rank 0."""
@@ -357,6 +381,12 @@ class _BaseGBDT(BaseEstimator):
                        extra=dict(baseline=self.baseline_, losses=np.asarray(losses, dtype=np.float64),
                                   stopped=bool(stop)))
 
+        # Largest |raw score| any row can reach: the baseline plus the largest value of
+        # every tree. The same on every rank (the trees are), so a fit that overflows
+        # raises everywhere at the same iteration.
+        reach = float(np.max(np.abs(self.baseline_)))
+        for earlier_tree in trees:
+            reach += float(np.max(np.abs(earlier_tree.value)))
         if stage is not None and stage.n_done < len(trees):
             save(stop or len(trees) == int(self.n_estimators))  # warm trees the checkpoint lacks
         if progress is not None and trees:
@@ -372,6 +402,7 @@ class _BaseGBDT(BaseEstimator):
                 grown = grower.grow(channels, shrinkage=float(self.learning_rate), quantized=quant)
                 refit_leaves(grown, channels, quant, criterion, comm, float(self.learning_rate))
             tree = grown.tree
+            reach = self._check_leaf_values(tree, it, reach)
             trees.append(tree)
             with phase("prediction"):
                 add_leaf_values(raw, grown.rows, grown.leaf_starts, grown.leaf_stops, tree.value[grown.leaf_nodes])
@@ -395,6 +426,36 @@ class _BaseGBDT(BaseEstimator):
         self._random_seed = seed
         self._packed = pack_trees(trees)
         return self
+
+    def _check_leaf_values(self, tree, it, reach):
+        """Raise :class:`forest.collective_checks.AgreedError` (a ``ValueError``) when a new tree makes the model non-finite; returns the new reach.
+
+        A huge ``learning_rate`` (or targets near float64's range) gives leaf values
+        that are inf or NaN, or finite ones whose sum over trees overflows; the model
+        would then predict NaN, and its model file would be refused as corrupted.
+
+        Parameters
+        ----------
+        tree : Tree
+            The tree of iteration ``it`` (0-based).
+        it : int
+        reach : float
+            Largest ``|raw score|`` the trees before it can give a row (baseline included).
+
+        Returns
+        -------
+        float
+            ``reach`` plus the largest ``|value|`` of ``tree``.
+        """
+        with np.errstate(over="ignore", invalid="ignore"):
+            largest = float(np.max(np.abs(tree.value)))
+            total = reach + largest
+        if not np.isfinite(total):
+            what = "leaf values that are not finite" if not np.isfinite(largest) else \
+                "leaf values whose sum over the trees overflows float64"
+            raise AgreedError(f"boosting diverged: tree {it} has {what} (learning_rate={self.learning_rate!r}); "
+                             f"lower learning_rate, raise l2_regularization or rescale y")
+        return total
 
     @staticmethod
     def _global_loss(comm, loss, y, raw, w):
@@ -449,7 +510,8 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
     Parameters
     ----------
     learning_rate : float, default 0.1
-        Shrinkage applied to every leaf value.
+        Shrinkage applied to every leaf value. Like every real parameter it must be
+        finite; a fit whose leaf values overflow float64 raises ``ValueError``.
     n_estimators : int, default 100
         Boosting iterations (trees), fewer if early stopping triggers.
     max_leaf_nodes : int or None, default 31
@@ -474,8 +536,9 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
     n_iter_no_change : int, default 10
     tol : float, default 1e-7
         Relative improvement of the validation loss that counts as progress.
-    random_state : int, RandomState or None
-        Seeds binning subsample and validation split.
+    random_state : int in [0, 2**32 - 1], RandomState or None
+        Seeds binning subsample and validation split (what scikit-learn's
+        ``check_random_state`` accepts).
     n_threads : int or None
         Numba threads during fit/predict (None: Numba's current setting).
     backend : {'auto', 'numba', 'numpy', 'cuda'}

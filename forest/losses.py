@@ -98,7 +98,10 @@ def _sigmoid(x):
 
 def _log_softmax(raw):
     m = raw.max(axis=1, keepdims=True)
-    z = raw - m
+    # Scores of opposite sign near float64's limit overflow to -inf here, which is the
+    # right limit (probability 0), so the overflow is not worth a warning.
+    with np.errstate(over="ignore"):
+        z = raw - m
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 

@@ -347,7 +347,9 @@ def exact_search(space, channels, n_actions, depth, min_rows, comm, exchange="au
     channels : ndarray of float64, shape (n_local, n_actions + 1)
         Fixed-point rewards and a column of ones.
     n_actions, depth, min_rows : int
-        ``0 <= depth <= 3``.
+        ``0 <= depth <= 3``; ``min_rows``: fewest rows in each leaf of a split (the
+        root alone is always a candidate, so the result is the best single action
+        when no split can keep ``min_rows`` rows on both sides).
     comm : native.comm.Communicator
     exchange : {"auto", "rows", "tables"}
 
@@ -364,7 +366,11 @@ def exact_search(space, channels, n_actions, depth, min_rows, comm, exchange="au
         hist1 = col.allreduce(comm, hist1)
     cum1 = np.cumsum(hist1, axis=1)
     total = cum1[0, nb - 1].copy()
-    root_leaf = float(ps.leaf_value(total, n_actions, min_rows))
+    # The root as one leaf (one action for everyone) is a policy whatever min_rows:
+    # min_rows limits the leaves a split creates, as min_samples_leaf does in
+    # scikit-learn's trees. Were the root held to it too, min_rows > n would leave no
+    # tree at all (search value -inf).
+    root_leaf = float(ps.leaf_value(total, n_actions, 0))
     if depth == 0:
         return SearchResult(root_leaf, None)
     half = ps.half_leaf_records(cum1, total, space.lo, space.hi, n_actions, min_rows)

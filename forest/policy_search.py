@@ -15,7 +15,9 @@ Vocabulary
   sends codes ``<= b`` left. ``lo[s] <= b < hi[s]`` are its candidate positions.
 * ``m(Q) = max_a Q[a]`` when the cell ``Q`` holds at least ``min_rows`` rows, else
   ``-inf`` (a leaf that is too small). The value of a tree is the sum of ``m`` over its
-  leaves; the action of a leaf is the first ``a`` reaching ``m``.
+  leaves; the action of a leaf is the first ``a`` reaching ``m``. The root alone is
+  the exception: it is a leaf of any size (``min_rows`` limits what splits create),
+  so a search always finds a tree.
 * A *record* is ``(value, feature, position)``: the best subtree of some cell and the
   split at its top (``feature = -1``: the cell stays a leaf). Records compare by
   value, then by the smaller ``(feature, position)``, so a leaf wins a tie against
@@ -656,19 +658,20 @@ def brute_force_search(codes, channels, lo, hi, n_actions, depth, min_rows):
     splits = [(s, b) for s in range(codes.shape[0]) for b in range(int(lo[s]), int(hi[s]))]
     goes_left = {sb: codes[sb[0]] <= sb[1] for sb in splits}
 
-    def best(mask, d):
-        value = float(leaf_value(channels[mask].sum(axis=0), n_actions, min_rows))
+    def best(mask, d, min_leaf):
+        value = float(leaf_value(channels[mask].sum(axis=0), n_actions, min_leaf))
         found = None
         if d == 0 or value == NEG_INF and mask.sum() < 2 * min_rows:
             return value, found
         for sb in splits:
             left = mask & goes_left[sb]
-            vl, tl = best(left, d - 1)
+            vl, tl = best(left, d - 1, min_rows)
             if vl == NEG_INF:
                 continue
-            vr, tr = best(mask & ~goes_left[sb], d - 1)
+            vr, tr = best(mask & ~goes_left[sb], d - 1, min_rows)
             if vl + vr > value:
                 value, found = vl + vr, (sb[0], sb[1], tl, tr)
         return value, found
 
-    return best(np.ones(codes.shape[1], dtype=bool), depth)
+    # the root is a leaf whatever its size (see "Vocabulary" above)
+    return best(np.ones(codes.shape[1], dtype=bool), depth, 0)

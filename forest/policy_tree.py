@@ -34,7 +34,7 @@ from . import policy_exact
 from .honest_forest import fit_binning, global_ids
 from .score_means import average_effect, average_effect_sums
 from .predictor import predict_leaves, predict_leaves_binned
-from ._validation import agreed_features, check_weight, feature_summary, validate_features
+from ._validation import _check_feature_names, agreed_features, check_weight, feature_summary, validate_features
 from .collective_checks import collective_checks, require_same
 from .tree import Tree
 
@@ -88,7 +88,10 @@ class PolicyTree(BaseEstimator):
     max_depth : int, default 2
         0 (one action for everyone) to 3.
     min_samples_leaf : int, default 1
-        Fewest rows (unweighted) in every leaf.
+        Fewest rows (unweighted, over all ranks) in every leaf a split creates. As in
+        scikit-learn's trees it limits splits, not the root: when no split can keep
+        ``min_samples_leaf`` rows on both sides (e.g. ``min_samples_leaf > n / 2``),
+        the tree is the root alone, giving everyone the best single action.
     max_bins : int or None, default None
         Value bins per feature (2..255); ``None`` takes :data:`DEFAULT_MAX_BINS` of the
         depth (255, 255, 64, 16 for depths 0-3). Depth 3 needs ``max_bins <= 64``.
@@ -369,6 +372,8 @@ class PolicyTree(BaseEstimator):
         Parameters
         ----------
         feature_names : list of str, optional
+            One name per feature. Default: ``feature_names_in_`` when the tree was
+            fitted on a table with column names, else ``x0, x1, ...``.
         action_names : list of str, optional
         decimals : int
 
@@ -378,6 +383,10 @@ class PolicyTree(BaseEstimator):
         """
         check_is_fitted(self, "tree_")
         t = self.tree_
+        if feature_names is None:
+            feature_names = getattr(self, "feature_names_in_", None)
+        else:
+            feature_names = _check_feature_names(feature_names, self.n_features_in_)
         fname = (lambda f: str(feature_names[f])) if feature_names is not None else (lambda f: f"x{f}")
         aname = (lambda a: str(action_names[a])) if action_names is not None else (lambda a: f"action {a}")
         lines = []

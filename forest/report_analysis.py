@@ -48,10 +48,12 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     ----------
     est : forest.CausalForest
     X : ndarray, shape (n, n_features)
+        Features in ``names`` order; a model fitted with feature names gets them as a
+        table of those columns.
     t, y : ndarray, shape (n,)
         Treatment and outcome columns of the data.
     names : list of str
-        Feature names.
+        Feature names (the model's ``feature_names_in_`` when it has them).
     importance : ndarray, shape (n_features,)
         Depth-weighted importances (choose the BLP features).
     clusters : ndarray, shape (n,), optional
@@ -71,8 +73,15 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     figures : dict of str -> str
         ``{"toc": base64 PNG}`` when asked for and available.
     """
+    from forest.cli.common import feature_input
+    import pyarrow as pa
+
     comm = SelfCommunicator()
-    held = dict(X=X, t=t, y=y, clusters=clusters, comm=comm)
+    # A model that records its feature names takes the rows as a table of those
+    # columns (forest-report predicts the same way); a bare matrix would make every
+    # method below warn that X has no feature names.
+    rows = feature_input(est, pa.table({n: X[:, j] for j, n in enumerate(names)}), names)
+    held = dict(X=rows, t=t, y=y, clusters=clusters, comm=comm)
     report, lines, figures, unavailable = {}, [], {}, {}
     contrasts = est.contrast_names() if _n_effects(est) > 1 else None
 
@@ -111,10 +120,10 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     if est.treatment_type_ == "continuous":
         unavailable["rate"] = "RATE needs a binary or categorical treatment"
     else:
-        priorities = np.asarray(est.predict(X), dtype=np.float64)
+        priorities = np.asarray(est.predict(rows), dtype=np.float64)
         for target in ("AUTOC", "QINI"):
             res, why = _attempt(lambda: est.rank_average_treatment_effect(
-                priorities, X, t, y, target=target, n_bootstrap=RATE_BOOTSTRAP, seed=seed, clusters=clusters,
+                priorities, rows, t, y, target=target, n_bootstrap=RATE_BOOTSTRAP, seed=seed, clusters=clusters,
                 comm=comm))
             if why:
                 unavailable[f"rate_{target}"] = why

@@ -148,3 +148,73 @@ def test_same_forest_for_any_rank_count(comm):
     assert same_feature and same_bin
     assert pred_diff < 1e-9 and var_diff < 1e-9 and oob_diff < 1e-9
     assert ate_diff < 1e-9
+
+
+@pytest.mark.parametrize("n_treatments", [1, 2])
+def test_continuous_treatment_fits_without_warnings(n_treatments):
+    """The Var[W|x] forest of a scalar dose gets a 1-D target: no internal DataConversionWarning."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    t = rng.normal(size=(200, n_treatments)).squeeze()
+    y = X[:, 0] + X[:, 1] * np.atleast_2d(t.T)[0] + rng.normal(size=200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cf = CausalForest(n_estimators=20, random_state=0).fit(X, t, y, comm=SELF)
+        scores = cf.dr_scores(X, t, y)
+    assert cf.treatment_type_ == "continuous" and np.isfinite(scores).all()
+    assert cf.treatment_variance_forest_.predict(X).reshape(200, -1).shape[1] == n_treatments * (n_treatments + 1) // 2
+
+
+def test_warm_start_needs_the_first_fits_treatment_and_outcome():
+    """Adding trees for another treatment (type, levels, shape) or outcome shape is a clear error, not a
+    reshape failure deep in the nuisance forests."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    t = rng.integers(0, 2, size=200)
+    y = X[:, 0] + t * X[:, 1] + rng.normal(size=200)
+    cf = CausalForest(n_estimators=10, warm_start=True, random_state=0).fit(X, t, y, comm=SELF)
+    cf.set_params(n_estimators=20)
+    cases = [
+        (np.arange(200) % 3, y, r"t is a categorical treatment with levels \[0, 1, 2\], the forest was fitted on a "
+                                r"binary treatment with levels \[0, 1\]"),
+        (t + 1, y, r"t is a binary treatment with levels \[1, 2\]"),
+        (rng.normal(size=200), y, "t is a continuous treatment with 1 column,"),
+        (t, np.column_stack([y, y]), r"y has shape \(n, 2\), the forest was fitted on y of shape \(n,\)"),
+    ]
+    for t_new, y_new, match in cases:
+        with pytest.raises(ValueError, match="^warm start: " + match):
+            cf.fit(X, t_new, y_new, comm=SELF)
+    with pytest.raises(ValueError, match="warm start: t is a binary treatment"):   # even with no tree to add
+        cf.set_params(n_estimators=10).fit(X, t + 1, y, comm=SELF)
+    assert len(cf.estimators_["tree_offsets"]) == 11        # the refused fits changed nothing
+    cf.set_params(n_estimators=20).fit(X, t, y, comm=SELF)   # the same treatment adds the trees
+    assert len(cf.estimators_["tree_offsets"]) == 21
+    dose = CausalForest(n_estimators=10, warm_start=True, random_state=0).fit(X, rng.normal(size=200), y, comm=SELF)
+    with pytest.raises(ValueError, match="t is a continuous treatment with 2 columns, the forest was fitted on a "
+                                         "continuous treatment with 1 column;"):
+        dose.set_params(n_estimators=20).fit(X, rng.normal(size=(200, 2)), y, comm=SELF)
+
+
+def test_sample_weight_scale_does_not_change_the_causal_forest():
+    # Equal weights on any scale are an unweighted fit, bit for bit; weights of 1e-160
+    # used to underflow in the criterion's products (NaN effects and intervals).
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(300, 3))
+    t = (rng.uniform(size=300) < 0.5).astype(float)
+    y = X[:, 0] + t * (1 + X[:, 1]) + rng.normal(size=300)
+    kw = dict(n_estimators=12, nuisance_estimators=6, random_state=0)
+    base = CausalForest(**kw).fit(X, t, y, comm=SELF)
+    lo, hi = base.predict_interval(X[:5])
+    for c in (1e-160, 1e-6, 0.1, 3.0, 1e100):
+        cf = CausalForest(**kw).fit(X, t, y, sample_weight=np.full(300, c), comm=SELF)
+        np.testing.assert_array_equal(cf.predict(X[:5]), base.predict(X[:5]), err_msg=str(c))
+        np.testing.assert_array_equal(cf.predict_interval(X[:5])[0], lo, err_msg=str(c))
+        assert cf.ate_ == base.ate_ and cf.ate_stderr_ == base.ate_stderr_
+    # unequal tiny weights: finite, and the effect of the same weights at scale 1
+    w = rng.uniform(0.5, 1.5, size=300)
+    tiny = CausalForest(**kw).fit(X, t, y, sample_weight=w * 1e-160, comm=SELF)
+    unit = CausalForest(**kw).fit(X, t, y, sample_weight=w, comm=SELF)
+    assert np.isfinite(tiny.predict(X)).all() and np.isfinite(tiny.predict_interval(X[:5])).all()
+    assert abs(tiny.ate_ - unit.ate_) < 0.05

@@ -1,6 +1,8 @@
 """GBDT estimators: accuracy against scikit-learn's HistGradientBoosting with matched
 settings, losses against NumPy references, prediction APIs, early stopping, weights,
 NaN, tables, scikit-learn tooling, and identical models across rank counts (mpi)."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -339,3 +341,45 @@ def test_binned_input_same_model_on_any_rank_count(comm):
         for x, z in zip(a.structure(), b.structure()):
             np.testing.assert_array_equal(x, z)
     np.testing.assert_allclose(dist.decision_function(X), ref.decision_function(X), rtol=0, atol=1e-9)
+
+
+# ---------------------------------------------------------------- non-finite parameters and models
+@pytest.mark.parametrize("cls", [GBDTRegressor, GBDTClassifier])
+@pytest.mark.parametrize("name,value", [
+    ("learning_rate", np.inf), ("learning_rate", -np.inf), ("learning_rate", np.nan),
+    ("l2_regularization", np.inf), ("l2_regularization", np.nan), ("min_child_weight", np.inf),
+    ("min_gain_to_split", np.inf), ("tol", np.nan), ("tol", np.inf), ("tol", -1.0), ("learning_rate", 10**400),
+    ("l2_regularization", np.float32("inf"))])
+def test_real_parameters_must_be_finite(binary, cls, name, value):
+    """inf / NaN real parameters are refused by name before any data is read (learning_rate=inf used to
+    fit a model predicting NaN, tol=nan to be ignored)."""
+    X, y = binary
+    with pytest.raises(ValueError, match=f"^{name} must be >=? 0 and finite, got"):
+        cls(n_estimators=3, **{name: value}).fit(X, y, comm=SELF)
+
+
+@pytest.mark.parametrize("cls", [GBDTRegressor, GBDTClassifier])
+@pytest.mark.parametrize("seed", [2**63, 2**32, -1, np.uint64(2**63), 1.5, "0", np.random.default_rng(0)])
+def test_random_state_outside_numpys_seed_range(binary, cls, seed):
+    X, y = binary
+    with pytest.raises(ValueError, match=r"^random_state must be None, an int in \[0, 2\*\*32 - 1\]"):
+        cls(n_estimators=2, random_state=seed).fit(X, y, comm=SELF)
+    for ok in (0, 2**32 - 1, np.int64(7), np.random.RandomState(1), None):   # still accepted
+        cls(n_estimators=2, random_state=ok).fit(X, y, comm=SELF)
+
+
+def test_diverging_fit_is_an_error_not_a_nan_model(binary):
+    """A finite learning_rate so large that leaf values overflow raises instead of giving a model that
+    predicts NaN (and whose model file the loader calls corrupted)."""
+    X, y = binary
+    with pytest.raises(ValueError, match=r"^boosting diverged: tree 0 has leaf values that are not finite"):
+        GBDTRegressor(n_estimators=3, learning_rate=1e308).fit(X, X[:, 0] + y, comm=SELF)
+    # finite leaf values whose sum over the trees (the largest score a row can reach) overflows
+    est = GBDTRegressor(learning_rate=0.5)
+    assert est._check_leaf_values(SimpleNamespace(value=np.array([[-1e308], [2.0]])), 4, 3.0) == 1e308 + 3.0
+    with pytest.raises(ValueError, match="boosting diverged: tree 4 has leaf values whose sum over the trees "
+                                         "overflows float64"):
+        est._check_leaf_values(SimpleNamespace(value=np.array([[-1e308], [2.0]])), 4, 1e308)
+    # a huge but representable model is kept, with finite predictions
+    clf = GBDTClassifier(n_estimators=3, learning_rate=1e300).fit(X, y, comm=SELF)
+    assert np.isfinite(clf.predict_proba(X)).all()

@@ -66,3 +66,21 @@ def test_ranks_without_rows_and_held_out_value(comm):
     held_ref = ref.evaluate(test_X, test_R, comm=SELF)
     assert _summary(dist) == _summary(ref)
     assert abs(held[0] - held_ref[0]) < 1e-12 and abs(held[1] - held_ref[1]) < 1e-12
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("depth", [0, 1, 2, 3])
+def test_min_samples_leaf_of_all_rows_over_ranks(comm, rank_slice, depth):
+    """min_samples_leaf counts rows over all ranks: above half of them every rank count gives the root
+    leaf with the best single action, the -np 1 tree."""
+    X, R, w = _data(300, seed=20 + depth)
+    sl = rank_slice(len(X))
+    trees = []
+    for msl in (301, 300, 299, 151):
+        kw = dict(max_depth=depth, max_bins=6, min_samples_leaf=msl)
+        dist = PolicyTree(**kw).fit(X[sl], R[sl], sample_weight=w[sl], comm=comm)
+        ref = PolicyTree(**kw).fit(X, R, sample_weight=w, comm=SELF)
+        trees.append((_summary(dist), _summary(ref), dist.tree_.node_count, int(dist.action_[0])))
+    best = int(np.argmax((w[:, None] * R).sum(axis=0)))
+    for got, want, nodes, action in trees:
+        assert got == want and nodes == 1 and action == best

@@ -150,3 +150,36 @@ def test_bad_inputs():
         tree.predict(d.X[:, :1])
     with pytest.raises(ValueError, match="actions"):
         tree.evaluate(d.X, d.rewards[:, :2], comm=SELF)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 3])
+@pytest.mark.parametrize("extra", [1, 0, -1, -99])   # min_samples_leaf = n + extra > n / 2
+def test_min_samples_leaf_beyond_half_the_rows_gives_the_root_leaf(depth, extra):
+    """No split can keep min_samples_leaf rows on both sides: the tree is the root alone with the best
+    single action (as scikit-learn's trees), never the 'differ from the search value -inf' RuntimeError."""
+    rng = np.random.default_rng(depth)
+    X, R = rng.normal(size=(200, 3)), rng.normal(size=(200, 4))
+    w = rng.uniform(0.5, 2.0, size=200)
+    tree = PolicyTree(depth, min_samples_leaf=200 + extra, max_bins=8).fit(X, R, sample_weight=w, comm=SELF)
+    best = int(np.argmax((w[:, None] * R).sum(axis=0)))
+    assert tree.tree_.node_count == 1 and tree.action_.tolist() == [best]
+    assert np.array_equal(tree.predict(X), np.full(200, best))
+    assert abs(tree.objective_ - (w * R[:, best]).sum()) < 1e-9
+    assert tree.gain_ == 0.0 and abs(tree.value_ - tree.action_value_[best]) < 1e-12
+    assert tree.export_text().startswith(f"action {best}  (200 rows")
+
+
+def test_export_text_names_the_fitted_columns():
+    pd = pytest.importorskip("pandas")
+    d = xor_design(1500, d=3, seed=4)
+    df = pd.DataFrame(d.X, columns=["age", "score", "noise"])
+    tree = PolicyTree(2, max_bins=16).fit(df, d.rewards, comm=SELF)
+    plain = PolicyTree(2, max_bins=16).fit(d.X, d.rewards, comm=SELF)
+    assert list(tree.feature_names_in_) == ["age", "score", "noise"]
+    text = tree.export_text()
+    assert text == plain.export_text(feature_names=["age", "score", "noise"])
+    assert "age <= " in text and "x0" not in text and "x1" not in text
+    assert "x0 <= " in plain.export_text()          # no names fitted: x0, x1, ...
+    assert "a <= " in tree.export_text(feature_names=["a", "b", "c"])   # an explicit argument still wins
+    with pytest.raises(ValueError, match="feature_names must be 3 distinct strings"):
+        tree.export_text(feature_names=["a", "b"])

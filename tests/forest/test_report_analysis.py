@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from forest import simulate
 from forest.causal_forest import CausalForest
@@ -38,3 +39,23 @@ def test_continuous_report_says_what_is_not_available():
     assert set(report["average_effects"]) == {"all", "overlap"}
     assert set(report["unavailable"]) == {"average_effect_treated", "average_effect_control", "rate"}
     assert "Not available on these data:" in lines
+
+
+def test_report_on_a_model_with_feature_names_warns_nothing():
+    """forest-report hands the analysis a matrix in the model's column order; a model fitted with names
+    gets the rows as a table of them, so no 'X does not have valid feature names' warning (9 before)."""
+    import warnings
+
+    pd = pytest.importorskip("pandas")
+    d = simulate.linear_confounded(600, seed=1)
+    names = [f"f{j}" for j in range(d.X.shape[1])]
+    cf = CausalForest(20, max_bins=32, random_state=0).fit(pd.DataFrame(d.X, columns=names), d.t, d.y, comm=SELF)
+    held = simulate.linear_confounded(300, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report, _, _ = analysis_report(cf, held.X, held.t, held.y, names, cf.feature_importances_)
+    assert "unavailable" not in report
+    ate, se = cf.average_treatment_effect(X=pd.DataFrame(held.X, columns=names), t=held.t, y=held.y, comm=SELF)
+    assert report["average_effects"]["all"]["estimate"] == [pytest.approx(float(ate), abs=1e-12)]
+    blp = report["best_linear_projection"]
+    assert set(blp["terms"]) - {"(Intercept)"} <= set(names)
