@@ -84,7 +84,7 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
         Trees per little bag; ``>= 2`` enables ``predict_var``/``predict_interval``.
     max_bins : int, default 255
     treatment_type : {"auto", "binary", "categorical", "continuous"}, default "auto"
-        ``auto``: a 1-D ``t`` with two distinct values is binary whatever the codes
+        ``auto``: a 1-D ``t`` with two distinct (numeric) values is binary whatever the codes
         (the smaller value is the control); 1-D integer (or bool) values with 3 to
         ``forest.treatment.AUTO_MAX_LEVELS`` (10) levels are categorical (the smallest
         level is the control); more integer levels are an error asking for an explicit

@@ -190,7 +190,7 @@ class EffectForestBase(BaseEstimator):
         half = z * np.sqrt(var)
         return theta - half, theta + half
 
-    def oob_predict(self, X, comm=None, clusters=None):
+    def oob_predict(self, X, *, comm=None, clusters=None):
         """Out-of-bag effects for the training rows of this rank (same rows and order as in ``fit``).
 
         Parameters

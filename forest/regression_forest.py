@@ -500,7 +500,7 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         out = self._predict_raw(X)
         return out[:, 0] if self.n_outputs_ == 1 else out
 
-    def oob_predict(self, X, comm=None, clusters=None):
+    def oob_predict(self, X, *, comm=None, clusters=None):
         """Out-of-bag predictions for the training rows of this rank (same order as in ``fit``).
 
         Parameters

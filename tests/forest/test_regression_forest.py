@@ -81,6 +81,9 @@ def test_params_and_errors():
         RegressionForest(5).fit(X, np.full(200, np.nan), comm=SELF)
     with pytest.raises(ValueError, match="sample_weight"):
         RegressionForest(5).fit(X, y, -np.ones(200), comm=SELF)
+    # comm and clusters are keywords: oob_predict(X, t, y), an easy slip, is a TypeError
+    with pytest.raises(TypeError):
+        RegressionForest(5).fit(X, y, comm=SELF).oob_predict(X, y, y)
 
 
 @pytest.mark.mpi
