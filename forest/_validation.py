@@ -306,6 +306,10 @@ def check_row_count(estimator, n_rows, minimum, n_ranks=1):
 #: such squares, so the sums must stay well below ``sqrt(float64 max) ~ 1.3e154``.
 MAX_MOMENT_SUM = float(np.sqrt(np.finfo(np.float64).max) / 8)
 
+#: Smallest non-zero sum of :func:`moment_sums` the split statistics can square without
+#: underflowing into float64's subnormals (2.2e-308); y ~ 1e-200 made every gain zero.
+MIN_MOMENT_SUM = 1e-100
+
 #: What each entry of :func:`moment_sums` sums (absolute values), and the argument blamed.
 _MOMENTS = (("sample_weight", "sample_weight"), ("sample_weight * {y}", "{y}"), ("sample_weight * {t}", "{t}"),
             ("sample_weight * {t} * {t}", "{t}"), ("sample_weight * {t} * {y}", "{t} and {y}"))
@@ -346,7 +350,7 @@ def moment_sums(g, Y, W=None):
 
 
 def check_moment_sums(sums, y_name="y", t_name="t"):
-    """Raise when a sum of :func:`moment_sums` (over all rows) would overflow the split statistics.
+    """Raise when a sum of :func:`moment_sums` (over all rows) would overflow, or underflow, the split statistics.
 
     Parameters
     ----------
@@ -355,11 +359,15 @@ def check_moment_sums(sums, y_name="y", t_name="t"):
         How to call the outcome and treatment in the message.
     """
     for value, (expr, arg) in zip(sums, _MOMENTS):
+        expr, arg = expr.format(y=y_name, t=t_name), arg.format(y=y_name, t=t_name)
         if not value <= MAX_MOMENT_SUM:  # also catches NaN
-            expr, arg = expr.format(y=y_name, t=t_name), arg.format(y=y_name, t=t_name)
             raise ValueError(f"{arg} too large in magnitude: the sum over all rows of |{expr}| is {value:.3g}, "
                              f"above {MAX_MOMENT_SUM:.3g}, so float64 split statistics (squares of such sums) "
                              f"would overflow; rescale {arg}")
+        if 0.0 < value < MIN_MOMENT_SUM:  # zero is fine: a constant zero column
+            raise ValueError(f"{arg} too small in magnitude: the sum over all rows of |{expr}| is {value:.3g}, "
+                             f"below {MIN_MOMENT_SUM:.3g}, so float64 split statistics (squares of such sums) "
+                             f"would underflow; rescale {arg}")
 
 
 def as_columns(a):

@@ -300,6 +300,22 @@ def test_overflowing_outcomes_and_treatments_are_rejected():
     GBDTClassifier(n_estimators=2).fit(X, t, comm=SELF)
 
 
+def test_underflowing_outcomes_and_treatments_are_rejected():
+    # squares of sums ~1e-200 underflow: every gain was zero and the model a constant
+    X, t, y = _design()
+    for fit, arg in ((lambda: GBDTRegressor(n_estimators=3).fit(X, y * 1e-200, comm=SELF), "y"),
+                     (lambda: CausalForest(**CF_KW).fit(X, t, y * 1e-200, comm=SELF), "y"),
+                     (lambda: CausalForest(**CF_KW).fit(X, np.random.default_rng(3).normal(size=len(y)) * 1e-200, y,
+                                                       comm=SELF), "t"),
+                     (lambda: GBDTRegressor(n_estimators=3).fit(X, y, sample_weight=np.full(len(y), 1e-160),
+                                                                comm=SELF), "sample_weight")):
+        with pytest.raises(ValueError, match=rf"^{arg} too small in magnitude"):
+            fit()
+    # zero is not small: a constant zero outcome fits; a regression forest standardises y
+    CausalForest(**CF_KW).fit(X, t, np.zeros(len(y)), comm=SELF)
+    RegressionForest(**RF_KW).fit(X, y * 1e-200, comm=SELF)
+
+
 def test_moment_sums_reference():
     """The vectorised sums against plain loops."""
     from forest._validation import MAX_MOMENT_SUM, moment_sums
