@@ -302,6 +302,9 @@ def _body(argv):
     if not 0.0 < args.alpha < 1.0:
         raise CLIError(f"--alpha must be in (0, 1), got {args.alpha}")
     check_unique(args.keep, "--keep")  # an output with two columns of one name cannot be read back
+    if args.out.lower().endswith((".csv", ".tsv", ".txt", ".json")):
+        # the output is always Parquet: a .csv name would hold bytes no CSV reader takes
+        raise CLIError(f"--out {args.out!r}: forest-predict writes Parquet; give the file a .parquet name")
     from forest.cli import policy
     if policy.is_policy_model(args.model):  # policy trees: action (and budget allocation) per row
         return policy.predict(args.model, args.data, args.out, args.keep, interval=args.interval)

@@ -172,7 +172,9 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     observed = all(isinstance(c, str) and c in shard.columns for c in (t_col, y_col))
     if hasattr(est, "predict_interval") and observed and len(labels) == 1:
         t, y = shard.columns[t_col], shard.columns[y_col]
-        if np.isin(t, (0.0, 1.0)).all() and 0 < t.sum() < t.size:
+        if not np.isfinite(y).all():
+            lines += ["", f"(no Qini curve: {y_col!r} holds NaN, nulls or inf)"]
+        elif np.isin(t, (0.0, 1.0)).all() and 0 < t.sum() < t.size:
             qc = rep.qini_curve(values[:, 0], t, y)
             report["qini"] = {"qini_coefficient": qc["qini_coefficient"], "auuc": qc["auuc"], "n_rows": int(t.size)}
             lines += ["", f"Qini coefficient {qc['qini_coefficient']:.4g}, AUUC {qc['auuc']:.4g} "

@@ -75,3 +75,18 @@ def test_bad_cluster_column_is_one_line(clustered_parquet, tmp_path, capsys):
     assert train.main([path, "--model", "gbdt-regressor", "--outcome", "y", "--cluster", "school",
                        "--out", str(tmp_path / "g.model")]) == 2
     assert "--cluster" in capsys.readouterr().err
+
+
+def test_report_on_data_with_a_missing_outcome_names_it(clustered_parquet, tmp_path, capsys):
+    # a NaN outcome used to print "Qini coefficient nan, AUUC nan"
+    path, table = clustered_parquet
+    out = str(tmp_path / "m.model")
+    assert train.main([path, "--out", out] + ARGS) == 0
+    y = table["y"].to_numpy().copy()
+    y[::50] = np.nan
+    holes = str(tmp_path / "holes.parquet")
+    pq.write_table(table.set_column(table.schema.get_field_index("y"), "y", pa.array(y)), holes)
+    capsys.readouterr()
+    assert report.main([out, "--data", holes]) == 0
+    text = capsys.readouterr().out
+    assert "no Qini curve: 'y' holds NaN" in text and "coefficient nan" not in text.lower(), text

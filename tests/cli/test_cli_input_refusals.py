@@ -229,6 +229,13 @@ def test_diverging_boosting_is_one_line(files, tmp_path, capsys):
 
 # ---------------------------------------------------------------- 4. duplicated --keep / --rewards
 
+def test_predictions_named_as_csv_are_refused(files, tmp_path, capsys):
+    for name in ("p.csv", "P.CSV", "p.json"):
+        out = str(tmp_path / name)
+        line = _one_error(predict.main, [files["model"], files["data"], "--out", out], capsys, "forest-predict")
+        assert "writes Parquet" in line and not os.path.exists(out), line
+
+
 def test_duplicated_keep_columns_are_refused(files, tmp_path, capsys):
     out = str(tmp_path / "p.parquet")
     for model in (files["model"], files["policy"]):
