@@ -370,6 +370,9 @@ class RegressionForest(RegressorMixin, BaseEstimator):
         if begun is None:
             return self
         sampling, earlier, mapper, codes = begun
+        if earlier is not None and int(self.n_outputs_) != n_out:
+            raise ValueError(f"warm start: y has {n_out} output(s), the forest was fitted on {int(self.n_outputs_)}; "
+                             f"adding trees needs the first fit's outputs (or warm_start=False)")
         # weights as given: the rescaled ones depend on the rank count's summation order
         given = {"y": y2, "sample_weight": check_weight(sample_weight, len(y))}
         if layout is not None:

@@ -81,6 +81,10 @@ def test_params_and_errors():
         RegressionForest(5).fit(X, np.full(200, np.nan), comm=SELF)
     with pytest.raises(ValueError, match="sample_weight"):
         RegressionForest(5).fit(X, y, -np.ones(200), comm=SELF)
+    # a warm start adds trees for the same outputs only
+    warm = RegressionForest(5, warm_start=True).fit(X, y, comm=SELF).set_params(n_estimators=8)
+    with pytest.raises(ValueError, match="warm start: y has 2 output"):
+        warm.fit(X, np.column_stack([y, y]), comm=SELF)
     # comm and clusters are keywords: oob_predict(X, t, y), an easy slip, is a TypeError
     with pytest.raises(TypeError):
         RegressionForest(5).fit(X, y, comm=SELF).oob_predict(X, y, y)
