@@ -129,8 +129,10 @@ class Shard:
 def _is_numeric(arrow_type):
     import pyarrow as pa
 
+    # null: a column with no value at all (an empty CSV column); every entry is missing
     return bool(pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
-                or pa.types.is_boolean(arrow_type) or pa.types.is_decimal(arrow_type))
+                or pa.types.is_boolean(arrow_type) or pa.types.is_decimal(arrow_type)
+                or pa.types.is_null(arrow_type))
 
 
 def resolve_paths(spec):

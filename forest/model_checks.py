@@ -172,8 +172,10 @@ def _check_gbdt_classifier(est):
     if not _is_fitted(est, _GBDT_FITTED + ("classes_", "n_classes_")):
         return
     classes = est.classes_
-    if not (isinstance(classes, np.ndarray) and classes.ndim == 1 and classes.dtype.kind in "biufU"
-            and classes.size >= 2 and np.array_equal(np.unique(classes), classes)):
+    # String labels from pandas (or an object array) keep the object dtype fit gave them.
+    labels = isinstance(classes, np.ndarray) and classes.ndim == 1 and (
+        classes.dtype.kind in "biufU" or (classes.dtype.kind == "O" and all(isinstance(c, str) for c in classes)))
+    if not (labels and classes.size >= 2 and np.array_equal(np.unique(classes), classes)):
         raise ValueError("classes_ must be at least two distinct sorted labels")
     n_classes = _int(est, "n_classes_", 2)
     if n_classes != classes.size:

@@ -65,8 +65,9 @@ def prediction_columns(est, X, interval, alpha, is_causal):
     -------
     dict of str -> ndarray, shape (n,)
         ``tau`` (+ ``tau_lower``, ``tau_upper``) for causal models; ``prediction``
-        (+ ``proba_<class>`` for classifiers) otherwise. Multi-output effects get
-        ``tau_<k>`` columns.
+        (+ ``proba_<class>`` for classifiers) otherwise. Several effects get
+        ``tau_<k>`` columns (``k``: the arm contrast or outcome), several arms and
+        outcomes ``tau_<k>_<m>``.
     """
     import numpy as np
 
@@ -74,12 +75,12 @@ def prediction_columns(est, X, interval, alpha, is_causal):
     out = {}
 
     def put(prefix, arr):
+        # One column per entry of the trailing axes: (n, K) effects give tau_<k>, (n, K, M)
+        # ones (several arms and outcomes) tau_<k>_<m>; axes of length one add no suffix.
         arr = np.asarray(arr)
-        if arr.ndim == 1:
-            out[prefix] = arr
-        else:
-            for k in range(arr.shape[1]):
-                out[f"{prefix}_{k}" if arr.shape[1] > 1 else prefix] = arr[:, k]
+        for index in np.ndindex(arr.shape[1:]):
+            suffix = "".join(f"_{i}" for i, size in zip(index, arr.shape[1:]) if size > 1)
+            out[prefix + suffix] = arr[(slice(None),) + index]
 
     put(name, est.predict(X))
     if interval:

@@ -6,15 +6,16 @@ the report adds the distribution of what the model predicts (effects for a causa
 forest, class probabilities for a classifier, predictions for a regressor) and its
 partial dependence on the top three features, drawn on one y-axis scale; for a
 causal model whose data holds the training treatment (binary) and outcome columns,
-also the Qini curve with its coefficient and AUUC. The tool runs on one process: it
-reads the whole ``--data`` set (meant for a held-out sample, not the full training
-data).
+also the Qini curve with its coefficient and AUUC (not for an instrumental forest, whose
+observed treatment is confounded). The tool runs on one process: it reads the whole
+``--data`` set (meant for a held-out sample, not the full training data); under
+``mpirun`` rank 0 alone makes the report.
 """
 import json
 import sys
 
-from forest.cli.common import (CLIError, Parser, check_not_input, feature_input, load_model, model_feature_names,
-                               run_tool)
+from forest.cli.common import (CLIError, Parser, check_not_input, env_rank, feature_input, load_model,
+                               model_feature_names, run_tool)
 
 PROG = "forest-report"
 
@@ -172,7 +173,10 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     observed = all(isinstance(c, str) and c in shard.columns for c in (t_col, y_col))
     if hasattr(est, "predict_interval") and observed and len(labels) == 1:
         t, y = shard.columns[t_col], shard.columns[y_col]
-        if not np.isfinite(y).all():
+        if type(est).__name__ == "InstrumentalForest":
+            # the observed treatment is endogenous: treated minus control is confounded
+            lines += ["", f"(no Qini curve: {t_col!r} is instrumented, so its treated-control gaps are confounded)"]
+        elif not np.isfinite(y).all():
             lines += ["", f"(no Qini curve: {y_col!r} holds NaN, nulls or inf)"]
         elif np.isin(t, (0.0, 1.0)).all() and 0 < t.sum() < t.size:
             qc = rep.qini_curve(values[:, 0], t, y)
@@ -204,6 +208,10 @@ def _body(argv):
     args = build_parser().parse_args(argv)
     if args.top < 1:
         raise CLIError("--top must be at least 1")
+    if env_rank() != 0:
+        # One process makes the report (see the module docstring); under mpirun the
+        # other ranks would print it again (invalid --json) and rewrite the --html page.
+        return 0
     from forest.cli import policy
     if policy.is_policy_model(args.model):  # policy trees: the tree, its value and cost curves
         return policy.report(args.model, html=args.html, as_json=args.json, data=args.data)

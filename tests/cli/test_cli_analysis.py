@@ -90,3 +90,33 @@ def test_report_on_data_with_a_missing_outcome_names_it(clustered_parquet, tmp_p
     assert report.main([out, "--data", holes]) == 0
     text = capsys.readouterr().out
     assert "no Qini curve: 'y' holds NaN" in text and "coefficient nan" not in text.lower(), text
+
+
+def test_report_under_mpirun_prints_once(clustered_parquet, tmp_path):
+    # every rank used to print the report: two JSON documents, not one
+    path, _ = clustered_parquet
+    out = str(tmp_path / "m.model")
+    assert train.main([path, "--out", out] + ARGS) == 0
+    proc = run_mpi(2, [tool("forest-report"), out, "--json"], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["model"]
+
+
+def test_report_on_an_instrumental_forest_draws_no_qini_curve(tmp_path, capsys):
+    # the observed treatment of an IV design is confounded: a Qini curve of it would mislead
+    rng = np.random.default_rng(4)
+    n = 600
+    a, b, u = rng.normal(size=(3, n))
+    z = (rng.uniform(size=n) < 0.5).astype(np.int64)
+    t = ((0.8 * z + 0.5 * u + 0.2 * rng.normal(size=n)) > 0.5).astype(np.int64)
+    y = a + 2.0 * t + 2.0 * u + 0.1 * rng.normal(size=n)
+    path = str(tmp_path / "iv.parquet")
+    pq.write_table(pa.table({"a": a, "b": b, "z": z, "t": t, "y": y}), path)
+    out = str(tmp_path / "iv.model")
+    assert train.main([path, "--model", "instrumental", "--treatment", "t", "--instrument", "z", "--outcome", "y",
+                       "--features", "a", "b", "--n-estimators", "20", "--param", "nuisance_estimators=10",
+                       "--no-progress", "--out", out]) == 0
+    capsys.readouterr()
+    assert report.main([out, "--data", path]) == 0
+    text = capsys.readouterr().out
+    assert "no Qini curve: 't' is instrumented" in text and "Qini coefficient" not in text, text

@@ -97,6 +97,18 @@ def test_nulls_become_nan_and_bools_numbers(tmp_path):
     np.testing.assert_array_equal(shard.columns["flag"], [1.0, 0.0, np.nan])
 
 
+def test_a_column_without_any_value_is_all_missing(tmp_path):
+    # an empty CSV column has Arrow type null: it was refused as non-numeric
+    path = str(tmp_path / "e.csv")
+    with open(path, "w") as f:
+        f.write("a,empty\n1.5,\n2.5,\n")
+    source = dataio.open_source(path)
+    assert source.numeric["empty"]
+    shard = dataio.read_shard(source, (0, len(source.groups)), numeric=["a", "empty"])
+    np.testing.assert_array_equal(shard.columns["empty"], [np.nan, np.nan])
+    np.testing.assert_array_equal(shard.columns["a"], [1.5, 2.5])
+
+
 def test_csv_is_split_into_virtual_groups(tmp_path):
     path = str(tmp_path / "d.csv")
     n = 2500

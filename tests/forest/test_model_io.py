@@ -260,3 +260,22 @@ def test_estimator_attribute_errors_name_the_path(tmp_path, holder_registered):
     h.nested_ = {"k": [1, object()]}
     with pytest.raises(TypeError, match=r"estimator\.nested_\['k'\]\[1\]"):
         model_io.save(h, str(tmp_path / "m.hfm"))
+
+
+def test_classifier_on_pandas_string_labels_round_trips(tmp_path):
+    # pandas string labels give classes_ of dtype object: the file used to be refused as corrupted
+    import pandas as pd
+
+    from forest import GBDTClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(300, 3))
+    y = pd.Series(np.array(["a", "b", "c"])[(X[:, 0] * 3).astype(int)])
+    model = GBDTClassifier(n_estimators=5, random_state=0).fit(X, y)
+    assert model.classes_.dtype == object
+    path = str(tmp_path / "labels.model")
+    model_io.save(model, path)
+    loaded = model_io.load(path)
+    assert list(loaded.classes_) == ["a", "b", "c"]
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
