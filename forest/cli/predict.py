@@ -66,21 +66,30 @@ def prediction_columns(est, X, interval, alpha, is_causal):
     dict of str -> ndarray, shape (n,)
         ``tau`` (+ ``tau_lower``, ``tau_upper``) for causal models; ``prediction``
         (+ ``proba_<class>`` for classifiers) otherwise. Several effects get
-        ``tau_<k>`` columns (``k``: the arm contrast or outcome), several arms and
-        outcomes ``tau_<k>_<m>``.
+        ``tau_<k>`` columns (``k``: the arm of a categorical treatment, its level as in
+        ``classes_``; else the treatment component or outcome, from 0), several arms and
+        outcomes ``tau_<arm>_<m>``.
     """
     import numpy as np
 
     name = "tau" if is_causal else "prediction"
     out = {}
 
+    # A categorical treatment's effects are arm minus control: name them by the arm
+    # (tau_2 is the effect of arm 2), not by their position (which reads as arm 0).
+    arms = None
+    if is_causal and getattr(est, "treatment_type_", None) == "categorical":
+        arms = [str(c) for c in np.asarray(est.classes_)[1:]]
+
     def put(prefix, arr):
         # One column per entry of the trailing axes: (n, K) effects give tau_<k>, (n, K, M)
-        # ones (several arms and outcomes) tau_<k>_<m>; axes of length one add no suffix.
+        # ones (several arms or components, and outcomes) tau_<k>_<m>; axes of length one
+        # add no suffix.
         arr = np.asarray(arr)
         for index in np.ndindex(arr.shape[1:]):
-            suffix = "".join(f"_{i}" for i, size in zip(index, arr.shape[1:]) if size > 1)
-            out[prefix + suffix] = arr[(slice(None),) + index]
+            parts = [arms[i] if axis == 0 and arms is not None and size == len(arms) else str(i)
+                     for axis, (i, size) in enumerate(zip(index, arr.shape[1:])) if size > 1]
+            out[prefix + "".join(f"_{p}" for p in parts)] = arr[(slice(None),) + index]
 
     put(name, est.predict(X))
     if interval:

@@ -21,8 +21,9 @@ def test_several_arms_and_outcomes_get_one_column_each(tmp_path):
     effects = cf.predict(table)
     assert effects.shape == (n, 2, 2)
     cols = predict.prediction_columns(cf, table, True, 0.05, True)
-    assert {"tau_0_0", "tau_0_1", "tau_1_0", "tau_1_1", "tau_lower_1_0", "tau_upper_0_1"} <= set(cols)
-    np.testing.assert_array_equal(cols["tau_1_0"], effects[:, 1, 0])
+    # arms by their level (arm 1 and arm 2 against control 0), outcomes by position
+    assert {"tau_1_0", "tau_1_1", "tau_2_0", "tau_2_1", "tau_lower_2_0", "tau_upper_1_1"} <= set(cols)
+    np.testing.assert_array_equal(cols["tau_2_0"], effects[:, 1, 0])
     model = str(tmp_path / "arms.model")
     model_io.save(cf, model)
     data = str(tmp_path / "x.parquet")
@@ -30,4 +31,6 @@ def test_several_arms_and_outcomes_get_one_column_each(tmp_path):
     out = str(tmp_path / "p.parquet")
     assert predict.main([model, data, "--out", out, "--interval"]) == 0
     written = pq.read_table(out)
-    np.testing.assert_array_equal(written["tau_0_1"].to_numpy(), effects[:, 0, 1])
+    np.testing.assert_array_equal(written["tau_1_1"].to_numpy(), effects[:, 0, 1])
+    one = CausalForest(12, nuisance_estimators=6, random_state=0).fit(table, t + 5, y, comm=SelfCommunicator())
+    assert set(predict.prediction_columns(one, table, False, 0.05, True)) == {"tau_6", "tau_7"}
