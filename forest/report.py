@@ -96,6 +96,37 @@ def primary_importance(estimator):
     return "gain" if isinstance(estimator, _BaseGBDT) else "depth_weighted"
 
 
+def column_names(estimator, prefix, trailing_shape):
+    """Names of the columns of predictions with ``trailing_shape`` after the row axis.
+
+    One name per entry, in C order (that of ``values.reshape(n, -1)``): ``prefix`` and
+    a suffix per axis longer than one. The first axis of a categorical treatment's
+    effects is named by the arm's level (``tau_2``: arm 2 minus the control, as
+    ``classes_`` lists it), any other axis by position from 0 (treatment components,
+    outcomes): ``tau_2_0`` is arm 2's effect on the first outcome.
+
+    Parameters
+    ----------
+    estimator : fitted histforest estimator
+    prefix : str
+        E.g. ``"tau"``, ``"tau_lower"``, ``"prediction"``.
+    trailing_shape : tuple of int
+
+    Returns
+    -------
+    list of str
+    """
+    arms = None
+    if getattr(estimator, "treatment_type_", None) == "categorical" and hasattr(estimator, "predict_interval"):
+        arms = [str(c) for c in np.asarray(estimator.classes_)[1:]]
+    names = []
+    for index in np.ndindex(tuple(trailing_shape)):
+        parts = [arms[i] if axis == 0 and arms is not None and size == len(arms) else str(i)
+                 for axis, (i, size) in enumerate(zip(index, trailing_shape)) if size > 1]
+        names.append(prefix + "".join(f"_{p}" for p in parts))
+    return names
+
+
 def summarised_quantity(estimator):
     """What a report summarises about a model's predictions.
 
@@ -115,8 +146,9 @@ def summarised_quantity(estimator):
     """
     if hasattr(estimator, "predict_interval"):
         def effects(X):
-            tau = np.asarray(estimator.predict(X), dtype=np.float64).reshape(len(X), -1)
-            return (["tau"] if tau.shape[1] == 1 else [f"tau_{j}" for j in range(tau.shape[1])]), tau
+            tau = np.asarray(estimator.predict(X), dtype=np.float64)
+            width = int(np.prod(tau.shape[1:], dtype=np.int64))
+            return column_names(estimator, "tau", tau.shape[1:]), tau.reshape(tau.shape[0], width)
         return "effect tau(x)", effects
     if hasattr(estimator, "predict_proba") and hasattr(estimator, "classes_"):
         def probabilities(X):

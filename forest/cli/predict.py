@@ -75,21 +75,15 @@ def prediction_columns(est, X, interval, alpha, is_causal):
     name = "tau" if is_causal else "prediction"
     out = {}
 
-    # A categorical treatment's effects are arm minus control: name them by the arm
-    # (tau_2 is the effect of arm 2), not by their position (which reads as arm 0).
-    arms = None
-    if is_causal and getattr(est, "treatment_type_", None) == "categorical":
-        arms = [str(c) for c in np.asarray(est.classes_)[1:]]
+    from forest.report import column_names
 
     def put(prefix, arr):
-        # One column per entry of the trailing axes: (n, K) effects give tau_<k>, (n, K, M)
-        # ones (several arms or components, and outcomes) tau_<k>_<m>; axes of length one
-        # add no suffix.
+        # One column per entry of the trailing axes (forest.report.column_names: effects
+        # of a categorical treatment named by arm, tau_2 = arm 2 minus the control).
         arr = np.asarray(arr)
-        for index in np.ndindex(arr.shape[1:]):
-            parts = [arms[i] if axis == 0 and arms is not None and size == len(arms) else str(i)
-                     for axis, (i, size) in enumerate(zip(index, arr.shape[1:])) if size > 1]
-            out[prefix + "".join(f"_{p}" for p in parts)] = arr[(slice(None),) + index]
+        flat = arr.reshape(arr.shape[0], int(np.prod(arr.shape[1:], dtype=np.int64)))  # also for 0 rows
+        for j, label in enumerate(column_names(est, prefix, arr.shape[1:])):
+            out[label] = flat[:, j]
 
     put(name, est.predict(X))
     if interval:

@@ -34,3 +34,10 @@ def test_several_arms_and_outcomes_get_one_column_each(tmp_path):
     np.testing.assert_array_equal(written["tau_1_1"].to_numpy(), effects[:, 0, 1])
     one = CausalForest(12, nuisance_estimators=6, random_state=0).fit(table, t + 5, y, comm=SelfCommunicator())
     assert set(predict.prediction_columns(one, table, False, 0.05, True)) == {"tau_6", "tau_7"}
+    # forest-report labels them by the same rule
+    from forest import report
+
+    labels, values = report.summarised_quantity(cf)[1](table)
+    assert labels == ["tau_1_0", "tau_1_1", "tau_2_0", "tau_2_1"] and values.shape == (n, 4)
+    np.testing.assert_array_equal(values[:, 2], effects[:, 1, 0])
+    assert set(predict.prediction_columns(one, table.slice(0, 0), False, 0.05, True)) == {"tau_6", "tau_7"}
