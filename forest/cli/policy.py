@@ -29,8 +29,8 @@ and ``forest-report`` (:func:`report`); those tools call them for policy model f
 import sys
 import time
 
-from forest.cli.common import (CLIError, Parser, agree, check_not_input, check_unique, guarded, load_rows, run_tool,
-                               world)
+from forest.cli.common import (CLIError, Parser, agree, check_not_input, check_unique, feature_input, guarded,
+                               load_rows, run_tool, world)
 
 PROG = "forest-policy"
 
@@ -205,6 +205,7 @@ def _body(argv):
     t_start = time.perf_counter()
 
     import numpy as np
+    import pyarrow as pa
 
     from forest import model_io
     from forest import report as rep
@@ -241,7 +242,9 @@ def _body(argv):
 
     tau = scores = None
     if est is not None:
-        Xc = np.column_stack([shard.columns[c] for c in causal_features]) if n else np.zeros((0, len(causal_features)))
+        # named columns, as the causal model was fitted (a bare matrix makes it warn)
+        Xc = feature_input(est, pa.table({c: shard.columns[c] if n else np.zeros(0) for c in causal_features}),
+                           causal_features)
         t = shard.columns[t_col]
         if str(source.types.get(t_col, "")).startswith(("int", "uint", "bool")):
             t = t.astype(np.int64)  # integer treatments are arms, as in forest-train

@@ -151,7 +151,13 @@ def test_causal_route_with_dr_scores(tmp_path, capsys, monkeypatch):
         monkeypatch.setattr(CausalForest, "dr_scores",
                             lambda self, X, t, y: (2.0 * t - 1.0) * 2.0 * (y - X[:, 1]), raising=False)
     out = str(tmp_path / "p.model")
-    assert policy.main([model, data, "--depth", "1", "--cost-per-arm", "1.5", "--out", out]) == 0
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert policy.main([model, data, "--depth", "1", "--cost-per-arm", "1.5", "--out", out]) == 0
+    # the model was fitted on named columns and is asked with them (it warned twice per rank)
+    assert not [w for w in caught if "feature names" in str(w.message)], [str(w.message) for w in caught]
     est = model_io.load(out, expect=PolicyTree)
     meta = model_io.read_header(out)["metadata"]
     assert meta["action_names"] == ["t=0", "t=1"] and meta["rewards"]["treatment"] == "t"
