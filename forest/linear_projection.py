@@ -48,7 +48,8 @@ def best_linear_projection(comm, rows, A=None, subset=None, names=None, contrast
         in ``A`` are left out (as R's ``lm`` leaves out rows with ``NA``).
     subset : array-like of bool, shape (n_local,), optional
     names : sequence of str, optional
-        Names of ``A``'s columns (default ``A1 .. Aq``).
+        Names of ``A``'s columns (default: a DataFrame's or Series' column names, else
+        ``A1 .. Aq``).
     contrasts : sequence of str, optional
         Names of the ``K * M`` effect columns (needed when there is more than one).
 
@@ -60,6 +61,10 @@ def best_linear_projection(comm, rows, A=None, subset=None, names=None, contrast
     n = rows.n
     if A is None:
         A = np.zeros((n, 0))
+    if names is None and hasattr(A, "columns"):      # a pandas DataFrame
+        names = [str(c) for c in A.columns]
+    elif names is None and getattr(A, "name", None) is not None and getattr(A, "ndim", 0) == 1:  # a Series
+        names = [str(A.name)]
     A = np.asarray(A, dtype=np.float64)
     if A.ndim == 1:
         A = A[:, None]

@@ -62,6 +62,15 @@ def test_best_linear_projection_of_a_linear_effect(linear):
     on_subset = cf.best_linear_projection(d.X[:, :2], subset=kept, comm=SELF)
     np.testing.assert_allclose(with_nan.estimate, on_subset.estimate, rtol=1e-12)
     np.testing.assert_allclose(with_nan.stderr, on_subset.stderr, rtol=1e-12)
+    # a DataFrame's (or Series') column names name the terms; names= still wins
+    import pandas as pd
+
+    frame = pd.DataFrame(d.X[:, :2], columns=["age", "income"])
+    named = cf.best_linear_projection(frame, comm=SELF)
+    assert named.terms == ["(Intercept)", "age", "income"]
+    np.testing.assert_allclose(named.estimate, blp.estimate, rtol=1e-12)  # (a frame is column-major)
+    assert cf.best_linear_projection(frame["age"], comm=SELF).terms == ["(Intercept)", "age"]
+    assert cf.best_linear_projection(frame, names=["a", "b"], comm=SELF).terms == ["(Intercept)", "a", "b"]
 
 
 def test_calibration_coefficients_near_one(linear):
