@@ -524,3 +524,15 @@ def bad_values(name, values, first_row=0):
     what = "NaN" if np.isnan(values[bad[0]]) else "infinite value"
     return (f"column {name!r} has {bad.size} NaN/infinite value(s) "
             f"(first: {what} at row {first_row + int(bad[0])}); it must be finite")
+
+
+def feature_input(est, table, names):
+    """What to pass to ``est.predict`` for the columns ``names`` of an Arrow table.
+
+    A model that records its feature names gets the named columns, so the estimator
+    checks them as it does for any table; an older model gets a float64 matrix in
+    ``names`` order (and no warning about the names it does not know).
+    """
+    if getattr(est, "feature_names_in_", None) is not None:
+        return table.select(list(names))
+    return feature_block(table, list(names))

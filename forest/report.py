@@ -160,8 +160,9 @@ def summarised_quantity(estimator):
         return "probability", probabilities
 
     def predictions(X):
-        pred = np.asarray(estimator.predict(X), dtype=np.float64).reshape(len(X), -1)
-        return (["prediction"] if pred.shape[1] == 1 else [f"prediction_{j}" for j in range(pred.shape[1])]), pred
+        pred = np.asarray(estimator.predict(X), dtype=np.float64)
+        width = int(np.prod(pred.shape[1:], dtype=np.int64))
+        return column_names(estimator, "prediction", pred.shape[1:]), pred.reshape(pred.shape[0], width)
     return "value", predictions
 
 

@@ -73,7 +73,7 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     figures : dict of str -> str
         ``{"toc": base64 PNG}`` when asked for and available.
     """
-    from forest.cli.common import feature_input
+    from forest.dataio import feature_input
     import pyarrow as pa
 
     comm = SelfCommunicator()

@@ -25,6 +25,16 @@ EXIT_BAD_INPUT = 2
 _RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID", "SLURM_PROCID")
 
 
+def __getattr__(name):
+    # forest.dataio.feature_input under the tools' usual import, loaded on use: this
+    # module stays light (numpy-free) for a start-up that only parses arguments.
+    if name == "feature_input":
+        from forest.dataio import feature_input
+
+        return feature_input
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class CLIError(Exception):
     """An input problem every rank agrees on; the message is printed once."""
 
@@ -126,20 +136,6 @@ def model_feature_names(est, header):
     if names is None:
         names = header.get("feature_names") or header.get("metadata", {}).get("feature_names")
     return None if names is None else [str(n) for n in names]
-
-
-def feature_input(est, table, names):
-    """What to pass to ``est.predict`` for the columns ``names`` of an Arrow table.
-
-    A model that records its feature names gets the named columns, so the estimator
-    checks them as it does for any table; an older model gets a float64 matrix in
-    ``names`` order (and no warning about the names it does not know).
-    """
-    if getattr(est, "feature_names_in_", None) is not None:
-        return table.select(list(names))
-    from forest import dataio
-
-    return dataio.feature_block(table, list(names))
 
 
 #: The estimators a model file read by forest-predict / forest-report may hold.
