@@ -260,6 +260,48 @@ class MPICommunicator(Communicator):
     # The watchdog's own channel: untracked calls from its thread (MPI is initialised
     # with MPI_THREAD_MULTIPLE, so they may run while the main thread is in MPI).
 
+    def private_channel(self):
+        """A duplicate of this communicator for a helper thread's own messages (collective).
+
+        The watchdog talks on its own context, never on the data communicator: a
+        question or answer still in flight when a rank exits stays on the duplicate.
+        Left on ``COMM_WORLD`` it made ``MPI_Finalize`` fail (MPICH 5: "Communicator
+        being freed has 1 unmatched message(s)"), the rank left without finalising,
+        and ``mpirun`` killed the other ranks of a job that had succeeded.
+
+        Returns
+        -------
+        MPICommunicator
+            Same ranks, same node labels, no activity notes; :meth:`close` frees it.
+        """
+        channel = MPICommunicator.__new__(MPICommunicator)
+        channel._MPI = self._MPI
+        channel.mpi_comm = self.mpi_comm.Dup()
+        channel.rank, channel.size = self.rank, self.size
+        channel._node_keys = list(self._node_keys)
+        return channel
+
+    def close(self):
+        """Free a communicator made by :meth:`private_channel` (MPI's world is never freed)."""
+        if self.mpi_comm not in (self._MPI.COMM_WORLD, self._MPI.COMM_NULL):
+            self.mpi_comm.Free()
+
+    def drain(self, tag):
+        """Receive and drop every message with ``tag`` that has already arrived.
+
+        Returns
+        -------
+        int
+            How many were dropped.
+        """
+        dropped = 0
+        status = self._MPI.Status()
+        while self.mpi_comm.Iprobe(source=self._MPI.ANY_SOURCE, tag=tag, status=status):
+            self.mpi_comm.Recv(bytearray(status.Get_count(self._MPI.BYTE)), source=status.Get_source(),
+                               tag=tag)
+            dropped += 1
+        return dropped
+
     def thread_multiple(self):
         """True when MPI allows calls from several threads at once."""
         return self._MPI.Query_thread() == self._MPI.THREAD_MULTIPLE

@@ -111,6 +111,10 @@ class Watchdog:
     Parameters
     ----------
     comm : native.comm.MPICommunicator
+        The communicator whose blocking calls are watched. Constructing a watchdog
+        is collective over it: the questions and answers travel on a private
+        duplicate (:meth:`~native.comm.MPICommunicator.private_channel`), so none
+        is ever left unreceived on the data communicator.
     probe, stall, silent : float
         The three bounds in seconds.
     """
@@ -119,6 +123,7 @@ class Watchdog:
         from .comm import Activity
 
         self.comm = comm
+        self.channel = comm.private_channel()
         self.probe = probe
         self.stall = stall
         self.silent = silent
@@ -144,10 +149,23 @@ class Watchdog:
         for peer in self._peers.values():
             if peer.request is not None:
                 try:
-                    self.comm.cancel_recv(peer.request)
+                    self.channel.cancel_recv(peer.request)
                 except Exception:  # finalisation races: nothing left to protect
                     pass
                 peer.request = None
+        try:
+            # Tidy what can be tidied without waiting for anyone: questions and answers
+            # that already arrived, then the channel itself. A peer's message still in
+            # flight may arrive later; it lands on the freed duplicate, where MPI
+            # drops it, not on the data communicator that MPI_Finalize checks.
+            for tag in (TAG_QUERY, TAG_REPLY):
+                self.channel.drain(tag)
+            for req, _ in self._out:
+                req.Free()  # a send completes in the background; nothing waits for it
+            self._out = []
+            self.channel.close()
+        except Exception:  # finalisation races: nothing left to protect
+            pass
         self.comm.activity = None
 
     # ------------------------------------------------------------------ the thread
@@ -171,14 +189,14 @@ class Watchdog:
 
     def _answer(self):
         while True:
-            src = self.comm.service_probe(TAG_QUERY)
+            src = self.channel.service_probe(TAG_QUERY)
             if src is None:
                 break
             query = np.zeros(1, dtype=np.float64)
-            self.comm.service_recv(query, src, TAG_QUERY)
+            self.channel.service_recv(query, src, TAG_QUERY)
             reply = self._state(query[0])
-            self._out.append((self.comm.isend(reply, src, TAG_REPLY), reply))
-        self._out = [(req, buf) for req, buf in self._out if not self.comm.test_all([req])]
+            self._out.append((self.channel.isend(reply, src, TAG_REPLY), reply))
+        self._out = [(req, buf) for req, buf in self._out if not self.channel.test_all([req])]
 
     def _watch(self):
         act = self.activity
@@ -202,7 +220,7 @@ class Watchdog:
 
     def _judge(self, q, now, waited):
         peer = self._peers.setdefault(q, _Peer())
-        if peer.request is not None and self.comm.test_all([peer.request]):
+        if peer.request is not None and self.channel.test_all([peer.request]):
             peer.request = None
             reply = peer.reply.copy()
             if peer.first is None:
@@ -211,9 +229,9 @@ class Watchdog:
             self._verdict(q, peer, now, waited)
         if peer.request is None and (peer.asked_at is None or now - peer.asked_at >= min(self.probe, 1.0)):
             self._nonce += 1
-            peer.request = self.comm.irecv(peer.reply, q, TAG_REPLY)
+            peer.request = self.channel.irecv(peer.reply, q, TAG_REPLY)
             query = np.array([float(self._nonce)])
-            self._out.append((self.comm.isend(query, q, TAG_QUERY), query))
+            self._out.append((self.channel.isend(query, q, TAG_QUERY), query))
             peer.asked_at = now
         elif peer.request is not None and now - peer.asked_at >= self.silent:
             self._fail(f"rank {q} has not answered the watchdog for {now - peer.asked_at:.0f} s while "
