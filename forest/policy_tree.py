@@ -23,8 +23,6 @@ off by at most one bin mis-assigns at most that bin's rows (1/64 of them), and
 where effects vary smoothly the loss is second order in the threshold error.
 """
 import numpy as np
-from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted
 
 from native import collectives as col
 from native.comm import world
@@ -36,6 +34,7 @@ from .score_means import average_effect, average_effect_sums
 from .predictor import predict_leaves, predict_leaves_binned
 from ._validation import _check_feature_names, agreed_features, check_weight, feature_summary, validate_features
 from .collective_checks import collective_checks, require_same
+from .estimator_base import EstimatorBase, check_is_fitted
 from .tree import Tree
 
 #: ``max_bins=None`` by depth: the search grows as nb^(depth) per feature tuple.
@@ -80,7 +79,7 @@ def _add_up(tree, sums):
     return sums
 
 
-class PolicyTree(BaseEstimator):
+class PolicyTree(EstimatorBase):
     """Exact depth-k policy tree over binned features (policytree's search, distributed).
 
     Parameters
@@ -304,11 +303,13 @@ class PolicyTree(BaseEstimator):
         ndarray of int64, shape (n,)
             Action index (a column of the training ``rewards``).
         """
-        return self.action_[self.apply(X)]
+        leaves = self.apply(X)  # first: an unfitted tree raises NotFittedError, not AttributeError
+        return self.action_[leaves]
 
     def predict_value(self, X):
         """Training mean reward of every action in each row's leaf, shape (n, A)."""
-        return self.tree_.value[self.apply(X)]
+        leaves = self.apply(X)
+        return self.tree_.value[leaves]
 
     def _rows(self, X, values, sample_weight, comm):
         """Checked ``(comm, X, values (n, k), weights)`` of per-row methods."""
