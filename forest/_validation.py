@@ -27,16 +27,58 @@ import numbers
 import warnings
 
 import numpy as np
-from sklearn.exceptions import DataConversionWarning
-from sklearn.utils.validation import assert_all_finite, check_array, column_or_1d
 
 from .collective_checks import require_same
 
-try:  # scikit-learn >= 1.6
-    from sklearn.utils.validation import validate_data as _validate_data
-except ImportError:  # pragma: no cover - older scikit-learn
-    def _validate_data(est, *args, **kwargs):
-        return est._validate_data(*args, **kwargs)
+# scikit-learn is imported only off the common path. A numpy array of numbers, which
+# scikit-learn's validators would accept unchanged and without a warning, is checked
+# here (the ``_plain_*`` functions: same result, same attributes set); anything else
+# (DataFrames, lists, sparse or complex input, infinities, wrong shapes) goes to
+# scikit-learn, whose messages users know. Importing scikit-learn costs a fresh
+# process about 1 s (see forest.estimator_base); tests/forest/test_validation_fast_path.py
+# compares both paths on the same inputs.
+
+#: numpy kinds taken by the plain path: booleans, signed and unsigned integers, floats.
+_PLAIN_KINDS = "biuf"
+
+
+def _validate_data(estimator, X, **kwargs):
+    try:  # scikit-learn >= 1.6
+        from sklearn.utils.validation import validate_data
+    except ImportError:  # pragma: no cover - older scikit-learn
+        return estimator._validate_data(X, **kwargs)
+    return validate_data(estimator, X, **kwargs)
+
+
+def _all_finite(a):
+    """Whether a float array holds no NaN or infinity (one pass, no temporary in the common case)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(a.sum()):
+            return True
+    return bool(np.isfinite(a).all())
+
+
+def _plain_features(estimator, X, reset, min_samples):
+    """``validate_data``'s result for a plain numpy matrix it would take silently, else None.
+
+    Sets ``n_features_in_`` (and drops ``feature_names_in_``) with ``reset`` as
+    scikit-learn does; with ``reset=False`` only an estimator fitted without column
+    names and with the same feature count qualifies.
+    """
+    if (type(X) is not np.ndarray or X.ndim != 2 or X.dtype.kind not in _PLAIN_KINDS or X.shape[1] == 0
+            or X.shape[0] < max(min_samples, 1)):
+        return None
+    if not reset and (getattr(estimator, "n_features_in_", None) != X.shape[1]
+                      or hasattr(estimator, "feature_names_in_")):
+        return None
+    X = np.ascontiguousarray(X, dtype=np.float64)   # X itself when it already is
+    if not _all_finite(X) and np.isinf(X).any():    # NaN is "missing"; infinity gets scikit-learn's message
+        return None
+    if reset:
+        estimator.n_features_in_ = X.shape[1]
+        if hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+    return X
 
 
 def _is_pandas(X):
@@ -82,7 +124,7 @@ def validate_features(estimator, X, *, reset, min_samples=1):
 
     Parameters
     ----------
-    estimator : BaseEstimator
+    estimator : forest.estimator_base.EstimatorBase
         ``reset=True`` records ``n_features_in_`` and ``feature_names_in_`` on it;
         ``reset=False`` checks ``X`` against them.
     X : array-like, pandas.DataFrame or pyarrow.Table, shape (n, d)
@@ -103,6 +145,9 @@ def validate_features(estimator, X, *, reset, min_samples=1):
     TypeError
         Sparse input (not supported: ``X.toarray()`` converts it).
     """
+    plain = _plain_features(estimator, X, reset, min_samples)
+    if plain is not None:
+        return plain
     column = _non_numeric_column(X)
     if column is not None:
         raise ValueError(f"X column {column[0]!r} is not numeric (type {column[1]}); encode it as numbers first")
@@ -127,7 +172,7 @@ def fit_features(estimator, X, binned=None, feature_names=None, *, min_samples=1
 
     Parameters
     ----------
-    estimator : BaseEstimator
+    estimator : forest.estimator_base.EstimatorBase
     X : array-like, pandas.DataFrame or pyarrow.Table, shape (n, d), or None
         ``None`` only with ``binned``.
     binned : tuple (BinMapper, ndarray), optional
@@ -224,7 +269,7 @@ def check_target(values, name, n_rows, *, estimator, dtype=np.float64, multi_out
         The argument's name, used in every message.
     n_rows : int
         Rows of ``X`` on this rank.
-    estimator : BaseEstimator
+    estimator : forest.estimator_base.EstimatorBase
         For the message when ``values`` is None.
     dtype : numpy dtype, "numeric" or None, default float64
         "numeric" keeps integer and boolean values (treatment codes); None keeps
@@ -243,6 +288,11 @@ def check_target(values, name, n_rows, *, estimator, dtype=np.float64, multi_out
         raise ValueError(f"This {type(estimator).__name__} estimator requires {name} to be passed, "
                          f"but the target {name} is None.")
     values = _exact_integers(values)
+    arr = _plain_target(values, dtype, multi_output)
+    if arr is not None:
+        return _check_target_shape(arr, name, n_rows, warn_column)
+    from sklearn.utils.validation import assert_all_finite, check_array, column_or_1d
+
     try:
         if multi_output:
             arr = check_array(values, ensure_2d=False, dtype=dtype, ensure_all_finite=True, input_name=name,
@@ -258,13 +308,31 @@ def check_target(values, name, n_rows, *, estimator, dtype=np.float64, multi_out
                 assert_all_finite(arr, input_name=name)
     except ValueError as exc:
         raise ValueError(_named(name, exc)) from exc
+    return _check_target_shape(arr, name, n_rows, warn_column)
+
+
+def _plain_target(values, dtype, multi_output):
+    """:func:`check_target`'s array for a numpy array of finite numbers of an accepted shape, else None."""
+    if type(values) is not np.ndarray or values.dtype.kind not in _PLAIN_KINDS:
+        return None
+    if not (values.ndim == 1 or (multi_output and values.ndim == 2 and values.shape[1] > 0)):
+        return None
+    arr = values.astype(np.float64, copy=False) if dtype is np.float64 else values
+    if arr.dtype.kind == "f" and not _all_finite(arr):
+        return None
+    return arr
+
+
+def _check_target_shape(arr, name, n_rows, warn_column):
     if arr.ndim not in (1, 2) or (arr.ndim == 2 and arr.shape[1] == 0):
         raise ValueError(f"{name} must have shape (n,) or (n, k), got {arr.shape}")
     if len(arr) != n_rows:
         raise ValueError(f"{name} has {len(arr)} rows but X has {n_rows} (inconsistent numbers of samples)")
     if warn_column and arr.ndim == 2 and arr.shape[1] == 1:
+        from sklearn.exceptions import DataConversionWarning
+
         warnings.warn(f"A column-vector {name} was passed when a 1d array was expected. Please change the shape "
-                      f"of {name} to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=3)
+                      f"of {name} to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=4)
     return arr
 
 
@@ -282,13 +350,30 @@ def check_weight(sample_weight, n_rows):
         return np.ones(n_rows)
     if isinstance(sample_weight, numbers.Number):
         return np.full(n_rows, float(sample_weight))
-    g = check_array(sample_weight, ensure_2d=False, dtype=np.float64, input_name="sample_weight",
-                    ensure_min_samples=0)
+    g = _plain_target(sample_weight, np.float64, multi_output=False)
+    if g is None:
+        from sklearn.utils.validation import check_array
+
+        g = check_array(sample_weight, ensure_2d=False, dtype=np.float64, input_name="sample_weight",
+                        ensure_min_samples=0)
     if g.shape != (n_rows,):
         raise ValueError(f"sample_weight.shape == {g.shape}, expected {(n_rows,)}!")
     if (g < 0).any():
         raise ValueError("Negative values in data passed to sample_weight")
     return g
+
+
+def check_class_labels(y):
+    """Raise scikit-learn's error unless ``y`` (1-D) holds class labels rather than a continuous target.
+
+    Integers and booleans always are; other dtypes go to scikit-learn's
+    ``check_classification_targets`` (floats that are whole numbers pass, others not).
+    """
+    if type(y) is np.ndarray and y.ndim == 1 and y.dtype.kind in "biu":
+        return
+    from sklearn.utils.multiclass import check_classification_targets
+
+    check_classification_targets(y)
 
 
 def check_row_count(estimator, n_rows, minimum, n_ranks=1):

@@ -21,7 +21,6 @@ own rows and all ranks return the same figures as one process on all rows):
 products of the centred components for a vector treatment).
 """
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
 from native.comm import SelfCommunicator, world
 
@@ -32,6 +31,7 @@ from .effect_rows import make_effect_rows, subset_weights
 from .honest_forest import global_ids
 from .inference import solve_theta
 from .collective_checks import collective_checks
+from .estimator_base import check_is_fitted
 from .regression_forest import RegressionForest
 
 

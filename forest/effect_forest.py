@@ -13,13 +13,12 @@ which reads the moments through the subclass's layout (``_layout()``:
 from statistics import NormalDist
 
 import numpy as np
-from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted
 
 from native.comm import world
 
 from .clusters import resolve_clusters
 from .collective_checks import collective_checks
+from .estimator_base import EstimatorBase, check_is_fitted
 from .fingerprint import content_hash
 from .honest_forest import global_ids, oob_average
 from .inference import blb_predict, solve_theta
@@ -29,7 +28,7 @@ from ._validation import check_param_types, validate_features
 from .regression_forest import RegressionForest, check_forest_params
 
 
-class EffectForestBase(BaseEstimator):
+class EffectForestBase(EstimatorBase):
     """Base class of the honest effect forests (see the module docstring).
 
     Subclasses define ``_layout()`` (the moment layout of their leaves),

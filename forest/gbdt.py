@@ -33,9 +33,6 @@ import math
 
 import numba
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted
 
 from histogram.binning import BinMapper
 from histogram.kernels import BACKENDS
@@ -43,12 +40,13 @@ from histogram.rowhash import uniform
 from native import collectives as col
 from native.comm import world
 
-from ._validation import (agreed_features, check_moment_sums, check_param_types, check_row_count, check_target,
-                          check_weight, feature_summary, fit_features, moment_sums, validate_features)
+from ._validation import (agreed_features, check_class_labels, check_moment_sums, check_param_types, check_row_count,
+                          check_target, check_weight, feature_summary, fit_features, moment_sums, validate_features)
 from .checkpoint import stored_seed
 from .collective_checks import AgreedError, collective_checks, total
 from .continuation import fit_fingerprint, open_stage, warm_mapper
 from .criteria import NewtonCriterion
+from .estimator_base import ClassifierMixin, EstimatorBase, RegressorMixin, check_is_fitted
 from .expansion import LeafwiseGrower
 from .growth_options import SPLIT_MODES
 from .importance import gain_importance, split_counts
@@ -93,7 +91,7 @@ def _allreduce(comm, arr):
         return col.allreduce(comm, arr)
 
 
-class _BaseGBDT(BaseEstimator):
+class _BaseGBDT(EstimatorBase):
     """Shared parameters, fit loop and prediction of the two estimators."""
 
     def __init__(self, *, learning_rate=0.1, n_estimators=100, max_leaf_nodes=31, max_depth=None,
@@ -195,10 +193,13 @@ class _BaseGBDT(BaseEstimator):
         ``_seed`` keeps 31 bits of an int, so without this an int numpy cannot seed with
         (negative, or ``2**32`` and above) would be accepted here and fail elsewhere.
         """
+        rs = self.random_state
+        if rs is None or (isinstance(rs, (int, np.integer)) and not isinstance(rs, bool) and 0 <= rs <= 2**32 - 1):
+            return  # the common cases, without importing scikit-learn (forest.estimator_base)
         from sklearn.utils import check_random_state
 
         try:
-            check_random_state(self.random_state)
+            check_random_state(rs)
         except (TypeError, ValueError, OverflowError):
             raise ValueError(f"random_state must be None, an int in [0, 2**32 - 1] or a numpy RandomState, got "
                              f"{self.random_state!r}") from None
@@ -213,10 +214,10 @@ class _BaseGBDT(BaseEstimator):
         rs = self.random_state
         if isinstance(rs, (int, np.integer)):
             return int(rs) & 0x7FFFFFFF
-        # None or a RandomState: draw once on rank 0 so every rank uses the same seed.
-        from sklearn.utils import check_random_state
-
-        seed = int(check_random_state(rs).randint(0, 2**31 - 1)) if comm.rank == 0 else 0
+        # None or a RandomState: draw once on rank 0 so every rank uses the same seed
+        # (None: numpy's global RandomState, as scikit-learn's check_random_state gives).
+        state = np.random.mtrand._rand if rs is None else rs
+        seed = int(state.randint(0, 2**31 - 1)) if comm.rank == 0 else 0
         return seed if comm.size == 1 else int(col.bcast_object(comm, seed))
 
     # ------------------------------------------------------------------ fit
@@ -241,7 +242,7 @@ class _BaseGBDT(BaseEstimator):
             X, binned, n = fit_features(self, X, binned, feature_names, min_samples=1 if comm.size == 1 else 0)
             y = check_target(y, "y", n, estimator=self, dtype=None if classifier else np.float64, multi_output=False)
             if classifier:
-                check_classification_targets(y)
+                check_class_labels(y)
             w = check_weight(sample_weight, n)
             checks.share(rows=n, labels=np.unique(y) if classifier else None,
                          moments=moment_sums(w, None if classifier else y), **feature_summary(self))

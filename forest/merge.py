@@ -23,9 +23,9 @@ out-of-bag predictions) to merge them.
 import copy
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
 from .fingerprint import mapper_digest
+from .estimator_base import check_is_fitted
 from .subsample import sampling_segments
 from .importance import depth_weighted_importance, gain_importance
 from .tree import pack_trees, unpack_trees

@@ -267,7 +267,9 @@ def _state_of(obj):
             return getattr(obj, protocol[0])(), protocol[1]
         except ValueError:
             pass  # e.g. an unfitted BinMapper: fall back to its attributes
-    exclude = set(getattr(cls, "_model_io_exclude_", ()))
+    # Metadata-routing requests (forest.estimator_base) belong to the session that set
+    # them, like scikit-learn's own: never stored.
+    exclude = set(getattr(cls, "_model_io_exclude_", ())) | {"_metadata_request"}
     return {k: v for k, v in vars(obj).items() if k not in exclude}, None
 
 

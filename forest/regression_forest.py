@@ -11,8 +11,6 @@ The forest prediction is the average of the trees' leaf means, i.e. GRF's forest
 weights ``alpha_i(x) = (1/B) sum_b 1[i in leaf_b(x)] / |leaf_b(x)|``.
 """
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted
 
 from native.comm import world
 
@@ -22,6 +20,7 @@ from .clusters import resolve_clusters
 from .collective_checks import collective_checks, require_same, total
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
 from .criteria import VarianceCriterion
+from .estimator_base import EstimatorBase, RegressorMixin, check_is_fitted
 from .growth_options import TreeParams
 from .honest_forest import ForestSpec, global_ids, grow_honest_forest, oob_average, oob_sums_binned
 from .importance import depth_weighted_importance, gain_importance
@@ -221,7 +220,7 @@ def n_estimators_fitted(packed):
     return len(packed["tree_offsets"]) - 1
 
 
-class RegressionForest(RegressorMixin, BaseEstimator):
+class RegressionForest(RegressorMixin, EstimatorBase):
     """Honest random forest regression on binned histograms (GRF's ``regression_forest``).
 
     Parameters
