@@ -96,11 +96,16 @@ class EstimatorBase:
             shown.append(f"{key}={value!r}")
         return f"{type(self).__name__}({', '.join(shown)})"
 
+    @property
     def _repr_html_(self):
-        """The diagram scikit-learn's estimators show in notebooks."""
+        """The diagram scikit-learn's estimators show in notebooks (absent with ``display="text"``)."""
+        from sklearn import get_config
+
+        if get_config()["display"] != "diagram":
+            raise AttributeError("_repr_html_ is only defined when scikit-learn's display is 'diagram'")
         from sklearn.utils import estimator_html_repr
 
-        return estimator_html_repr(self)
+        return lambda: estimator_html_repr(self)
 
     def __sklearn_tags__(self):
         from sklearn.utils import Tags, TargetTags

@@ -204,6 +204,8 @@ def test_params_repr_clone_and_tags():
     assert not is_classifier(CausalForest()) and not is_regressor(CausalForest())
     assert est.__sklearn_tags__().input_tags.allow_nan
     assert "<div" in est._repr_html_()
+    with sklearn.config_context(display="text"):
+        assert not hasattr(est, "_repr_html_")   # notebooks then show the text repr, as for scikit-learn's
 
 
 def test_nested_params_reach_inside_a_pipeline():
