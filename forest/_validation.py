@@ -119,6 +119,38 @@ def _non_numeric_column(X):
     return None
 
 
+def _plain_table(estimator, X, reset, min_samples):
+    """``validate_data``'s result for a pyarrow Table of numbers it would take silently, else None.
+
+    Numeric, boolean and all-null columns become float64 with NaN for nulls
+    (:func:`forest.dataio.feature_block`, the tools' own conversion); with ``reset``
+    the column names become ``feature_names_in_``, otherwise they must equal it
+    exactly (``forest-predict`` passes such tables, so scoring need not import
+    scikit-learn).
+    """
+    if not _is_arrow(X) or X.num_columns == 0 or X.num_rows < max(min_samples, 1):
+        return None
+    import pyarrow as pa
+
+    names = list(X.column_names)
+    if not all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+               for t in X.schema.types) or len(set(names)) != len(names):
+        return None
+    if not reset:
+        seen = getattr(estimator, "feature_names_in_", None)
+        if seen is None or list(seen) != names or getattr(estimator, "n_features_in_", None) != len(names):
+            return None
+    from .dataio import feature_block
+
+    block = feature_block(X, names)
+    if not _all_finite(block) and np.isinf(block).any():
+        return None
+    if reset:
+        estimator.n_features_in_ = len(names)
+        estimator.feature_names_in_ = np.asarray(names, dtype=object)
+    return block
+
+
 def validate_features(estimator, X, *, reset, min_samples=1):
     """Feature matrix of ``fit`` (``reset=True``) or ``predict`` (``reset=False``).
 
@@ -146,6 +178,8 @@ def validate_features(estimator, X, *, reset, min_samples=1):
         Sparse input (not supported: ``X.toarray()`` converts it).
     """
     plain = _plain_features(estimator, X, reset, min_samples)
+    if plain is None:
+        plain = _plain_table(estimator, X, reset, min_samples)
     if plain is not None:
         return plain
     column = _non_numeric_column(X)

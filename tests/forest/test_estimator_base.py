@@ -280,3 +280,48 @@ def test_a_fit_on_numpy_arrays_does_not_import_scikit_learn():
                          timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def _table_cases():
+    import pyarrow as pa
+
+    return {
+        "floats with nulls": pa.table({"a": [1.0, None, 3.0], "b": [0.5, 2.0, -1.0]}),
+        "ints, bools, all-null": pa.table({"a": pa.array([1, None, 3], pa.int64()), "b": [True, False, None],
+                                           "c": pa.array([None, None, None]),
+                                           "d": pa.array([1, 2, 3], pa.uint8())}),
+        "chunked": pa.concat_tables([pa.table({"a": [1.0, 2.0], "b": [1, 2]}),
+                                     pa.table({"a": [3.0, None], "b": [3, 4]})]),
+    }
+
+
+@pytest.mark.parametrize("name", ["floats with nulls", "ints, bools, all-null", "chunked"])
+def test_plain_tables_equal_scikit_learns(name):
+    """forest-predict passes pyarrow tables named like the model's features: no scikit-learn import."""
+    X = _table_cases()[name]
+    assert V._plain_table(_Names(), X, True, 1) is not None
+    ours, ours_attrs, ours_warn = _ours_features(X, reset=True)
+    ref, ref_attrs, ref_warn = _reference_features(X, reset=True)
+    np.testing.assert_array_equal(ours, ref)
+    assert ours.dtype == np.float64 and ours.flags.c_contiguous
+    assert ours_attrs.keys() == ref_attrs.keys() and ours_attrs["n_features_in_"] == ref_attrs["n_features_in_"]
+    np.testing.assert_array_equal(ours_attrs["feature_names_in_"], ref_attrs["feature_names_in_"])
+    assert ours_attrs["feature_names_in_"].dtype == object and ours_warn == ref_warn == []
+    assert V._plain_table(_Names(), X, False, 1) is None  # predict on a model fitted without names: scikit-learn
+    est = _Names()
+    est.__dict__.update(ours_attrs)
+    np.testing.assert_array_equal(V.validate_features(est, X, reset=False), ref)
+
+
+def test_tables_the_plain_path_declines_keep_scikit_learns_answer():
+    import pyarrow as pa
+
+    fitted = {"n_features_in_": 2, "feature_names_in_": np.array(["a", "b"], dtype=object)}
+    for X in (pa.table({"b": [1.0], "a": [2.0]}),               # reordered columns
+              pa.table({"a": [1.0], "b": [float("inf")]}),       # infinity
+              pa.table({"a": ["x"], "b": [1.0]})):               # not numeric
+        est = _Names()
+        est.__dict__.update(fitted)
+        assert V._plain_table(est, X, False, 1) is None
+        with pytest.raises(ValueError):
+            V.validate_features(est, X, reset=False)
