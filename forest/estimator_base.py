@@ -181,52 +181,49 @@ class SampleWeightRoutingMixin:
         return request
 
 
-class RegressorMixin(SampleWeightRoutingMixin):
-    """Tags and ``score`` (R^2) of a regressor; list it before :class:`EstimatorBase`."""
+class _SupervisedMixin(SampleWeightRoutingMixin):
+    """Tags and ``score`` of a regressor or classifier (the subclass names its kind and metric)."""
+
+    _target_kind = None   # "regressor" or "classifier": scikit-learn's estimator_type
+    _score_metric = None  # name of the sklearn.metrics function ``score`` reports
 
     def __sklearn_tags__(self):
-        from sklearn.utils import RegressorTags
+        from sklearn.utils import ClassifierTags, RegressorTags
 
         tags = super().__sklearn_tags__()
-        tags.estimator_type = "regressor"
-        tags.regressor_tags = RegressorTags()
+        tags.estimator_type = self._target_kind
+        if self._target_kind == "classifier":
+            tags.classifier_tags = ClassifierTags()
+        else:
+            tags.regressor_tags = RegressorTags()
         tags.target_tags.required = True
         return tags
 
     def score(self, X, y, sample_weight=None):
-        """Coefficient of determination R^2 of ``predict(X)`` against ``y``.
+        """``_score_metric`` of ``predict(X)`` against ``y`` (R^2 for regressors, accuracy for classifiers).
 
         Returns
         -------
         float
         """
-        from sklearn.metrics import r2_score
+        import sklearn.metrics
 
-        return r2_score(y, self.predict(X), sample_weight=sample_weight)
+        metric = getattr(sklearn.metrics, self._score_metric)
+        return metric(y, self.predict(X), sample_weight=sample_weight)
 
 
-class ClassifierMixin(SampleWeightRoutingMixin):
-    """Tags and ``score`` (accuracy) of a classifier; list it before :class:`EstimatorBase`."""
+class RegressorMixin(_SupervisedMixin):
+    """A regressor's tags and ``score`` (R^2); list it before :class:`EstimatorBase`."""
 
-    def __sklearn_tags__(self):
-        from sklearn.utils import ClassifierTags
+    _target_kind = "regressor"
+    _score_metric = "r2_score"
 
-        tags = super().__sklearn_tags__()
-        tags.estimator_type = "classifier"
-        tags.classifier_tags = ClassifierTags()
-        tags.target_tags.required = True
-        return tags
 
-    def score(self, X, y, sample_weight=None):
-        """Accuracy of ``predict(X)`` against ``y``.
+class ClassifierMixin(_SupervisedMixin):
+    """A classifier's tags and ``score`` (accuracy); list it before :class:`EstimatorBase`."""
 
-        Returns
-        -------
-        float
-        """
-        from sklearn.metrics import accuracy_score
-
-        return accuracy_score(y, self.predict(X), sample_weight=sample_weight)
+    _target_kind = "classifier"
+    _score_metric = "accuracy_score"
 
 
 def check_is_fitted(estimator, attribute):

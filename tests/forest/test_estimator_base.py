@@ -33,24 +33,31 @@ class _Names(EstimatorBase):
         return tags
 
 
-def _reference_features(X, reset, fitted=None):
+def _sklearn_validate(est, X, reset):
+    return validate_data(est, X, reset=reset, dtype=np.float64, order="C", ensure_all_finite="allow-nan")
+
+
+def _ours_validate(est, X, reset):
+    return V.validate_features(est, X, reset=reset)
+
+
+def _run_validator(validator, X, reset, fitted=None):
+    """``(array, attributes set on a fresh estimator, warning messages)`` of one validator."""
     est = _Names()
     if fitted is not None:
         est.__dict__.update(fitted)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = validate_data(est, X, reset=reset, dtype=np.float64, order="C", ensure_all_finite="allow-nan")
+        out = validator(est, X, reset)
     return out, vars(est), [str(w.message) for w in caught]
+
+
+def _reference_features(X, reset, fitted=None):
+    return _run_validator(_sklearn_validate, X, reset, fitted)
 
 
 def _ours_features(X, reset, fitted=None):
-    est = _Names()
-    if fitted is not None:
-        est.__dict__.update(fitted)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = V.validate_features(est, X, reset=reset)
-    return out, vars(est), [str(w.message) for w in caught]
+    return _run_validator(_ours_validate, X, reset, fitted)
 
 
 rng = np.random.default_rng(0)
