@@ -128,9 +128,13 @@ def _plain_table(estimator, X, reset, min_samples):
     exactly (``forest-predict`` passes such tables, so scoring need not import
     scikit-learn).
     """
-    if not _is_arrow(X) or X.num_columns == 0 or X.num_rows < max(min_samples, 1):
+    if not _is_arrow(X):
         return None
     import pyarrow as pa
+
+    # A Table only: scikit-learn takes no column names from a RecordBatch.
+    if not isinstance(X, pa.Table) or X.num_columns == 0 or X.num_rows < max(min_samples, 1):
+        return None
 
     names = list(X.column_names)
     if not all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
@@ -354,7 +358,9 @@ def _plain_target(values, dtype, multi_output):
     arr = values.astype(np.float64, copy=False) if dtype is np.float64 else values
     if arr.dtype.kind == "f" and not _all_finite(arr):
         return None
-    return arr
+    # scikit-learn's column_or_1d ravels a 1-D target, so a strided y arrives contiguous
+    # (and sums in the same order as a contiguous one); check_array keeps the layout.
+    return arr if multi_output else np.ravel(arr)
 
 
 def _check_target_shape(arr, name, n_rows, warn_column):

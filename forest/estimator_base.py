@@ -12,9 +12,9 @@ code calls (tags, ``score``'s metrics, the not-fitted error) import scikit-learn
 called: by then the caller has imported it already.
 
 Also here, importing scikit-learn only when used: the notebook diagram
-(``_repr_html_``) and, for the regressors and classifiers, metadata routing of
-``sample_weight`` (``set_fit_request`` / ``set_score_request``, through scikit-learn's
-public ``MetadataRequest``). scikit-learn's ``check_estimator`` warns that the
+(``_repr_html_``) and metadata routing (``set_fit_request(sample_weight=True)`` and
+the other ``set_<method>_request``, generated from each method's signature as
+scikit-learn generates them, over its public ``MetadataRequest``). scikit-learn's ``check_estimator`` warns that the
 estimators do not inherit from its ``BaseEstimator``; its checks pass
 (``tests/forest/test_sklearn_checks.py``).
 """
@@ -29,6 +29,37 @@ class EstimatorBase:
     each under its own name, unchanged (scikit-learn's rule, which ``clone`` and the
     parameter searches rely on).
     """
+
+    def __init_subclass__(cls, **kwargs):
+        # scikit-learn's metadata routing: a set_<method>_request for each method that
+        # takes metadata (sample_weight, clusters, ...), generated from the signatures
+        # as scikit-learn generates them, without importing it.
+        super().__init_subclass__(**kwargs)
+        for method, params in _metadata_params(cls).items():
+            name = f"set_{method}_request"
+            if name not in vars(cls) or getattr(vars(cls)[name], "_generated_request", False):
+                setter = _request_setter(method, params)
+                setter._generated_request = True
+                setattr(cls, name, setter)
+
+    def _routing_request(self):
+        """A copy of this estimator's routing requests (scikit-learn's ``MetadataRequest``)."""
+        import copy
+
+        from sklearn.utils.metadata_routing import MetadataRequest
+
+        request = self.__dict__.get("_metadata_request")
+        if request is not None:
+            return copy.deepcopy(request)
+        request = MetadataRequest(owner=type(self).__name__)
+        for method, params in _metadata_params(type(self)).items():
+            for name in params:
+                getattr(request, method).add_request(param=name, alias=None)
+        return request
+
+    def get_metadata_routing(self):
+        """The metadata each method requests (scikit-learn's ``MetadataRequest``; a copy)."""
+        return self._routing_request()
 
     @classmethod
     def _get_param_names(cls):
@@ -85,16 +116,30 @@ class EstimatorBase:
             valid[name].set_params(**sub_params)
         return self
 
-    def __repr__(self):
-        """``Name(p=v, ...)`` with the parameters that differ from their defaults."""
+    def __repr__(self, N_CHAR_MAX=700):
+        """``Name(p=v, ...)`` with the parameters that differ from their defaults.
+
+        All of them under scikit-learn's ``print_changed_only=False``; long sequences
+        show their first 30 items, and a repr of more than ``N_CHAR_MAX`` characters
+        keeps its two ends (scikit-learn's rules, without its line wrapping).
+        """
+        import sys
+
+        changed_only = True
+        if "sklearn" in sys.modules:  # its settings only matter once it is in use
+            changed_only = sys.modules["sklearn"].get_config().get("print_changed_only", True)
         defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
         shown = []
         for key, value in self.get_params(deep=False).items():
             default = defaults.get(key, inspect.Parameter.empty)
-            if default is not inspect.Parameter.empty and _same_default(value, default):
+            if changed_only and default is not inspect.Parameter.empty and _same_default(value, default):
                 continue
-            shown.append(f"{key}={value!r}")
-        return f"{type(self).__name__}({', '.join(shown)})"
+            shown.append(f"{key}={_short_repr(value)}")
+        text = f"{type(self).__name__}({', '.join(shown)})"
+        if len(text) > N_CHAR_MAX:
+            half = N_CHAR_MAX // 2
+            text = text[:half] + "..." + text[-half:]
+        return text
 
     @property
     def _repr_html_(self):
@@ -107,11 +152,41 @@ class EstimatorBase:
 
         return lambda: estimator_html_repr(self)
 
+    def _repr_mimebundle_(self, **kwargs):
+        """What notebooks display: the text repr, and the diagram unless scikit-learn's display is 'text'."""
+        from sklearn import get_config
+        from sklearn.utils import estimator_html_repr
+
+        output = {"text/plain": repr(self)}
+        if get_config()["display"] == "diagram":
+            output["text/html"] = estimator_html_repr(self)
+        return output
+
+    # The diagram's parameter and fitted-attribute tables: scikit-learn's own code,
+    # which reads only get_params, __init__'s signature and vars(self).
+    def _get_params_html(self, deep=True, doc_link=""):
+        from sklearn.base import BaseEstimator
+
+        return BaseEstimator._get_params_html(self, deep, doc_link)
+
+    def _get_fitted_attr_html(self, doc_link=""):
+        from sklearn.base import BaseEstimator
+
+        return BaseEstimator._get_fitted_attr_html(self, doc_link)
+
     def __sklearn_tags__(self):
         from sklearn.utils import Tags, TargetTags
 
         return Tags(estimator_type=None, target_tags=TargetTags(required=False), transformer_tags=None,
                     regressor_tags=None, classifier_tags=None)
+
+
+def _short_repr(value, max_items=30):
+    """``repr(value)``, with a list or tuple of more than ``max_items`` items cut after them."""
+    if isinstance(value, (list, tuple)) and len(value) > max_items:
+        opening, closing = ("[", "]") if isinstance(value, list) else ("(", ")")
+        return opening + ", ".join(repr(v) for v in value[:max_items]) + ", ..." + closing
+    return repr(value)
 
 
 def _same_default(value, default):
@@ -128,60 +203,59 @@ def _same_default(value, default):
 #: scikit-learn's "leave this request as it is" marker (``metadata_routing.UNCHANGED``).
 _UNCHANGED = "$UNCHANGED$"
 
+#: Methods whose extra parameters scikit-learn's metadata routing can pass, and the
+#: parameters that are data, never metadata (scikit-learn's own lists).
+_ROUTED_METHODS = ("fit", "partial_fit", "predict", "predict_proba", "predict_log_proba", "decision_function",
+                   "score", "split", "transform", "inverse_transform")
+_DATA_PARAMS = frozenset(("X", "y", "Y", "Xt", "yt"))
 
-class SampleWeightRoutingMixin:
-    """Metadata routing of ``sample_weight`` to ``fit`` and ``score`` (scikit-learn >= 1.4).
 
-    With ``sklearn.set_config(enable_metadata_routing=True)``, a pipeline or a search
-    passes ``sample_weight`` to a step only if the step asked for it:
-    ``GBDTRegressor().set_fit_request(sample_weight=True)``.
-    """
+def _metadata_params(cls):
+    """``{method: [metadata parameter names]}`` of a class, from its methods' signatures."""
+    out = {}
+    for method in _ROUTED_METHODS:
+        func = getattr(cls, method, None)
+        if not inspect.isfunction(func):
+            continue
+        params = [p.name for p in list(inspect.signature(func).parameters.values())[1:]
+                  if p.name not in _DATA_PARAMS and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if params:
+            out[method] = params
+    return out
 
-    def set_fit_request(self, *, sample_weight=_UNCHANGED):
-        """Whether ``fit`` takes ``sample_weight`` when metadata is routed (True, False, None or an alias).
 
-        Returns
-        -------
-        self
-        """
-        return self._set_request("fit", sample_weight)
+def _request_setter(method, params):
+    """``set_<method>_request(self, *, <params>)``: records routing requests (scikit-learn's protocol)."""
 
-    def set_score_request(self, *, sample_weight=_UNCHANGED):
-        """Whether ``score`` takes ``sample_weight`` when metadata is routed.
-
-        Returns
-        -------
-        self
-        """
-        return self._set_request("score", sample_weight)
-
-    def _set_request(self, method, alias):
+    def setter(self, **requests):
+        unknown = set(requests) - set(params)
+        if unknown:
+            raise TypeError(f"Unexpected args: {sorted(unknown)} in set_{method}_request. Accepted arguments "
+                            f"are: {set(params)}")
         from sklearn.utils.metadata_routing import _routing_enabled
 
         if not _routing_enabled():
             raise RuntimeError("This method is only available when metadata routing is enabled. You can enable it "
                                "using sklearn.set_config(enable_metadata_routing=True).")
-        if alias != _UNCHANGED:
-            # scikit-learn's clone() copies this attribute (and nothing else that is
-            # not a parameter); a model file does not keep it.
-            request = self.get_metadata_routing()
-            getattr(request, method).add_request(param="sample_weight", alias=alias)
-            self._metadata_request = request
+        request = self._routing_request()
+        for name, alias in requests.items():
+            if alias != _UNCHANGED:
+                getattr(request, method).add_request(param=name, alias=alias)
+        # scikit-learn's clone() copies this attribute (nothing else that is not a
+        # parameter); model files leave it out (forest.model_io).
+        self._metadata_request = request
         return self
 
-    def get_metadata_routing(self):
-        """The ``sample_weight`` requests of ``fit`` and ``score``, as scikit-learn's ``MetadataRequest``."""
-        from sklearn.utils.metadata_routing import MetadataRequest
-
-        request = self.__dict__.get("_metadata_request")
-        if request is None:
-            request = MetadataRequest(owner=type(self).__name__)
-            for method in ("fit", "score"):
-                getattr(request, method).add_request(param="sample_weight", alias=None)
-        return request
+    setter.__name__ = setter.__qualname__ = f"set_{method}_request"
+    setter.__signature__ = inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, default=_UNCHANGED) for p in params])
+    setter.__doc__ = (f"Request metadata passed to ``{method}`` when metadata routing is enabled "
+                      f"(True, False, None or an alias for each of: {', '.join(params)}).\n\nReturns\n-------\nself\n")
+    return setter
 
 
-class _SupervisedMixin(SampleWeightRoutingMixin):
+class _SupervisedMixin:
     """Tags and ``score`` of a regressor or classifier (the subclass names its kind and metric)."""
 
     _target_kind = None   # "regressor" or "classifier": scikit-learn's estimator_type

@@ -215,6 +215,21 @@ def test_params_repr_clone_and_tags():
         assert not hasattr(est, "_repr_html_")   # notebooks then show the text repr, as for scikit-learn's
 
 
+def test_repr_and_diagram_follow_scikit_learns_settings():
+    assert repr(GBDTRegressor(random_state=list(range(100)))).endswith("28, 29, ...])")
+    assert len(repr(GBDTRegressor(n_estimators="x" * 900))) <= 703
+    with sklearn.config_context(print_changed_only=False):
+        assert "learning_rate=0.1" in repr(GBDTRegressor())
+    est = GBDTRegressor(n_estimators=3)
+    assert "Parameters" in est._repr_html_()
+    X = rng.normal(size=(200, 3))
+    est.fit(X, X[:, 0])
+    assert "Fitted attributes" in est._repr_html_()
+    assert set(est._repr_mimebundle_()) == {"text/plain", "text/html"}
+    with sklearn.config_context(display="text"):
+        assert set(est._repr_mimebundle_()) == {"text/plain"}
+
+
 def test_nested_params_reach_inside_a_pipeline():
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -332,3 +347,40 @@ def test_tables_the_plain_path_declines_keep_scikit_learns_answer():
         assert V._plain_table(est, X, False, 1) is None
         with pytest.raises(ValueError):
             V.validate_features(est, X, reset=False)
+
+
+def test_a_record_batch_keeps_scikit_learns_treatment():
+    """scikit-learn takes no column names from a pyarrow RecordBatch; neither does the plain path."""
+    import pyarrow as pa
+
+    batch = pa.record_batch({"a": [1.0, 2.0], "b": [3.0, 4.0]})
+    assert V._plain_table(_Names(), batch, True, 1) is None
+    ours, ours_attrs, _ = _ours_features(batch, reset=True)
+    ref, ref_attrs, _ = _reference_features(batch, reset=True)
+    np.testing.assert_array_equal(ours, ref)
+    assert ours_attrs.keys() == ref_attrs.keys()
+
+
+def test_a_strided_one_dimensional_target_arrives_contiguous():
+    y = np.arange(20.0)[::2]
+    ours = V.check_target(y, "y", 10, estimator=_Names(), multi_output=False)
+    assert ours.flags.c_contiguous
+    np.testing.assert_array_equal(ours, y)
+
+
+def test_routing_requests_are_generated_from_each_methods_signature():
+    import inspect
+
+    params = inspect.signature(RegressionForest.set_fit_request).parameters
+    assert {"sample_weight", "clusters"} <= set(params)
+    assert hasattr(CausalForest, "set_fit_request") and hasattr(PolicyTree, "set_fit_request")
+    with sklearn.config_context(enable_metadata_routing=True):
+        est = RegressionForest().set_fit_request(clusters=True)
+        assert est.get_metadata_routing().fit.requests["clusters"] is True
+        est.get_metadata_routing().fit.add_request(param="clusters", alias=False)   # a copy
+        assert est.get_metadata_routing().fit.requests["clusters"] is True
+        with pytest.raises(TypeError, match="Unexpected args"):
+            RegressionForest().set_fit_request(colour=True)
+        X = rng.normal(size=(200, 3))
+        R = rng.normal(size=(200, 2))
+        PolicyTree(max_depth=1).set_fit_request(sample_weight=True).fit(X, R, sample_weight=np.ones(200))
