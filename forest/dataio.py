@@ -526,6 +526,45 @@ def bad_values(name, values, first_row=0):
             f"(first: {what} at row {first_row + int(bad[0])}); it must be finite")
 
 
+def class_labels(column, name, first_row=0):
+    """Class labels of a classifier's outcome column, or a one-line error.
+
+    Integer and boolean columns keep their values (int64), float columns stay float64
+    (the classifier then accepts whole numbers only), text columns (string, or
+    dictionary-encoded text as pandas' categoricals are stored) become Python strings.
+
+    Parameters
+    ----------
+    column : pyarrow.ChunkedArray or Array, length n
+    name : str
+    first_row : int
+        Global row id of the column's first value (for the message).
+
+    Returns
+    -------
+    labels : ndarray, shape (n,), int64, float64 or object; None with a message
+    message : str or None
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    typ = column.type
+    if pa.types.is_dictionary(typ):
+        column, typ = pc.cast(column, typ.value_type), typ.value_type
+    if column.null_count:
+        row = int(np.flatnonzero(np.asarray(pc.is_null(column)))[0])
+        return None, (f"column {name!r} has {column.null_count} missing value(s) (first at row {first_row + row}); "
+                      f"class labels must all be present")
+    if pa.types.is_integer(typ) or pa.types.is_boolean(typ):
+        return np.asarray(column.to_numpy(zero_copy_only=False)).astype(np.int64), None
+    if pa.types.is_floating(typ):
+        values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=X_DTYPE)
+        return values, bad_values(name, values, first_row)
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        return np.asarray(column.to_pylist(), dtype=object), None
+    return None, f"column {name!r} has type {typ}, which cannot hold class labels (numbers or text)"
+
+
 def feature_input(est, table, names):
     """What to pass to ``est.predict`` for the columns ``names`` of an Arrow table.
 

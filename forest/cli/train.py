@@ -257,7 +257,7 @@ def _validate_shard(args, shard, offset):
     from forest.dataio import bad_values
 
     for name in (args.treatment, args.instrument, args.outcome, args.weight):
-        if name is None:
+        if name is None or shard.columns[name].dtype == object:  # text class labels: dataio.class_labels
             continue
         message = bad_values(name, shard.columns[name], offset)
         if message is not None:
@@ -339,17 +339,14 @@ def bin_mapper_for(est, comm, checkpoint=None):
     return BinMapper(max_bins=int(est.max_bins), random_state=int(seed))
 
 
-def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_type=None, outcome_type=None,
-         checkpoint=None):
+def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_type=None, checkpoint=None):
     """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` named ``features`` and the shard's targets."""
     t = shard.columns[args.treatment] if args.treatment else None
     if t is not None and treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):
         # Integer treatments keep an integer dtype: the causal forest reads integer
         # codes with more than two levels as arms, floats as a continuous dose.
         t = t.astype(np.int64)
-    y = shard.columns[args.outcome]
-    if kind == "gbdt-classifier" and outcome_type is not None and outcome_type.startswith(("int", "uint", "bool")):
-        y = y.astype(np.int64)  # class labels keep the column's integer values
+    y = shard.columns[args.outcome]  # a classifier's: already its labels (dataio.class_labels)
     w = shard.columns[args.weight] if args.weight else None
     extra = dict(feature_names=features)  # the model records its feature names (feature_names_in_)
     if args.cluster is not None:
@@ -447,13 +444,18 @@ def _body(argv):
         _, message = guarded(_outputs)
     agree(comm, message)
 
+    # A classifier's outcome may hold text labels: it is read as it is and converted
+    # by dataio.class_labels; every other target must be numeric.
+    labels = [args.outcome] if args.model == "gbdt-classifier" else []
+    numeric_targets = [c for c in targets if c not in labels]
+
     def choose(source):
         if args.features is not None:
-            return list(args.features) + targets
+            return list(args.features) + numeric_targets
         feats = [c for c in source.columns if source.numeric[c] and c not in targets]
         if not feats:
             raise ValueError(f"{args.data!r} has no numeric feature columns besides {targets}")
-        return feats + targets
+        return feats + numeric_targets
 
     # Streaming binning, two passes over this rank's row groups. Pass 1 reads the
     # targets into float64 columns and streams each row group's features past the
@@ -461,8 +463,8 @@ def _body(argv):
     # features again and bins each row group into the uint8 matrix the trees grow on.
     # No rank ever holds its features as one float64 block (8x the codes' bytes).
     t_read = time.perf_counter()
-    source, names, run, offset, n_local = plan_source(comm, args.data, choose, out=args.out)
-    features = names[:len(names) - len(targets)]
+    source, names, run, offset, n_local = plan_source(comm, args.data, choose, keep=labels, out=args.out)
+    features = names[:len(names) - len(numeric_targets)]
     from forest.cli.plan import plan_or_check  # --plan, and the memory check before reading
 
     if plan_or_check(args, params, source, features, comm):
@@ -481,10 +483,17 @@ def _body(argv):
         fitter.add(block)
         rows_seen[0] += len(block)
 
-    shard, message = guarded(dataio.read_shard, source, run, numeric=targets, features=features,
-                             on_features=take_features)
+    shard, message = guarded(dataio.read_shard, source, run, numeric=numeric_targets, keep=labels,
+                             features=features, on_features=take_features)
     agree(comm, message)
-    message, arms = _validate_shard(args, shard, offset)
+    message = None
+    if labels:
+        shard.columns[args.outcome], message = dataio.class_labels(shard.keep.column(args.outcome), args.outcome,
+                                                                   offset)
+    if message is None:
+        message, arms = _validate_shard(args, shard, offset)
+    else:
+        arms = None
     gathered = col.allgather_object(comm, (message, arms))
     for m, _ in gathered:
         if m is not None:
@@ -520,8 +529,7 @@ def _body(argv):
 
     try:
         _fit(est, args.model, (mapper, codes), features, shard, args, comm, progress,
-             source.types.get(args.treatment) if args.treatment else None, source.types.get(args.outcome),
-             checkpoint)
+             source.types.get(args.treatment) if args.treatment else None, checkpoint)
     except CheckpointError as exc:   # raised on every rank at once: safe to turn into the one-line error
         raise CLIError(str(exc)) from None
     except ValueError as exc:
