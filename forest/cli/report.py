@@ -46,11 +46,14 @@ def _feature_names(est, header):
     return names if names is not None else [f"x{j}" for j in range(getattr(est, "n_features_in_", 0))]
 
 
-def open_data(data, names, meta, html=None):
+def open_data(data, names, meta, html=None, targets=True):
     """Open ``--data`` and read every row: ``(source, shard, X)``; errors are ``DataError``.
 
     ``html`` (the page to write) is refused before any row is read when it names a data
-    file or lies among the data (:func:`forest.cli.common.check_not_input`).
+    file or lies among the data (:func:`forest.cli.common.check_not_input`). With
+    ``targets`` the training treatment, outcome and cluster columns are read too when
+    the data holds them (the causal sections use them; a classifier's outcome, which may
+    hold text labels, is not needed).
     """
     import numpy as np
 
@@ -60,7 +63,7 @@ def open_data(data, names, meta, html=None):
     if html is not None:
         check_not_input(html, source.paths, "--html", data=data)
     extra = [c for c in (meta.get("treatment"), meta.get("outcome"), meta.get("cluster"))
-             if isinstance(c, str) and c in source.columns]
+             if targets and isinstance(c, str) and c in source.columns]
     dataio.check_columns(source, numeric=names + extra)
     if source.n_rows == 0:
         raise CLIError(f"{data!r} holds no rows (empty file)")
@@ -111,7 +114,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     names = _feature_names(est, header)
     source = shard = X = None
     if data is not None:
-        source, shard, X = open_data(data, names, meta, html=html)
+        source, shard, X = open_data(data, names, meta, html=html, targets=hasattr(est, "predict_interval"))
     trees = rep.model_trees(est)
     if not trees:
         raise CLIError(f"model file {path!r} holds no trees (is the model fitted?)")

@@ -106,3 +106,13 @@ def test_text_outcome_of_a_regressor_is_still_refused(labelled, tmp_path, capsys
             "--features", "a", "b", "c", "--no-progress"]
     assert train.main(argv) == 2
     assert "non-numeric column 'label'" in capsys.readouterr().err
+
+
+def test_report_on_data_with_text_labels(labelled, tmp_path):
+    from forest.cli import report
+
+    _, path, _, _ = labelled
+    out = str(tmp_path / "m.model")
+    assert train.main([path, "--outcome", "label", "--out", out] + ARGS) == 0
+    _, _, text = report.build_report(out, data=path)
+    assert "P(stayed)" in text  # the positive (second) class of a binary classifier
