@@ -38,22 +38,29 @@ PROG = "forest-warmup"
 VARIANTS = {
     "gbdt-classifier": "GBDTClassifier, binary labels (logistic loss)",
     "gbdt-regressor": "GBDTRegressor (squared error)",
+    "gbdt-classifier-quantized": "GBDTClassifier with quantized=True (integer histograms)",
+    "gbdt-regressor-quantized": "GBDTRegressor with quantized=True",
     "regression": "RegressionForest (also the causal forest's nuisance forests)",
     "causal-binary": "CausalForest, binary treatment, with its nuisance forests",
     "causal-multiarm": "CausalForest, three-arm treatment",
     "causal-continuous": "CausalForest, continuous treatment",
     "causal-given": "CausalForest, binary treatment, nuisance estimates given (y_hat, t_hat): no nuisance "
                     "forest, so its kernels are not shared with them (forest.compiled_criterion.PairedRecord)",
+    "instrumental": "InstrumentalForest, with its nuisance forests",
     "batch-walk": "the batch tree walk: out-of-bag sums of big forest fits (forest.predictor."
                   "OOB_BATCH_MIN_PAIRS) and predict() on many rows",
 }
 
 #: ``--model`` names (as forest-train spells them) -> their variants.
 MODEL_VARIANTS = {
+    # quantized=True GBDT has its own kernels: variants gbdt-*-quantized, warmed by a
+    # plain forest-warmup, by --model gbdt-classifier-quantized, or by forest-train's
+    # first quantized fit (variants_for); most users never need them.
     "gbdt-classifier": ("gbdt-classifier",),
     "gbdt-regressor": ("gbdt-regressor",),
     "regression": ("regression", "batch-walk"),
     "causal": ("causal-binary", "causal-multiarm", "causal-continuous", "causal-given", "batch-walk"),
+    "instrumental": ("instrumental", "batch-walk"),
 }
 
 #: Rows of the synthetic warm-up data.
@@ -75,16 +82,21 @@ def _data(n=WARMUP_ROWS, n_features=4, seed=0):
 def _fit_variant(variant):
     import numpy as np
 
-    from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest
+    from forest import CausalForest, GBDTClassifier, GBDTRegressor, InstrumentalForest, RegressionForest
     from native.comm import SelfCommunicator
 
     # This process alone (under mpirun the other ranks wait, outside any collective).
     comm = SelfCommunicator()
     rng, X, y = _data()
-    if variant == "gbdt-classifier":
-        GBDTClassifier(n_estimators=2, random_state=0).fit(X, (y > 0).astype(int), comm=comm)
-    elif variant == "gbdt-regressor":
-        GBDTRegressor(n_estimators=2, random_state=0).fit(X, y, comm=comm)
+    quantized = variant.endswith("-quantized")
+    if variant.startswith("gbdt-classifier"):
+        GBDTClassifier(n_estimators=2, random_state=0, quantized=quantized).fit(X, (y > 0).astype(int), comm=comm)
+    elif variant.startswith("gbdt-regressor"):
+        GBDTRegressor(n_estimators=2, random_state=0, quantized=quantized).fit(X, y, comm=comm)
+    elif variant == "instrumental":
+        z = (rng.uniform(size=len(y)) < 0.5).astype(float)
+        t = z * (rng.uniform(size=len(y)) < 0.8)
+        InstrumentalForest(n_estimators=4, nuisance_estimators=4, random_state=0).fit(X, t, y + t, z, comm=comm)
     elif variant == "regression":
         RegressionForest(n_estimators=4, random_state=0).fit(X, y, comm=comm)
     elif variant == "batch-walk":
@@ -252,7 +264,7 @@ def compile_once_per_node(comm, variants, announce=None):
     return True
 
 
-def variants_for(kind, treatment_values=None, treatment_type=None, n_rows=0, n_estimators=0):
+def variants_for(kind, treatment_values=None, treatment_type=None, n_rows=0, n_estimators=0, quantized=False):
     """The warm-up variants ``forest-train --model kind`` needs.
 
     Parameters
@@ -269,6 +281,8 @@ def variants_for(kind, treatment_values=None, treatment_type=None, n_rows=0, n_e
         sums walk at least :data:`forest.predictor.OOB_BATCH_MIN_PAIRS` (row, tree)
         pairs (a causal forest's nuisance forests have at least 50 trees) also needs
         ``batch-walk``.
+    quantized : bool
+        A GBDT fit with ``quantized=True``.
 
     Returns
     -------
@@ -276,12 +290,14 @@ def variants_for(kind, treatment_values=None, treatment_type=None, n_rows=0, n_e
     """
     from .predictor import OOB_BATCH_MIN_PAIRS
 
-    if kind not in ("causal", "regression"):
+    if kind in ("gbdt-classifier", "gbdt-regressor"):
+        return (f"{kind}-quantized",) if quantized else (kind,)
+    if kind not in ("causal", "regression", "instrumental"):
         return MODEL_VARIANTS.get(kind, ())
-    trees = max(int(n_estimators), 50) if kind == "causal" else int(n_estimators)
+    trees = max(int(n_estimators), 50) if kind in ("causal", "instrumental") else int(n_estimators)
     batch = ("batch-walk",) if int(n_rows) * trees >= OOB_BATCH_MIN_PAIRS else ()
-    if kind == "regression":
-        return ("regression",) + batch
+    if kind in ("regression", "instrumental"):
+        return (kind,) + batch
     if treatment_values is not None and len(treatment_values) <= 2:
         return ("causal-binary",) + batch
     if treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):

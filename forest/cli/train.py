@@ -516,7 +516,8 @@ def _body(argv):
         compile_once_per_node(comm, variants_for(args.model, values if args.treatment else None,
                                                  source.types.get(args.treatment) if args.treatment else None,
                                                  n_rows=source.n_rows,
-                                                 n_estimators=est.get_params().get("n_estimators", 0)),
+                                                 n_estimators=est.get_params().get("n_estimators", 0),
+                                                 quantized=bool(est.get_params().get("quantized", False))),
                               announce=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True))
     with phase("binning"):
         mapper = fitter.finish(comm)

@@ -34,7 +34,11 @@ def _probes(stdout):
 
 
 def test_variants_cover_every_model_and_reject_unknown_names():
-    assert set(warmup.MODEL_VARIANTS) == {"causal", "regression", "gbdt-regressor", "gbdt-classifier"}
+    assert set(warmup.MODEL_VARIANTS) == {"causal", "regression", "gbdt-regressor", "gbdt-classifier", "instrumental"}
+    from forest.cli.train import MODELS
+    assert set(warmup.MODEL_VARIANTS) == set(MODELS)  # every model forest-train fits can be warmed up
+    assert warmup.variants_for("instrumental") == ("instrumental",)
+    assert warmup.variants_for("gbdt-classifier", quantized=True) == ("gbdt-classifier-quantized",)
     for variants in warmup.MODEL_VARIANTS.values():
         assert variants and set(variants) <= set(warmup.VARIANTS)
     assert warmup.variants_for("causal", [0, 1], "int8") == ("causal-binary",)
