@@ -35,7 +35,7 @@ from .collective_checks import require_same
 # here (the ``_plain_*`` functions: same result, same attributes set); anything else
 # (DataFrames, lists, sparse or complex input, infinities, wrong shapes) goes to
 # scikit-learn, whose messages users know. Importing scikit-learn costs a fresh
-# process about 1 s (see forest.estimator_base); tests/forest/test_validation_fast_path.py
+# process about 1 s (see forest.estimator_base); tests/forest/test_estimator_base.py
 # compares both paths on the same inputs.
 
 #: numpy kinds taken by the plain path: booleans, signed and unsigned integers, floats.
@@ -101,11 +101,10 @@ def _numeric_dtype(dt):
 def _non_numeric_column(X):
     """``(name, type)`` of the first column of a table that cannot be read as numbers, or None."""
     if _is_arrow(X):
-        import pyarrow as pa
+        from .dataio import is_numeric_type
 
         for name, typ in zip(X.column_names, X.schema.types):
-            if not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_boolean(typ)
-                    or pa.types.is_decimal(typ) or pa.types.is_null(typ)):
+            if not is_numeric_type(typ):
                 return str(name), str(typ)
         return None
     if _is_pandas(X):
@@ -122,7 +121,7 @@ def _non_numeric_column(X):
 def _plain_table(estimator, X, reset, min_samples):
     """``validate_data``'s result for a pyarrow Table of numbers it would take silently, else None.
 
-    Numeric, boolean and all-null columns become float64 with NaN for nulls
+    Columns of :func:`forest.dataio.is_numeric_type` become float64 with NaN for nulls
     (:func:`forest.dataio.feature_block`, the tools' own conversion); with ``reset``
     the column names become ``feature_names_in_``, otherwise they must equal it
     exactly (``forest-predict`` passes such tables, so scoring need not import
@@ -136,15 +135,15 @@ def _plain_table(estimator, X, reset, min_samples):
     if not isinstance(X, pa.Table) or X.num_columns == 0 or X.num_rows < max(min_samples, 1):
         return None
 
+    from .dataio import feature_block, is_numeric_type
+
     names = list(X.column_names)
-    if not all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
-               for t in X.schema.types) or len(set(names)) != len(names):
+    if not all(is_numeric_type(t) for t in X.schema.types) or len(set(names)) != len(names):
         return None
     if not reset:
         seen = getattr(estimator, "feature_names_in_", None)
         if seen is None or list(seen) != names or getattr(estimator, "n_features_in_", None) != len(names):
             return None
-    from .dataio import feature_block
 
     block = feature_block(X, names)
     if not _all_finite(block) and np.isinf(block).any():
@@ -401,6 +400,11 @@ def check_weight(sample_weight, n_rows):
     if (g < 0).any():
         raise ValueError("Negative values in data passed to sample_weight")
     return g
+
+
+def is_seed(value):
+    """Whether ``value`` is an int numpy can seed with, ``[0, 2**32 - 1]`` (the estimators' one seed rule)."""
+    return isinstance(value, (int, np.integer)) and 0 <= value <= 2**32 - 1
 
 
 def check_class_labels(y):

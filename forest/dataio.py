@@ -126,7 +126,9 @@ class Shard:
     stats: ReadStats
 
 
-def _is_numeric(arrow_type):
+def is_numeric_type(arrow_type):
+    """Whether an Arrow column type reads as numbers (float64, nulls as NaN): the one rule of the tools and
+    of the estimators' pyarrow input."""
     import pyarrow as pa
 
     # null: a column with no value at all (an empty CSV column); every entry is missing
@@ -237,7 +239,7 @@ def open_source(spec):
     return DataSource(
         paths=list(paths), kind=kind, columns=list(first.names),
         types={f.name: str(f.type) for f in first},
-        numeric={f.name: _is_numeric(f.type) for f in first},
+        numeric={f.name: is_numeric_type(f.type) for f in first},
         schema=first.serialize().to_pybytes(),
         groups=groups,
     )

@@ -41,7 +41,8 @@ from native import collectives as col
 from native.comm import world
 
 from ._validation import (agreed_features, check_class_labels, check_moment_sums, check_param_types, check_row_count,
-                          check_target, check_weight, feature_summary, fit_features, moment_sums, validate_features)
+                          check_target, check_weight, feature_summary, fit_features, is_seed, moment_sums,
+                          validate_features)
 from .checkpoint import stored_seed
 from .collective_checks import AgreedError, collective_checks, total
 from .continuation import fit_fingerprint, open_stage, warm_mapper
@@ -194,7 +195,7 @@ class _BaseGBDT(EstimatorBase):
         (negative, or ``2**32`` and above) would be accepted here and fail elsewhere.
         """
         rs = self.random_state
-        if rs is None or (isinstance(rs, (int, np.integer)) and not isinstance(rs, bool) and 0 <= rs <= 2**32 - 1):
+        if rs is None or is_seed(rs):
             return  # the common cases, without importing scikit-learn (forest.estimator_base)
         from sklearn.utils import check_random_state
 

@@ -15,7 +15,8 @@ import numpy as np
 from native.comm import world
 
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_param_types, check_row_count,
-                          check_target, check_weight, feature_summary, fit_features, moment_sums, validate_features)
+                          check_target, check_weight, feature_summary, fit_features, is_seed, moment_sums,
+                          validate_features)
 from .clusters import resolve_clusters
 from .collective_checks import collective_checks, require_same, total
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
@@ -185,7 +186,7 @@ def check_forest_params(est):
                          f"{est.ci_group_size}, {est.max_samples}")
     seed = 0 if est.random_state is None else est.random_state
     # numpy's and scikit-learn's range for an integer seed (RandomState, check_random_state)
-    if not isinstance(seed, (int, np.integer)) or not 0 <= seed <= 2 ** 32 - 1:
+    if not is_seed(seed):
         raise ValueError(f"random_state must be an int in [0, 2**32 - 1] or None, got {est.random_state!r}")
     return int(seed)
 

@@ -250,14 +250,22 @@ def _resolve_columns(args):
     return targets
 
 
-def _validate_shard(args, shard, offset):
-    """This rank's data problems as one message (or None), plus its treatment values."""
+def _validate_shard(args, shard, offset, labels=()):
+    """This rank's data problems as one message (or None), plus its treatment values.
+
+    ``labels`` (a classifier's outcome, read as it is) are converted into
+    ``shard.columns`` here by :func:`forest.dataio.class_labels`, which also checks them.
+    """
     import numpy as np
 
-    from forest.dataio import bad_values
+    from forest.dataio import bad_values, class_labels
 
+    for name in labels:
+        shard.columns[name], message = class_labels(shard.keep.column(name), name, offset)
+        if message is not None:
+            return message, None
     for name in (args.treatment, args.instrument, args.outcome, args.weight):
-        if name is None or shard.columns[name].dtype == object:  # text class labels: dataio.class_labels
+        if name is None or name in labels:
             continue
         message = bad_values(name, shard.columns[name], offset)
         if message is not None:
@@ -486,14 +494,7 @@ def _body(argv):
     shard, message = guarded(dataio.read_shard, source, run, numeric=numeric_targets, keep=labels,
                              features=features, on_features=take_features)
     agree(comm, message)
-    message = None
-    if labels:
-        shard.columns[args.outcome], message = dataio.class_labels(shard.keep.column(args.outcome), args.outcome,
-                                                                   offset)
-    if message is None:
-        message, arms = _validate_shard(args, shard, offset)
-    else:
-        arms = None
+    message, arms = _validate_shard(args, shard, offset, labels)
     gathered = col.allgather_object(comm, (message, arms))
     for m, _ in gathered:
         if m is not None:
