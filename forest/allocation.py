@@ -46,8 +46,8 @@ at least one segment, and a segment costing more than what is left drops out for
 good, so rounds are few in practice (``n_rounds`` says how many).
 """
 import numpy as np
-from numba import njit
 
+from histogram.jit import kernel, empty
 from native import collectives as col
 from native.comm import world
 
@@ -101,16 +101,16 @@ def check_allocation_inputs(effects, costs, lower=None):
 
 # ---------------------------------------------------------------------------- hulls
 
-@njit(cache=True)
+@kernel
 def _hulls(v, c, eligible, order):
     """Upper concave hull segments of every unit (see :func:`hull_segments`)."""
     n, A = v.shape
-    unit = np.empty(n * A, dtype=np.int64)
-    seg = np.empty(n * A, dtype=np.int64)
-    src = np.empty(n * A, dtype=np.int64)
-    dst = np.empty(n * A, dtype=np.int64)
+    unit = empty(n * A, np.int64)
+    seg = empty(n * A, np.int64)
+    src = empty(n * A, np.int64)
+    dst = empty(n * A, np.int64)
     k = 0
-    hull = np.empty(A + 1, dtype=np.int64)
+    hull = empty(A + 1, np.int64)
     for i in range(n):
         # the best free option (if any) is where the hull starts; -1 is "nothing" at (0, 0)
         start = -1

@@ -56,8 +56,9 @@ import functools
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, vectorize
+from numba import vectorize
 
+from histogram.jit import kernel, compiled_only, empty, zeros
 from forest._validation import as_columns
 
 from .compiled_criterion import CompiledCriterion, register
@@ -179,7 +180,7 @@ class CausalChannels:
         return g, w, y, wy, ww
 
 
-@njit(cache=True)
+@compiled_only
 def _gain_scalar_core(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, ar, wb, yb, tau, floor, valid, m,
                       pen):
     """Fused ``K = M = 1`` gain of one candidate (no temporaries); see ``CausalCriterion.gain``.
@@ -248,7 +249,7 @@ CausalRecord = namedtuple("CausalRecord", ["K", "M", "ww0", "i_count", "arm0", "
                                            "imbalance_penalty", "sign", "precondition"])
 
 
-@njit(cache=True)
+@compiled_only
 def causal_prepare(p, parent, out):
     """Node constants of the ``K = M = 1`` gain, as ``_parent_terms`` computes them.
 
@@ -343,22 +344,22 @@ def _general_consts_size(K, M, n_moments):
     return _general_offsets(K, M)[-1] + K * M * n_moments
 
 
-_general_offsets_jit = njit(cache=True, inline="always")(_general_offsets)
+_general_offsets_jit = kernel(_general_offsets, inline="always")
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _n_moments(p):
     """Moment channels of record ``p``: the ``g W~W~^T`` triangle is the last block (CausalChannels)."""
     return p.ww0 + p.K * (p.K + 1) // 2
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _tri(K, i, j):
     """Index of ``g W~_i W~_j`` (``i <= j``) in the upper triangle, row-major."""
     return i * K - (i * (i - 1)) // 2 + (j - i)
 
 
-@njit(cache=True)
+@compiled_only
 def causal_prepare_general(p, parent, out):
     """Node constants of the general gain: the parent terms of ``CausalCriterion._parent_terms``
     (``wbar, ybar, tau_P, A^{-1}``) folded into the linear map ``P`` (see :func:`_general_offsets`)."""
@@ -367,10 +368,10 @@ def causal_prepare_general(p, parent, out):
     o_floor, o_valid, o_q, o_p = _general_offsets_jit(K, M)
     nm = _n_moments(p)
     g = parent[0]
-    wbar = np.empty(K)
-    ybar = np.empty(M)
-    mp = np.empty((K, K))
-    cp = np.empty((K, M))
+    wbar = empty(K, np.float64)
+    ybar = empty(M, np.float64)
+    mp = empty((K, K), np.float64)
+    cp = empty((K, M), np.float64)
     for k in range(K):
         wbar[k] = parent[1 + k] / g if g > 0 else 0.0
     for m in range(M):
@@ -386,8 +387,8 @@ def causal_prepare_general(p, parent, out):
     scale = max(scale, 1e-300)
     for k in range(K):
         out[o_floor + k] = p.alpha * mp[k, k]
-    tau = np.empty((K, M))
-    ainv = np.zeros((K, K))
+    tau = empty((K, M), np.float64)
+    ainv = zeros((K, K), np.float64)
     if K == 1:
         valid = g > 0 and mp[0, 0] > 1e-12 * scale
         d = mp[0, 0] if valid else 1.0
@@ -408,7 +409,7 @@ def causal_prepare_general(p, parent, out):
     # child's moment sums: cross_jm - sum_l mw_jl tau_lm with
     #   cross_jm = S_wy,jm - ybar_m S_w,j - wbar_j S_y,m + wbar_j ybar_m S_g
     #   mw_jl    = S_ww,jl - wbar_l S_w,j - wbar_j S_w,l + wbar_j wbar_l S_g
-    u = np.zeros((K * M, nm))
+    u = zeros((K * M, nm), np.float64)
     for j in range(K):
         for m in range(M):
             r = j * M + m
@@ -438,7 +439,7 @@ def causal_prepare_general(p, parent, out):
                 out[base + c] = v
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _general_sides(p, lefts, i, consts, o_q, o_p, nm):
     """``|sum_L g rho|^2`` and ``|sum_R g rho|^2`` of candidate ``i``: ``|P s_L|^2``, ``|q - P s_L|^2``."""
     total_l = 0.0
@@ -454,7 +455,7 @@ def _general_sides(p, lefts, i, consts, o_q, o_p, nm):
     return total_l, total_r
 
 
-@njit(cache=True)
+@compiled_only
 def _general_counts_ok(p, s, i):
     m = p.min_samples_leaf
     n = s[i, p.i_count]
@@ -471,7 +472,7 @@ def _general_counts_ok(p, s, i):
     return ok
 
 
-@njit(cache=True)
+@compiled_only
 def causal_gains_general(p, lefts, rights, consts, out, row, n):
     """General :meth:`CausalCriterion.gain` of ``n`` candidates of one node into ``out[row, :n]``."""
     K = p.K

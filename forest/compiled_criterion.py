@@ -90,10 +90,11 @@ import warnings
 from collections import namedtuple
 from contextlib import contextmanager
 
-import numba
 import numpy as np
 from numba.core.errors import NumbaIRAssumptionWarning, TypingError
 from numba.extending import overload
+
+from histogram.jit import kernel
 
 _Pieces = namedtuple("_Pieces", ["prepare", "gains", "sides_ok", "right_exhausted"])
 
@@ -324,7 +325,7 @@ register(PairedRecord, prepare=_paired_prepare, gains=_paired_gains, sides_ok=_p
          right_exhausted=_paired_right_exhausted)
 
 
-@numba.njit(cache=True)
+@kernel
 def _eval_gains(p, lefts, rights, parent, consts, out):
     prepare(p, parent, consts)
     gains(p, lefts, rights, consts, out, 0, lefts.shape[0])

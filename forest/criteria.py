@@ -39,8 +39,7 @@ from collections import namedtuple
 import numpy as np
 
 from forest._validation import as_columns
-
-import numba as _numba
+from histogram.jit import compiled_only
 
 from .compiled_criterion import CompiledCriterion, register
 
@@ -328,7 +327,7 @@ class VarianceCriterion(Criterion):
 VarianceRecord = namedtuple("VarianceRecord", ["n_targets", "count_channel", "min_samples_leaf", "min_weight_leaf"])
 
 
-@_numba.njit(cache=True)
+@compiled_only
 def _variance_score(st, n_targets):
     w = st[0]
     s = 0.0
@@ -338,13 +337,13 @@ def _variance_score(st, n_targets):
     return s
 
 
-@_numba.njit(cache=True)
+@compiled_only
 def variance_prepare(p, parent, out):
     """Node constants of :class:`VarianceCriterion`: ``out[0]`` = the parent's score."""
     out[0] = _variance_score(parent, p.n_targets)
 
 
-@_numba.njit(cache=True)
+@compiled_only
 def variance_gains_rows(p, lefts, rights, consts, out, row, n):
     """Scalar :meth:`VarianceCriterion.gain` of ``n`` candidates of one node into ``out[row, :n]``.
 

@@ -23,8 +23,8 @@ thresholds.
 import hashlib
 
 import numpy as np
-from numba import njit
 
+from histogram.jit import kernel
 from histogram.rowhash import GOLDEN, hash64_reference, hash_id, mix64, mix64_reference, stream_key
 from native import collectives as col
 
@@ -36,13 +36,13 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 _CANONICAL_NAN = np.float64(np.nan).view(np.uint64)
 
 
-@njit(cache=True)
+@kernel
 def _start(key, gids, out):
     for i in range(gids.shape[0]):
         out[i] = hash_id(key, gids[i])
 
 
-@njit(cache=True)
+@kernel
 def _mix_codes(h, codes):
     # Feature-major codes (n_features, n): one pass per feature keeps the reads sequential.
     for f in range(codes.shape[0]):
@@ -50,7 +50,7 @@ def _mix_codes(h, codes):
             h[i] = mix64(h[i] * GOLDEN + np.uint64(codes[f, i]))
 
 
-@njit(cache=True)
+@kernel
 def _mix_columns(h, bits):
     # Row-major (n, k) uint64 bit patterns of float64 values.
     for i in range(bits.shape[0]):

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
-from numba import njit
 
 from histogram.binning import BinMapper
+from histogram.jit import kernel
 from native import collectives as col
 
 from .expansion import grow_levelwise
@@ -100,7 +100,7 @@ def auto_batch_size(n_struct_global, n_features, n_bins, n_channels, min_leaf, m
     return int(np.clip(HIST_BUDGET_BYTES // (per_node * frontier), 1, min(n_trees, 128)))
 
 
-@njit(cache=True)
+@kernel
 def _fill_from_parent(value, feature, left, right, count_col):
     # Parents have smaller ids than their children: one forward pass settles chains.
     for node in range(value.shape[0]):

@@ -46,8 +46,9 @@ This module owns the statistics downstream of the trees:
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from histogram.jit import kernel, compiled_only, empty
 from .causal_criterion import CausalChannels
 
 #: Propensities are clipped into [EPS, 1 - EPS] inside the AIPW weights.
@@ -231,7 +232,7 @@ def _blb_finish(theta, between, within, n_good, L):
 _PAIRWISE_BLOCK = 128
 
 
-@njit(cache=True)
+@compiled_only
 def _pairwise_block(a, lo, n):
     if n < 8:
         res = 0.0
@@ -259,7 +260,7 @@ def _pairwise_block(a, lo, n):
     return res
 
 
-@njit(cache=True)
+@compiled_only
 def _pairwise_sum(a, lo, n, stack, partial):
     """``sum(a[lo:lo+n])`` in NumPy's pairwise order (``add.reduce`` along a contiguous
     axis: blocks of up to 128 terms summed by eight accumulators, longer runs split in
@@ -292,7 +293,7 @@ def _pairwise_sum(a, lo, n, stack, partial):
     return partial[0]
 
 
-@njit(cache=True)
+@kernel
 def _blb_sums_scalar(index, values, L, G, theta, between, within, n_good, a, b):
     """:func:`_blb_sums` for one treatment and one outcome, row by row, from leaf indices.
 
@@ -303,13 +304,13 @@ def _blb_sums_scalar(index, values, L, G, theta, between, within, n_good, a, b):
     the ``(rows, trees, moments)`` array or its temporaries.
     """
     B = G * L
-    good = np.empty(G)                      # 1.0 / 0.0: the group mask as NumPy multiplies it
-    tm = np.empty((B, 5))                   # the row's tree moments, gathered once
-    psi = np.empty(B)
-    sq = np.empty(B)
-    mean = np.empty(G)
-    stack = np.empty(3 * 64, dtype=np.int64)
-    partial = np.empty(64)
+    good = empty(G, np.float64)                      # 1.0 / 0.0: the group mask as NumPy multiplies it
+    tm = empty((B, 5), np.float64)                   # the row's tree moments, gathered once
+    psi = empty(B, np.float64)
+    sq = empty(B, np.float64)
+    mean = empty(G, np.float64)
+    stack = empty(3 * 64, np.int64)
+    partial = empty(64, np.float64)
     for i in range(a, b):
         ng = 0
         s0 = s1 = s2 = s3 = s4 = 0.0
@@ -375,7 +376,7 @@ def _blb_sums_scalar(index, values, L, G, theta, between, within, n_good, a, b):
         n_good[i] = ng
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _par_blb_sums_scalar(index, values, L, G, theta, between, within, n_good, n_chunks):
     n = index.shape[0]
     for c in prange(n_chunks):

@@ -62,8 +62,9 @@ import functools
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, vectorize
+from numba import vectorize
 
+from histogram.jit import kernel, compiled_only
 from ._validation import as_columns
 from .causal_criterion import CausalCriterion, _scalar_right_exhausted, _scalar_sides_ok
 from .compiled_criterion import CompiledCriterion, register
@@ -144,7 +145,7 @@ class InstrumentalChannels:
 
 
 # ---------------------------------------------------------------------- the gain
-@njit(cache=True)
+@compiled_only
 def _iv_gain_core(gl, zl, wl, yl, zyl, zwl, zzl, nl, al, gr, zr, wr, yr, zyr, zwr, zzr, nr, ar,
                   zb, wb, yb, tau, inv_d, floor, valid, m, pen):
     """Gain of one candidate from scalars (no temporaries); see ``InstrumentalCriterion.gain``.
@@ -195,7 +196,7 @@ def _iv_gain_ufunc():
 FIRST_STAGE_TOL = 1e-12
 
 
-@njit(cache=True)
+@compiled_only
 def _node_constants(parent, alpha, precondition):
     """``zbar, wbar, ybar, tau_P, 1/d, alpha * spread_P, valid_P`` of one node's sums ``parent (9,)``.
 
@@ -218,7 +219,7 @@ def _node_constants(parent, alpha, precondition):
     return zbar, wbar, ybar, czy / safe, inv_d, alpha * (parent[6] - z * zbar), 1.0 if valid else 0.0
 
 
-@njit(cache=True)
+@kernel
 def _constants_rows(parents, alpha, precondition, out):
     """:func:`_node_constants` of each row of ``parents (N, 9)`` into ``out (N, 7)``."""
     for i in range(parents.shape[0]):
@@ -235,7 +236,7 @@ InstrumentalRecord = namedtuple("InstrumentalRecord", ["arm", "min_samples_leaf"
                                                        "precondition"])
 
 
-@njit(cache=True)
+@compiled_only
 def instrumental_prepare(p, parent, out):
     """Node constants into ``out[:7]``: ``zbar, wbar, ybar, tau_P, 1/d, floor, valid``."""
     c = _node_constants(parent, p.alpha, p.precondition)

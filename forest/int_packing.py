@@ -23,13 +23,13 @@ condition). Every rank computes the same layout from the same numbers. With the
 default 4 levels a bin is narrow when it holds fewer than 16384 rows: with 255
 quantile bins that is every ordinary bin of a 4M-row training set.
 """
-import numba
 import numpy as np
 
+from histogram.jit import kernel
 from histogram.quantize import FIELD_BITS, split_code, unpack
 
 
-@numba.njit(cache=True)
+@kernel
 def _layout(bin_rows, row_cap, k_out, g_max, h_max, half, slot, wide):
     """Slot of each (bin, output) entry: -1 absent, else its first slot; ``wide`` marks two slots.
 
@@ -53,7 +53,7 @@ def _layout(bin_rows, row_cap, k_out, g_max, h_max, half, slot, wide):
     return n
 
 
-@numba.njit(cache=True)
+@kernel
 def _encode(codes, slot, wide, half, out):
     for e in range(codes.shape[0]):
         s = slot[e]
@@ -67,7 +67,7 @@ def _encode(codes, slot, wide, half, out):
             out[s] = (g << half) + h
 
 
-@numba.njit(cache=True)
+@kernel
 def _decode(buf, slot, wide, half, k_out, out):
     """Reduced slots into ``out`` (n_bins_total, 2K): ``G`` in columns ``0..K-1``, ``H`` in ``K..2K-1``."""
     low = (np.int64(1) << half) - 1

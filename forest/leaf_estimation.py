@@ -10,6 +10,7 @@ criterion's).
 import numba
 import numpy as np
 
+from histogram.jit import kernel, compiled_only
 from native import collectives as col
 from native.comm import world
 
@@ -18,7 +19,7 @@ from .profiling import phase
 from .routing import walk_binned
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _route_sum_tree(t, binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
                     missing_bin, out):
     # Sums tree t's rows into the leaf each reaches (rows in the given order);
@@ -31,7 +32,7 @@ def _route_sum_tree(t, binned, channels, rows, row_starts, feature, bin_thr, mis
             out[node, k] += channels[r, k]
 
 
-@numba.njit(cache=True)
+@kernel
 def _route_sum_serial(binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
                       missing_bin, out):
     for t in range(offsets.shape[0] - 1):
@@ -39,7 +40,7 @@ def _route_sum_serial(binned, channels, rows, row_starts, feature, bin_thr, miss
                         missing_bin, out)
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _route_sum_parallel(binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
                         missing_bin, out):
     # Trees own disjoint node slices of ``out``: no races.
@@ -48,7 +49,7 @@ def _route_sum_parallel(binned, channels, rows, row_starts, feature, bin_thr, mi
                         missing_bin, out)
 
 
-@numba.njit(cache=True)
+@kernel
 def _sum_inner_nodes(feature, left, right, offsets, sums):
     # Children have larger ids than their parent: one backward pass per tree.
     for t in range(offsets.shape[0] - 1):
@@ -106,12 +107,12 @@ def reestimate_leaves(trees, binned, channels, tree_rows, value_fn, missing_bin,
         all_rows = np.ascontiguousarray(np.concatenate([np.asarray(r, dtype=np.int64) for r in tree_rows])) \
             if lengths.sum() else np.zeros(0, dtype=np.int64)
         if trees and len(all_rows):
-            kernel = _route_sum_serial if (len(all_rows) < SERIAL_BUILD_ROWS or numba.get_num_threads() == 1) \
+            route_sum = _route_sum_serial if (len(all_rows) < SERIAL_BUILD_ROWS or numba.get_num_threads() == 1) \
                 else _route_sum_parallel
             base = np.repeat(offsets[:-1], sizes)
             packed_left = np.where(cat["left"] >= 0, cat["left"] + base, -1)
             packed_right = np.where(cat["right"] >= 0, cat["right"] + base, -1)
-            kernel(np.asarray(binned), channels, all_rows, row_starts, cat["feature"], cat["bin_threshold"],
+            route_sum(np.asarray(binned), channels, all_rows, row_starts, cat["feature"], cat["bin_threshold"],
                    cat["missing_left"], packed_left, packed_right, offsets, int(missing_bin), local)
     with phase("communication"):
         total = col.allreduce(comm, local, algorithm=algorithm) if comm.size > 1 else local

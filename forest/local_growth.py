@@ -57,6 +57,7 @@ import numba
 import numpy as np
 from collections import namedtuple
 
+from histogram.jit import kernel, compiled_only, empty, zeros
 from . import compiled_criterion as cc
 from ._validation import check_codes
 from .growth_options import current_engine_options
@@ -83,7 +84,7 @@ GrowthRecord = namedtuple("GrowthRecord", ["missing_bin", "min_rows", "weight_ch
                                            "max_slots"])
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin, cum, miss, lefts, rights, cand_bin,
                      cand_dir, cand_end):
     """Split candidates of feature ``f`` of a scan-mode node from its rows sorted by code.
@@ -158,10 +159,10 @@ def _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin,
     return nc
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _sort_scan(tc, order, sc, m):
     """Stable counting sort of positions ``0..m`` by code, per feature (``sc``: codes in that order)."""
-    counts = np.empty(257, dtype=np.int64)
+    counts = empty(257, np.int64)
     for f in range(tc.shape[0]):
         counts[:] = 0
         for i in range(m):
@@ -175,7 +176,7 @@ def _sort_scan(tc, order, sc, m):
             counts[code] += 1
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, sign):
     """``hist[f, code] += sign * channels`` and ``hcnt[f, code] += sign`` over positions ``pos[lo:hi]``."""
     n_features = tcb.shape[1]
@@ -189,7 +190,7 @@ def _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, sign):
                 hist[f, code, k] += sign * chl[q, k]
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _hist_sub(hist, hcnt, slot, s2):
     """``hist[slot] -= hist[s2]`` and ``hcnt[slot] -= hcnt[s2]`` as plain loops (the array
     expressions compiled a broadcasting kernel and its error formatting: ~3 s cold)."""
@@ -200,7 +201,7 @@ def _hist_sub(hist, hcnt, slot, s2):
                 hist[slot, f, b, k] -= hist[s2, f, b, k]
 
 
-@numba.njit(cache=True)
+@kernel
 def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                 tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
     """Grow the subtrees of trees ``t_lo..t_hi``, task after task; fills ``rec_count[t]``.
@@ -246,8 +247,8 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
             # Histogram mode: row-major local copies (a histogram pass reads all codes of one
             # row together), positions in gid order, histogram slots of live big nodes.
             mh = m if hist_task else 0
-            tcb = np.empty((mh, n_features), dtype=np.uint8)
-            chl = np.empty((mh, c))
+            tcb = empty((mh, n_features), np.uint8)
+            chl = empty((mh, c), np.float64)
             for i in range(mh):
                 r = rows[s + i]
                 for k in range(c):
@@ -255,33 +256,33 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
                 for f in range(n_features):
                     tcb[i, f] = binned[f, r]
             pos = np.arange(mh)
-            pscratch = np.empty(mh, dtype=np.int64)
+            pscratch = empty(mh, np.int64)
             n_hslots = min(m // max(hist_rows, 1) + 1, gp.max_slots) if hist_task else 0
-            hist = np.zeros((n_hslots, n_features, n_codes, c))
-            hcnt = np.zeros((n_hslots, n_features, n_codes), dtype=np.int64)
-            free = np.empty(n_hslots, dtype=np.int64)
+            hist = zeros((n_hslots, n_features, n_codes, c), np.float64)
+            hcnt = zeros((n_hslots, n_features, n_codes), np.int64)
+            free = empty(n_hslots, np.int64)
             n_free = n_hslots
             for j in range(n_hslots):
                 free[j] = n_hslots - 1 - j
             # Scan mode: codes (F, ms) and channels (ms, C) of the scan subtree's rows by
             # position, per-feature orders; (re)allocated when a scan subtree starts.
             ms = 0 if hist_task else m
-            tc = np.empty((n_features, ms), dtype=np.uint8)
-            ch = np.empty((ms, c))
-            order = np.empty((n_features, ms), dtype=np.int32)
-            sc = np.empty((n_features, ms), dtype=np.uint8)
-            goes_left = np.empty(ms, dtype=np.bool_)
-            scratch = np.empty(ms, dtype=np.int32)
-            scratch_c = np.empty(ms, dtype=np.uint8)
+            tc = empty((n_features, ms), np.uint8)
+            ch = empty((ms, c), np.float64)
+            order = empty((n_features, ms), np.int32)
+            sc = empty((n_features, ms), np.uint8)
+            goes_left = empty(ms, np.bool_)
+            scratch = empty(ms, np.int32)
+            scratch_c = empty(ms, np.uint8)
             # Stack of nodes still to split: segment [lo, hi) of pos (histogram mode) or of
             # the scan orders (scan mode), node, depth, sums, histogram slot (-1: none).
-            st_lo = np.empty(m + 1, dtype=np.int64)
-            st_hi = np.empty(m + 1, dtype=np.int64)
-            st_node = np.empty(m + 1, dtype=np.int64)
-            st_depth = np.empty(m + 1, dtype=np.int64)
-            st_slot = np.empty(m + 1, dtype=np.int64)
-            st_scan = np.empty(m + 1, dtype=np.bool_)
-            st_stats = np.empty((m + 1, c))
+            st_lo = empty(m + 1, np.int64)
+            st_hi = empty(m + 1, np.int64)
+            st_node = empty(m + 1, np.int64)
+            st_depth = empty(m + 1, np.int64)
+            st_slot = empty(m + 1, np.int64)
+            st_scan = empty(m + 1, np.bool_)
+            st_stats = empty((m + 1, c), np.float64)
             st_lo[0] = 0
             st_hi[0] = m
             st_node[0] = root_id
@@ -301,21 +302,21 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
             # At most two candidates per distinct code plus the missing-alone one: bounded by
             # the bin count as well as by the rows (root tasks of big trees stay small here).
             n_cand_slots = min(2 * m + 2, 2 * n_codes + 2)
-            cand_gain = np.empty((n_features, n_cand_slots))
-            cand_bin = np.empty((n_features, n_cand_slots), dtype=np.int64)
-            cand_dir = np.empty((n_features, n_cand_slots), dtype=np.int64)
-            cand_end = np.empty((n_features, n_cand_slots), dtype=np.int64)
-            cand_left = np.empty((n_features, n_cand_slots if hist_task else 0, c))
-            n_cand = np.zeros(n_features, dtype=np.int64)
-            allowed = np.empty(n_features, dtype=np.bool_)
-            parent = np.empty(c)
-            consts = np.zeros(gp.n_consts)
-            cum = np.empty(c)
-            miss = np.empty(c)
-            left = np.empty(c)
-            right = np.empty(c)
-            lefts = np.empty((n_cand_slots, c))
-            rights = np.empty((n_cand_slots, c))
+            cand_gain = empty((n_features, n_cand_slots), np.float64)
+            cand_bin = empty((n_features, n_cand_slots), np.int64)
+            cand_dir = empty((n_features, n_cand_slots), np.int64)
+            cand_end = empty((n_features, n_cand_slots), np.int64)
+            cand_left = empty((n_features, n_cand_slots if hist_task else 0, c), np.float64)
+            n_cand = zeros(n_features, np.int64)
+            allowed = empty(n_features, np.bool_)
+            parent = empty(c, np.float64)
+            consts = zeros(gp.n_consts, np.float64)
+            cum = empty(c, np.float64)
+            miss = empty(c, np.float64)
+            left = empty(c, np.float64)
+            right = empty(c, np.float64)
+            lefts = empty((n_cand_slots, c), np.float64)
+            rights = empty((n_cand_slots, c), np.float64)
             while sp > 0:
                 sp -= 1
                 lo = st_lo[sp]
@@ -329,13 +330,13 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
                     # Small node (or no histogram memory left): its subtree takes the scan.
                     if n_node > ms:
                         ms = n_node
-                        tc = np.empty((n_features, ms), dtype=np.uint8)
-                        ch = np.empty((ms, c))
-                        order = np.empty((n_features, ms), dtype=np.int32)
-                        sc = np.empty((n_features, ms), dtype=np.uint8)
-                        goes_left = np.empty(ms, dtype=np.bool_)
-                        scratch = np.empty(ms, dtype=np.int32)
-                        scratch_c = np.empty(ms, dtype=np.uint8)
+                        tc = empty((n_features, ms), np.uint8)
+                        ch = empty((ms, c), np.float64)
+                        order = empty((n_features, ms), np.int32)
+                        sc = empty((n_features, ms), np.uint8)
+                        goes_left = empty(ms, np.bool_)
+                        scratch = empty(ms, np.int32)
+                        scratch_c = empty(ms, np.uint8)
                     if hist_task:
                         for i in range(n_node):
                             q = pos[lo + i]
@@ -543,7 +544,7 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
         rec_count[t] = rec - rec_offsets[t]
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _grow_trees_parallel(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                          tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
     # Each tree writes only its own record slice and count: no races.
@@ -552,7 +553,7 @@ def _grow_trees_parallel(binned, channels, rows, task_starts, tree_task_starts, 
                     tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp)
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _grow_trees_parallel_paired(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth,
                                 tree_next, tree_index, rec_offsets, rec_i, rec_f, rec_count, which, first, second,
                                 gp):

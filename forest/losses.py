@@ -20,6 +20,8 @@ ranks, so they are rank-count independent.
 import numba
 import numpy as np
 
+from histogram.jit import kernel
+
 _EPS = 1e-15
 
 
@@ -28,14 +30,14 @@ _EPS = 1e-15
 _PARALLEL_MIN_ROWS = 16384
 
 
-@numba.njit(cache=True)
+@kernel
 def _squared_grad(y, raw, w, out, a, b):
     for i in range(a, b):
         out[i, 0] = w[i] * (raw[i, 0] - y[i])
         out[i, 1] = w[i]
 
 
-@numba.njit(cache=True)
+@kernel
 def _logistic_grad(y, raw, w, out, a, b):
     for i in range(a, b):
         p = 1.0 / (1.0 + np.exp(-raw[i, 0]))
@@ -43,7 +45,7 @@ def _logistic_grad(y, raw, w, out, a, b):
         out[i, 1] = w[i] * p * (1.0 - p)
 
 
-@numba.njit(cache=True)
+@kernel
 def _softmax_grad(y, raw, w, out, a, b):
     k = raw.shape[1]
     for i in range(a, b):
@@ -60,7 +62,7 @@ def _softmax_grad(y, raw, w, out, a, b):
             out[i, k + j] = w[i] * p * (1.0 - p)
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _par_grad(kind, y, raw, w, out, n_chunks):
     n = y.shape[0]
     chunk = (n + n_chunks - 1) // n_chunks

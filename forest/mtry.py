@@ -10,9 +10,9 @@ Two stages keep the counters from overflowing: first a key per (tree, node), the
 that key offset by the feature index is hashed again. Stream 0x6D747279 ("mtry")
 keeps the draw independent of the row-sampling streams.
 """
-import numba
 import numpy as np
 
+from histogram.jit import kernel, compiled_only, empty
 from histogram.rowhash import hash64_reference, hash_id, stream_key
 
 #: Hash stream of the node keys; the feature hashes use the next stream.
@@ -24,7 +24,7 @@ def mtry_keys(seed):
     return stream_key(seed, MTRY_STREAM), stream_key(seed, MTRY_STREAM + 1)
 
 
-@numba.njit(cache=True)
+@compiled_only
 def node_mask(key1, key2, tree_index, node_id, n_features, mtry, out):
     """Features node ``node_id`` of tree ``tree_index`` may split on.
 
@@ -42,7 +42,7 @@ def node_mask(key1, key2, tree_index, node_id, n_features, mtry, out):
         out[:] = True
         return
     node_key = hash_id(key1, np.uint64((np.int64(tree_index) << np.int64(31)) ^ np.int64(node_id)))
-    keys = np.empty(n_features, dtype=np.uint64)
+    keys = empty(n_features, np.uint64)
     for f in range(n_features):
         keys[f] = hash_id(key2, node_key + np.uint64(f))
     order = _stable_order(keys)
@@ -51,7 +51,7 @@ def node_mask(key1, key2, tree_index, node_id, n_features, mtry, out):
         out[order[j]] = True
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _stable_order(keys):
     """Indices sorting ``keys`` (uint64, shape (n,)) ascending, ties by index; int64 (n,).
 
@@ -63,7 +63,7 @@ def _stable_order(keys):
     """
     n = keys.shape[0]
     a = np.arange(n)
-    b = np.empty(n, dtype=np.int64)
+    b = empty(n, np.int64)
     width = 1
     while width < n:
         lo = 0
@@ -95,7 +95,7 @@ def _stable_order(keys):
     return a
 
 
-@numba.njit(cache=True)
+@kernel
 def _node_masks(key1, key2, tree_index, node_id, mtry, out):
     for i in range(tree_index.shape[0]):
         node_mask(key1, key2, tree_index[i], node_id[i], out.shape[1], mtry, out[i])

@@ -9,6 +9,7 @@ next to it; tests compare them.
 import numba
 import numpy as np
 
+from histogram.jit import kernel, compiled_only, zeros
 from .routing import goes_left_code, goes_left_codes
 
 #: Work (rows over all segments) from which several segments are partitioned in parallel.
@@ -26,7 +27,7 @@ _PARALLEL_ONE_SEGMENT_MIN_ROWS = 1 << 21
 PARALLEL_BLOCKS_MIN_ROWS = 1 << 17
 
 
-@numba.njit(cache=True)
+@kernel
 def _partition_one(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin):
     # Branch-free: whether a row goes left is close to a coin flip, so an if/else
     # mispredicts about every other row. Each row is written to both destinations
@@ -49,7 +50,7 @@ def _partition_one(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin):
     return nl
 
 
-@numba.njit(cache=True)
+@kernel
 def _partition_segments(rows, scratch, starts, stops, binned, features, thresholds, missing_left, missing_bin,
                         n_left):
     for s in range(starts.shape[0]):
@@ -57,7 +58,7 @@ def _partition_segments(rows, scratch, starts, stops, binned, features, threshol
                                    missing_left[s], missing_bin)
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _par_partition_segments(rows, scratch, starts, stops, binned, features, thresholds, missing_left, missing_bin,
                             n_left):
     for s in numba.prange(starts.shape[0]):
@@ -65,7 +66,7 @@ def _par_partition_segments(rows, scratch, starts, stops, binned, features, thre
                                    missing_left[s], missing_bin)
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _count_left(rows, a, b, binned, f, thr, ml, missing_bin):
     k = 0
     codes = binned[f]
@@ -75,7 +76,7 @@ def _count_left(rows, a, b, binned, f, thr, ml, missing_bin):
     return k
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _scatter(rows, scratch, a, b, pl, pr, binned, f, thr, ml, missing_bin):
     # Destination chosen by a select, not a branch (see _partition_one).
     codes = binned[f]
@@ -88,19 +89,19 @@ def _scatter(rows, scratch, a, b, pl, pr, binned, f, thr, ml, missing_bin):
         pr += 1 - np.int64(go)
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _partition_one_parallel(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin, n_chunks):
     # Pass 1: per-chunk left counts; pass 2: each chunk writes its rows at its offsets.
     # The chunk bodies are separate serial functions: written inline, Numba's parfor
     # pass turned the row loops into something ~40x slower than the serial loop.
     n = hi - lo
     chunk = (n + n_chunks - 1) // n_chunks
-    counts = np.zeros(n_chunks, dtype=np.int64)
+    counts = zeros(n_chunks, np.int64)
     for c in numba.prange(n_chunks):
         a = min(hi, lo + c * chunk)
         counts[c] = _count_left(rows, a, min(hi, a + chunk), binned, f, thr, ml, missing_bin)
-    left_off = np.zeros(n_chunks, dtype=np.int64)
-    right_off = np.zeros(n_chunks, dtype=np.int64)
+    left_off = zeros(n_chunks, np.int64)
+    right_off = zeros(n_chunks, np.int64)
     total_left = 0
     acc_right = 0
     for c in range(n_chunks):
@@ -121,7 +122,7 @@ def _partition_one_parallel(rows, scratch, lo, hi, binned, f, thr, ml, missing_b
     return total_left
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _split_block(rows, scratch, a, b, binned, f, thr, ml, missing_bin):
     # One pass over rows[a:b]: left rows to scratch[a:] ascending, right rows to
     # scratch[:b] descending (so reading scratch[b-1], scratch[b-2], ... gives them in
@@ -142,7 +143,7 @@ def _split_block(rows, scratch, a, b, binned, f, thr, ml, missing_bin):
     return nl
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _place_block(rows, scratch, a, b, nl, left_dst, right_dst):
     for i in range(nl):
         rows[left_dst + i] = scratch[a + i]
@@ -150,7 +151,7 @@ def _place_block(rows, scratch, a, b, nl, left_dst, right_dst):
         rows[right_dst + j] = scratch[b - 1 - j]
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _partition_blocks_parallel(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin, n_blocks):
     # Pass 1: each block splits its rows once into its own slice of scratch (codes are
     # read once). Pass 2: each block copies its left and right rows to their final
@@ -160,12 +161,12 @@ def _partition_blocks_parallel(rows, scratch, lo, hi, binned, f, thr, ml, missin
     # (inline row loops were turned ~40x slower by Numba's parfor pass, see below).
     n = hi - lo
     size = (n + n_blocks - 1) // n_blocks
-    counts = np.zeros(n_blocks, dtype=np.int64)
+    counts = zeros(n_blocks, np.int64)
     for c in numba.prange(n_blocks):
         a = min(hi, lo + c * size)
         counts[c] = _split_block(rows, scratch, a, min(hi, a + size), binned, f, thr, ml, missing_bin)
-    left_off = np.zeros(n_blocks, dtype=np.int64)
-    right_off = np.zeros(n_blocks, dtype=np.int64)
+    left_off = zeros(n_blocks, np.int64)
+    right_off = zeros(n_blocks, np.int64)
     total_left = 0
     acc_right = 0
     for c in range(n_blocks):
@@ -273,9 +274,9 @@ def partition_rows_reference(rows, starts, stops, binned, features, bin_threshol
     return rows, n_left
 
 
-@numba.njit(cache=True)
+@kernel
 def _sum_by_node(channels, rows, nodes, n_nodes):
-    out = np.zeros((n_nodes, channels.shape[1]))
+    out = zeros((n_nodes, channels.shape[1]), np.float64)
     for i in range(rows.shape[0]):
         r = rows[i]
         node = nodes[i]
@@ -305,7 +306,7 @@ def sum_channels_by_node(channels, rows, nodes, n_nodes):
                         np.ascontiguousarray(nodes, dtype=np.int64), int(n_nodes))
 
 
-@numba.njit(cache=True)
+@kernel
 def _add_leaf_values(raw, rows, seg_starts, seg_stops, values):
     k = values.shape[1]
     for s in range(seg_starts.shape[0]):
@@ -315,7 +316,7 @@ def _add_leaf_values(raw, rows, seg_starts, seg_stops, values):
                 raw[r, j] += values[s, j]
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _par_add_leaf_values(raw, rows, seg_starts, seg_stops, values):
     k = values.shape[1]
     for s in numba.prange(seg_starts.shape[0]):

@@ -43,7 +43,9 @@ small maxima done in NumPy.
 """
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from histogram.jit import kernel, compiled_only, empty
 
 NEG_INF = -np.inf
 #: Key of "no record yet": larger than every real (feature, position).
@@ -52,7 +54,7 @@ NO_KEY = np.iinfo(np.int32).max
 
 # ---------------------------------------------------------------------------- helpers
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _better(v, f, b, cur_v, cur_f, cur_b):
     """Record (v, f, b) beats (cur_v, cur_f, cur_b): higher value, then smaller keys."""
     if v > cur_v:
@@ -101,7 +103,7 @@ def cumulate(table, axes):
     return out
 
 
-@njit(cache=True)
+@kernel
 def _cumulate_range(T, j0, j1):
     """Cumulative sums over the bin axes of features ``j0:j1`` of a (nb, m, nb, C) or
     (nb, nb, m, nb, C) block (4-D blocks arrive as 5-D with a leading axis of 1)."""
@@ -124,7 +126,7 @@ def _cumulate_range(T, j0, j1):
                         T[b0, b1, j, b3, c] += T[b0 - 1, b1, j, b3, c]
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _cumulate_chunks(T, n_chunks):
     m = T.shape[2]
     for k in prange(n_chunks):
@@ -227,7 +229,7 @@ def best_root(half_value, lo, hi, root_leaf):
 
 # ---------------------------------------------------------------------------- depth 2
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _quadrant_maxima(J, c1, c2, total, n_actions, min_rows, out):
     """``out[q] = m(Q_q)`` for the four quadrants of a pair of splits.
 
@@ -262,11 +264,11 @@ def _quadrant_maxima(J, c1, c2, total, n_actions, min_rows, out):
     out[3] = m3 if n3 >= min_rows else NEG_INF
 
 
-@njit(cache=True)
+@kernel
 def _pair_range(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v, best_f, best_b, loc_v, loc_b, j0, j1):
     """:func:`pair_block_search` for block features ``j0:j1``."""
     nb = Jc.shape[0]
-    q = np.empty(4)
+    q = empty(4, np.float64)
     for j in range(j0, j1):
         s2 = s2_lo + j
         for b1 in range(lo[s1], hi[s1]):
@@ -295,7 +297,7 @@ def _pair_range(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v, best_
                     best_b[1, s2, b2] = b1
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _pair_chunks(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v, best_f, best_b, loc_v, loc_b,
                  n_chunks):
     m = Jc.shape[1]
@@ -304,7 +306,7 @@ def _pair_chunks(Jc, s1, s2_lo, lo, hi, total, n_actions, min_rows, best_v, best
                     k * m // n_chunks, (k + 1) * m // n_chunks)
 
 
-@njit(cache=True)
+@kernel
 def _pair_merge(s1, s2_lo, lo, hi, best_v, best_f, best_b, loc_v, loc_b):
     for j in range(loc_v.shape[0]):
         for side in range(2):
@@ -393,7 +395,7 @@ def pair_block_search_reference(Jc, s1, s2_lo, lo, hi, total, n_actions, min_row
 
 # ---------------------------------------------------------------------------- depth 3
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _octant_maxima(J, P12, P13, P23, c1, c2, c3, total, n_actions, min_rows, out, vals):
     """``out[o] = m(octant o)``, ``o = 4 i1 + 2 i2 + i3`` (``i = 1``: the ``>`` side).
 
@@ -424,7 +426,7 @@ def _octant_maxima(J, P12, P13, P23, c1, c2, c3, total, n_actions, min_rows, out
 ORIENTATIONS = np.array([(0, 1, 2), (1, 0, 2), (0, 2, 1), (2, 0, 1), (1, 2, 0), (2, 1, 0)], dtype=np.int64)
 
 
-@njit(cache=True)
+@compiled_only
 def _octant_table(Jc, j, total, n_actions, min_rows, M):
     """``M[b1, b2, b3, o]``: octant maxima for the block's feature ``j``, every position.
 
@@ -433,7 +435,7 @@ def _octant_table(Jc, j, total, n_actions, min_rows, M):
     """
     nb = Jc.shape[0]
     last = nb - 1
-    vals = np.empty(8)
+    vals = empty(8, np.float64)
     for b1 in range(nb):
         c1 = Jc[b1, last, j, last]
         for b2 in range(nb):
@@ -444,7 +446,7 @@ def _octant_table(Jc, j, total, n_actions, min_rows, M):
                                Jc[last, last, j, b3], total, n_actions, min_rows, M[b1, b2, b3], vals)
 
 
-@njit(cache=True)
+@compiled_only
 def _orient_update(M, ax_r, ax_c, ax_g, feats, lo, hi, tv, tf, tb):
     """Offer the depth-1 subtrees of quadrants (root axis ax_r, child ax_c) split on ax_g.
 
@@ -484,7 +486,7 @@ def _orient_update(M, ax_r, ax_c, ax_g, feats, lo, hi, tv, tf, tb):
                         tb[br, bc, sr, sc] = -1
 
 
-@njit(cache=True)
+@kernel
 def _merge_records(tv, tf, tb, sv, sf, sb):
     """``t = better of (t, s)`` elementwise over two same-shape record arrays."""
     a, b, c = tv.reshape(-1), tf.reshape(-1), tb.reshape(-1)
@@ -496,12 +498,12 @@ def _merge_records(tv, tf, tb, sv, sf, sb):
             c[i] = z[i]
 
 
-@njit(cache=True)
+@kernel
 def _triple_range(Jc, s1, s2, s3_lo, lo, hi, total, n_actions, min_rows, bv, bf, bb, shared_v, shared_f,
                   shared_b, j0, j1):
     """:func:`triple_block_search` for block features ``j0:j1``."""
     nb = Jc.shape[0]
-    M = np.empty((nb, nb, nb, 8))
+    M = empty((nb, nb, nb, 8), np.float64)
     for j in range(j0, j1):
         feats = np.array([s1, s2, s3_lo + j], dtype=np.int64)
         _octant_table(Jc, j, total, n_actions, min_rows, M)
@@ -514,7 +516,7 @@ def _triple_range(Jc, s1, s2, s3_lo, lo, hi, total, n_actions, min_rows, bv, bf,
                 _orient_update(M, ax_r, ax_c, ax_g, feats, lo, hi, bv[r, c], bf[r, c], bb[r, c])
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _triple_chunks(Jc, s1, s2, s3_lo, lo, hi, total, n_actions, min_rows, bv, bf, bb, shared_v, shared_f,
                    shared_b, n_chunks):
     m = Jc.shape[2]

@@ -34,6 +34,7 @@ no branch on the data. ``benchmarks/bench_predict.py`` measures the rates.
 import numba
 import numpy as np
 
+from histogram.jit import kernel, empty, zeros
 from ._validation import check_codes
 from .profiling import phase
 from .routing import code_rows, encode_records, walk_binned, walk_block, walk_raw
@@ -48,7 +49,7 @@ _PACKED_KEYS = ("feature", "threshold", "bin_threshold", "missing_left", "left",
 _PARALLEL_MIN_ROWS = 4096
 
 
-@numba.njit(cache=True)
+@kernel
 def _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, a, b):
     n_trees = offsets.shape[0] - 1
     for i in range(a, b):
@@ -57,7 +58,7 @@ def _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, 
             out[i, t] = walk_raw(X, i, root, feature, threshold, missing_left, left, right) - root
 
 
-@numba.njit(cache=True)
+@kernel
 def _values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out, a, b):
     n_trees = offsets.shape[0] - 1
     k = value.shape[1]
@@ -68,7 +69,7 @@ def _values_raw(X, feature, threshold, missing_left, left, right, value, offsets
                 out[i, j] += value[leaf, j]
 
 
-@numba.njit(cache=True)
+@kernel
 def _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, missing_bin, out, a, b):
     n_trees = offsets.shape[0] - 1
     for r in range(a, b):
@@ -79,7 +80,7 @@ def _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, rig
                                      missing_bin) - root
 
 
-@numba.njit(cache=True)
+@kernel
 def _values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
                    out, a, b):
     n_trees = offsets.shape[0] - 1
@@ -93,7 +94,7 @@ def _values_binned(binned, rows, feature, bin_threshold, missing_left, left, rig
                 out[r, j] += value[leaf, j]
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _par_leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, n_chunks):
     n = X.shape[0]
     chunk = (n + n_chunks - 1) // n_chunks
@@ -101,7 +102,7 @@ def _par_leaves_raw(X, feature, threshold, missing_left, left, right, offsets, o
         _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, c * chunk, min(n, (c + 1) * chunk))
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _par_values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out, n_chunks):
     n = X.shape[0]
     chunk = (n + n_chunks - 1) // n_chunks
@@ -110,7 +111,7 @@ def _par_values_raw(X, feature, threshold, missing_left, left, right, value, off
                     min(n, (c + 1) * chunk))
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _par_leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, missing_bin, out,
                        n_chunks):
     n = rows.shape[0]
@@ -120,7 +121,7 @@ def _par_leaves_binned(binned, rows, feature, bin_threshold, missing_left, left,
                        c * chunk, min(n, (c + 1) * chunk))
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _par_values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
                        out, n_chunks):
     n = rows.shape[0]
@@ -134,7 +135,7 @@ def _par_values_binned(binned, rows, feature, bin_threshold, missing_left, left,
 _OOB_BLOCK = 2048
 
 
-@numba.njit(cache=True)
+@kernel
 def _oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin, acc,
                 cnt, a, b):
     n_trees = offsets.shape[0] - 1
@@ -154,7 +155,7 @@ def _oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right
                 cnt[i] += 1.0
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _par_oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
                     acc, cnt, n_chunks):
     n = binned.shape[1]
@@ -182,7 +183,7 @@ _LOW32 = np.uint64(0xFFFFFFFF)
 _VALUES, _LEAVES, _OOB = 0, 1, 2
 
 
-@numba.njit(cache=True)
+@kernel
 def _batch_walk(X, records, roots, sure_passes, table, width, used, mode, leaf_values_t, leaf_map, oob_codes,
                 values_out, leaves_out, cnt, a, b):
     """Rows ``[a, b)`` of ``X`` through every tree, a block of :data:`ROW_BLOCK` rows at a time.
@@ -202,12 +203,12 @@ def _batch_walk(X, records, roots, sure_passes, table, width, used, mode, leaf_v
     """
     n_trees = roots.shape[0] - 1
     kv = leaf_values_t.shape[0] if mode != _LEAVES else 0
-    codes = np.zeros(max(X.shape[1], 1) * ROW_BLOCK, dtype=np.uint8)
+    codes = zeros(max(X.shape[1], 1) * ROW_BLOCK, np.uint8)
     rows = np.arange(ROW_BLOCK).astype(np.uint32)
-    act = np.empty(ROW_BLOCK, dtype=np.uint64)
-    leaf = np.empty(ROW_BLOCK, dtype=np.uint32)
-    leaf_id = np.empty(ROW_BLOCK, dtype=np.uint64)
-    block_sums = np.empty((kv, ROW_BLOCK))
+    act = empty(ROW_BLOCK, np.uint64)
+    leaf = empty(ROW_BLOCK, np.uint32)
+    leaf_id = empty(ROW_BLOCK, np.uint64)
+    block_sums = empty((kv, ROW_BLOCK), np.float64)
     for a0 in range(a, b, ROW_BLOCK):
         n = min(ROW_BLOCK, b - a0)
         code_rows(X, a0, n, table, width, used, codes, ROW_BLOCK)
@@ -241,7 +242,7 @@ def _batch_walk(X, records, roots, sure_passes, table, width, used, mode, leaf_v
                 values_out[a0 + r, q] = block_sums[q, r]
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _par_batch_walk(X, records, roots, sure_passes, table, width, used, mode, leaf_values_t, leaf_map, oob_codes,
                     values_out, leaves_out, cnt, n_chunks):
     n = X.shape[0]
@@ -690,7 +691,7 @@ def accumulate_oob(forest, X, codes, acc, cnt, batch=None):
                          np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64), acc, cnt)
 
 
-@numba.njit(cache=True)
+@kernel
 def _oob_from_leaves(leaves, codes, value, offsets, acc, cnt):
     n, n_trees = leaves.shape
     for i in range(n):

@@ -29,6 +29,7 @@ import numba
 import numpy as np
 
 from histogram.cpu_kernels import PREFETCH_ROWS, _prefetch
+from histogram.jit import kernel
 from histogram.quantize import column_abs_max, quantize, scales
 from native import collectives as col
 
@@ -116,7 +117,7 @@ class GradientQuantizer:
 _SUM_PIECE_ROWS = 32768
 
 
-@numba.njit(cache=True)
+@kernel
 def _fixed_sums_range(channels, rows, a, b, inv, out):
     c = channels.shape[1]
     flat = channels.reshape(-1)
@@ -130,7 +131,7 @@ def _fixed_sums_range(channels, rows, a, b, inv, out):
             out[j] += np.int64(np.rint(channels[r, j] * inv[j]))
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _fixed_sums_tasks(channels, rows, task_lo, task_hi, inv, partial):
     for t in numba.prange(task_lo.shape[0]):
         _fixed_sums_range(channels, rows, task_lo[t], task_hi[t], inv, partial[t])

@@ -28,8 +28,9 @@ QINI and TOC sums goes through one allreduce. Replicates are processed in chunks
 that bound the membership matrix to about :data:`MASK_BYTES`.
 """
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from histogram.jit import kernel, zeros
 from histogram.rowhash import uniform
 from native import collectives as col
 
@@ -52,10 +53,10 @@ def check_q(q):
     return q
 
 
-@njit(cache=True)
+@kernel
 def _segment_totals(w, G, member):
     R, m = member.shape
-    out = np.zeros((R, 2))
+    out = zeros((R, 2), np.float64)
     for b in range(R):
         sw = 0.0
         swg = 0.0
@@ -68,7 +69,7 @@ def _segment_totals(w, G, member):
     return out
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _segment_sums(key, w, G, member, S0, C0, ate, xq, claim, out):
     """Per replicate: sum w C/S, sum w (C - S ate), and C(x) at the grid points this rank claims."""
     R, m = member.shape
@@ -78,7 +79,7 @@ def _segment_sums(key, w, G, member, S0, C0, ate, xq, claim, out):
         C = C0[b]
         a = 0.0
         qn = 0.0
-        done = np.zeros(nq, dtype=np.bool_)
+        done = zeros(nq, np.bool_)
         last = 0.0
         i = 0
         while i < m:

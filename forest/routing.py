@@ -12,17 +12,18 @@ Every kernel that partitions rows or walks trees (:mod:`forest.partition`,
 :mod:`forest.leaf_estimation`) calls the Numba functions here, and the slow references call
 :func:`goes_left_codes`, so the rule cannot drift between them.
 """
-import numba
 import numpy as np
 
+from histogram.jit import kernel, compiled_only, empty, zeros
 
-@numba.njit(cache=True, inline="always")
+
+@kernel(inline="always")
 def goes_left_code(code, bin_threshold, missing_left, missing_bin):
     """Whether a binned row goes left (branch-free: the side is often a coin flip)."""
     return ((code <= bin_threshold) & (code != missing_bin)) | ((code == missing_bin) & (missing_left != 0))
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def goes_left_value(x, threshold, missing_left):
     """Whether a raw feature value goes left (NaN is missing)."""
     if np.isnan(x):
@@ -30,7 +31,7 @@ def goes_left_value(x, threshold, missing_left):
     return x <= threshold
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def walk_binned(binned, i, node, feature, bin_threshold, missing_left, left, right, missing_bin):
     """Leaf reached by row ``i`` of feature-major codes ``binned`` from ``node``.
 
@@ -46,7 +47,7 @@ def walk_binned(binned, i, node, feature, bin_threshold, missing_left, left, rig
     return node
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def walk_raw(X, i, node, feature, threshold, missing_left, left, right):
     """Leaf reached by row ``i`` of raw features ``X`` (n, n_features) from ``node``."""
     while feature[node] >= 0:
@@ -107,7 +108,7 @@ RECORD_MAX_NODES = 1 << 30
 _LOW32 = np.uint64(0xFFFFFFFF)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def goes_left_shifted(code, shifted_threshold, shift):
     """:func:`goes_left_code` with missing bin 255, in the form the batch walk uses.
 
@@ -119,7 +120,7 @@ def goes_left_shifted(code, shifted_threshold, shift):
     return ((code + shift) & np.uint64(0xFF)) <= shifted_threshold
 
 
-@numba.njit(cache=True)
+@kernel
 def _threshold_ranks(feature, threshold, n_features):
     """Per-feature sorted distinct thresholds and each innerNode's rank among them.
 
@@ -127,23 +128,23 @@ def _threshold_ranks(feature, threshold, n_features):
     threshold is NaN or a feature has more than RECORD_MAX_THRESHOLDS of them.
     """
     n_nodes = feature.shape[0]
-    count = np.zeros(n_features + 1, dtype=np.int64)
+    count = zeros(n_features + 1, np.int64)
     for i in range(n_nodes):
         if feature[i] >= 0:
             if threshold[i] != threshold[i]:
-                return np.zeros(0), 0, count[:n_features], count[:0], count[:0]
+                return zeros(0, np.float64), 0, count[:n_features], count[:0], count[:0]
             count[feature[i] + 1] += 1
     for f in range(n_features):
         count[f + 1] += count[f]
-    members = np.empty(count[n_features], dtype=np.int64)   # inner nodes grouped by feature
+    members = empty(count[n_features], np.int64)   # inner nodes grouped by feature
     fill = count[:n_features].copy()
     for i in range(n_nodes):
         if feature[i] >= 0:
             members[fill[feature[i]]] = i
             fill[feature[i]] += 1
-    rank = np.zeros(n_nodes, dtype=np.int64)
-    n_thresholds = np.zeros(n_features, dtype=np.int64)
-    distinct = np.empty(count[n_features], dtype=np.float64)
+    rank = zeros(n_nodes, np.int64)
+    n_thresholds = zeros(n_features, np.int64)
+    distinct = empty(count[n_features], np.float64)
     for f in range(n_features):
         group = members[count[f]:count[f + 1]]
         values = threshold[group]
@@ -158,7 +159,7 @@ def _threshold_ranks(feature, threshold, n_features):
         n_thresholds[f] = k + 1
     most = n_thresholds.max() if n_features else 0
     if most > RECORD_MAX_THRESHOLDS:
-        return np.zeros(0), 0, n_thresholds, count[:0], count[:0]
+        return zeros(0, np.float64), 0, n_thresholds, count[:0], count[:0]
     width = 1
     while width < most + 1:
         width *= 2
@@ -167,7 +168,7 @@ def _threshold_ranks(feature, threshold, n_features):
     for f in range(n_features):
         table[f * width: f * width + n_thresholds[f]] = distinct[count[f]: count[f] + n_thresholds[f]]
         n_used += n_thresholds[f] > 0
-    used = np.empty(n_used, dtype=np.int64)
+    used = empty(n_used, np.int64)
     n_used = 0
     for f in range(n_features):
         if n_thresholds[f] > 0:
@@ -176,20 +177,20 @@ def _threshold_ranks(feature, threshold, n_features):
     return table, width, n_thresholds, used, rank
 
 
-@numba.njit(cache=True)
+@kernel
 def _encode_records(feature, rank, missing_left, left, right, offsets):
     n_trees = offsets.shape[0] - 1
     n_nodes = feature.shape[0]
-    records = np.zeros(n_nodes, dtype=np.uint64)
-    roots = np.empty(n_trees + 1, dtype=np.int64)
-    leaf_starts = np.empty(n_trees + 1, dtype=np.int64)
-    source = np.empty(n_nodes, dtype=np.int64)       # record id -> packed node id
-    depth = np.zeros(n_nodes, dtype=np.int64)        # record id -> depth in its tree
-    sure_passes = np.zeros(n_trees, dtype=np.int64)
+    records = zeros(n_nodes, np.uint64)
+    roots = empty(n_trees + 1, np.int64)
+    leaf_starts = empty(n_trees + 1, np.int64)
+    source = empty(n_nodes, np.int64)       # record id -> packed node id
+    depth = zeros(n_nodes, np.int64)        # record id -> depth in its tree
+    sure_passes = zeros(n_trees, np.int64)
     n_leaves = 0
     for i in range(n_nodes):
         n_leaves += feature[i] < 0
-    leaf_nodes = np.empty(n_leaves, dtype=np.int64)  # compact leaf index -> packed node id
+    leaf_nodes = empty(n_leaves, np.int64)  # compact leaf index -> packed node id
     pos = 0
     leaf = 0
     for t in range(n_trees):
@@ -268,7 +269,7 @@ def encode_records(packed, n_features):
                 width=int(width), used=used, sure_passes=sure_passes)
 
 
-@numba.njit(cache=True)
+@compiled_only
 def code_rows(X, a, n, table, width, used, codes, stride):
     """Codes of rows ``X[a:a+n]`` for the batch walk, feature-major.
 
@@ -309,7 +310,7 @@ def code_rows(X, a, n, table, width, used, codes, stride):
             codes[out + np.uint64(r)] = np.uint8(RECORD_MISSING) if x != x else np.uint8(lo)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _step(codes, ustride, records, node, r):
     """One row at one innerNode of the batch walk: ``(link, right)``.
 
@@ -324,7 +325,7 @@ def _step(codes, ustride, records, node, r):
     return rec & _LOW32, right
 
 
-@numba.njit(cache=True)
+@compiled_only
 def walk_block(codes, stride, records, root, sure_passes, rows, m, act, leaf):
     """Route rows ``rows[:m]`` of a coded block through one tree, level by level.
 

@@ -27,9 +27,9 @@ the search once per split step on one or two nodes, where NumPy's per-call overh
 and temporaries dominated fit time. :func:`find_best_splits_reference` is a slow loop
 over candidates used by tests.
 """
-import numba
 import numpy as np
 
+from histogram.jit import kernel, compiled_only, empty, zeros
 from . import compiled_criterion as cc
 
 #: Upper bound on the float64 elements of one candidate block (per chunk of nodes),
@@ -132,11 +132,11 @@ def admissible(best, min_gain):
     return (best > min_gain) & (best < np.inf)
 
 
-tie_threshold_jit = numba.njit(cache=True, inline="always")(tie_threshold)
-admissible_jit = numba.njit(cache=True, inline="always")(admissible)
+tie_threshold_jit = kernel(tie_threshold, inline="always")
+admissible_jit = kernel(admissible, inline="always")
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def first_near_best(cand_gain, n_cand, best, rel_tol):
     """``(feature, candidate)`` of the first candidate tying ``best``; ``(-1, -1)`` if none.
 
@@ -151,7 +151,7 @@ def first_near_best(cand_gain, n_cand, best, rel_tol):
     return -1, -1
 
 
-@numba.njit(cache=True)
+@compiled_only
 def hist_candidates(p, f, h, cnt, have_counts, n_node, nbf, missing_bin, min_rows, base, parent, cum, miss, lefts,
                     rights, cand_bin, cand_dir, cand_left):
     """Split candidates of feature ``f`` of one node from its histogram ``h (F, bins, C)``.
@@ -247,24 +247,24 @@ def hist_candidates(p, f, h, cnt, have_counts, n_node, nbf, missing_bin, min_row
     return nc
 
 
-@numba.njit(cache=True)
+@kernel
 def _compiled_search_kernel(p, n_consts, weight_channel, hist, parent, nb, missing_bin, mask, use_mask, min_gain,
                             rel_tol, out_f, out_b, out_ml, out_gain, out_left, out_right):
     """:func:`find_best_splits` for a criterion with compiled pieces (record ``p``)."""
     n_nodes, n_features, _, c = hist.shape
     n_slots = 2 * missing_bin + 2
-    cand_gain = np.empty((n_features, n_slots))
-    cand_bin = np.empty((n_features, n_slots), dtype=np.int64)
-    cand_dir = np.empty((n_features, n_slots), dtype=np.int64)
-    cand_left = np.empty((n_features, n_slots, c))
-    n_cand = np.zeros(n_features, dtype=np.int64)
-    lefts = np.empty((n_slots, c))
-    rights = np.empty((n_slots, c))
-    consts = np.zeros(n_consts)
-    total = np.empty((n_features, c))
-    cum = np.empty(c)
-    miss = np.empty(c)
-    no_counts = np.zeros((1, 1), dtype=np.int64)
+    cand_gain = empty((n_features, n_slots), np.float64)
+    cand_bin = empty((n_features, n_slots), np.int64)
+    cand_dir = empty((n_features, n_slots), np.int64)
+    cand_left = empty((n_features, n_slots, c), np.float64)
+    n_cand = zeros(n_features, np.int64)
+    lefts = empty((n_slots, c), np.float64)
+    rights = empty((n_slots, c), np.float64)
+    consts = zeros(n_consts, np.float64)
+    total = empty((n_features, c), np.float64)
+    cum = empty(c, np.float64)
+    miss = empty(c, np.float64)
+    no_counts = zeros((1, 1), np.int64)
     for n in range(n_nodes):
         h = hist[n]
         cc.prepare(p, parent[n], consts)
@@ -416,7 +416,7 @@ def _search_chunk(hist, parent, criterion, valid, missing_bin, feature_mask, par
     result.right_stats[sl] = np.where(ok[:, None], rstats, 0.0)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _newton_score(st, k, lam):
     s = 0.0
     for j in range(k):
@@ -426,13 +426,13 @@ def _newton_score(st, k, lam):
     return s
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _newton_score1(g, h, lam):
     d = h + lam
     return g * g / d if d > 0 else 0.0
 
 
-@numba.njit(cache=True)
+@compiled_only
 def _newton_scan_k1(hist, n, f, nbf, missing_bin, lam, min_leaf, min_hess, factor, score_p, gains):
     """Fill gains[b, d] of one (node, feature) for one output (scalar fast path).
 
@@ -484,17 +484,17 @@ def _newton_scan_k1(hist, n, f, nbf, missing_bin, lam, min_leaf, min_hess, facto
     return best
 
 
-@numba.njit(cache=True)
+@kernel
 def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_count, use_count, k, lam, min_leaf,
                           min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_left, out_right):
     n_nodes, n_features, _, c = hist.shape
     nv = missing_bin
-    gains = np.empty((n_features, nv, 2))
-    fbest = np.empty(n_features)  # best gain per feature: the tie scan visits only features that reach it
-    cum = np.empty(c)
-    total = np.empty(c)
-    left = np.empty(c)
-    right = np.empty(c)
+    gains = empty((n_features, nv, 2), np.float64)
+    fbest = empty(n_features, np.float64)  # best gain per feature: the tie scan visits only features that reach it
+    cum = empty(c, np.float64)
+    total = empty(c, np.float64)
+    left = empty(c, np.float64)
+    right = empty(c, np.float64)
     for n in range(n_nodes):
         hp = 0.0
         for j in range(k):
@@ -526,12 +526,12 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
                 if hist[n, f, missing_bin, ch] != 0.0:
                     has_missing = True
             for b in range(nbf):
-                empty = True
+                bin_empty = True
                 for ch in range(c):
                     cum[ch] += hist[n, f, b, ch]
                     if hist[n, f, b, ch] != 0.0:
-                        empty = False
-                if b > 0 and empty:
+                        bin_empty = False
+                if b > 0 and bin_empty:
                     continue  # same split as the previous bin (see _newton_scan_k1)
                 for d in range(2):
                     if d == 1 and (b == nbf - 1 or not has_missing):

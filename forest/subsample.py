@@ -40,8 +40,9 @@ among its kept rows.
 """
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from histogram.jit import kernel
 from histogram.rowhash import GOLDEN, hash_id, hash64_reference, key_of, mix64, unit_id, uniform
 
 OUT, STRUCTURE, ESTIMATION, BOTH, UNUSED = 0, 1, 2, 3, 4
@@ -51,7 +52,7 @@ _HALF, _SUB, _HONEST, _WITHIN = 1, 2, 3, 4
 _FEISTEL_ROUNDS = 4
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _scrambled_index(key, j, n):
     """Image of ``j`` under a keyed permutation of ``0 .. n-1`` (Feistel + cycle walking)."""
     half = np.uint64(1)
@@ -70,7 +71,7 @@ def _scrambled_index(key, j, n):
             return np.int64(x)
 
 
-@njit(cache=True)
+@kernel
 def _codes_trees(j0, j1, seed, trees, ids, group_size, keep_frac, honest, honesty_fraction, within, csize,
                  per_cluster, out):
     """Rows ``j0:j1`` of :func:`tree_row_codes`' output (the serial kernel)."""
@@ -98,7 +99,7 @@ def _codes_trees(j0, j1, seed, trees, ids, group_size, keep_frac, honest, honest
             out[j, i] = code
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _codes_parallel(seed, trees, ids, group_size, keep_frac, honest, honesty_fraction, within, csize, per_cluster,
                     out):
     for j in prange(trees.shape[0]):

@@ -35,12 +35,13 @@ The fitted state is plain numpy arrays and Python scalars (see
 """
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from native.blocks import block_bounds
 from native.collectives import allgatherv, alltoallv
 
 from .dtypes import BIN_DTYPE, MAX_VALUE_BINS, X_DTYPE
+from .jit import kernel, compiled_only, empty, zeros
 from .rowhash import uniform
 
 #: rowhash stream used to choose the binning sample ("BIN" in ASCII).
@@ -527,7 +528,7 @@ def _midpoints(lo, hi):
     return np.where(ok, mid, lo)
 
 
-@njit(cache=True)
+@kernel
 def _greedy_cuts(counts, max_bins):
     """Equal-count cut points over sorted distinct values, heavy ties set apart.
 
@@ -552,7 +553,7 @@ def _greedy_cuts(counts, max_bins):
     n = counts.shape[0]
     if n <= max_bins:
         return np.arange(n - 1)
-    heavy = np.zeros(n, dtype=np.bool_)
+    heavy = zeros(n, np.bool_)
     rest = 0.0
     for i in range(n):
         rest += counts[i]
@@ -568,8 +569,8 @@ def _greedy_cuts(counts, max_bins):
                 free -= 1
                 changed = True
 
-    seg_lo = np.empty(n, dtype=np.int64)
-    seg_hi = np.empty(n, dtype=np.int64)
+    seg_lo = empty(n, np.int64)
+    seg_hi = empty(n, np.int64)
     while True:
         # Runs of non-heavy values [seg_lo, seg_hi).
         n_seg = 0
@@ -596,7 +597,7 @@ def _greedy_cuts(counts, max_bins):
         heavy[j] = False
 
     budget = max_bins - n_heavy
-    seg_rows = np.zeros(n_seg)
+    seg_rows = zeros(n_seg, np.float64)
     total = 0.0
     for s in range(n_seg):
         for i in range(seg_lo[s], seg_hi[s]):
@@ -604,7 +605,7 @@ def _greedy_cuts(counts, max_bins):
         total += seg_rows[s]
     # Proportional shares, at least one bin per run, leftovers by largest remainder.
     seg_bins = np.ones(n_seg, dtype=np.int64)
-    frac = np.zeros(n_seg)
+    frac = zeros(n_seg, np.float64)
     used = n_seg
     for s in range(n_seg):
         share = (budget * seg_rows[s] / total) if total > 0 else 1.0
@@ -633,7 +634,7 @@ def _greedy_cuts(counts, max_bins):
         frac[best] = -1.0
         used += 1
 
-    cuts = np.empty(max_bins - 1, dtype=np.int64)
+    cuts = empty(max_bins - 1, np.int64)
     # int64 zeros, not literals: Numba would also compile the callee for literal 0s.
     n_cuts = np.int64(0)
     s = 0
@@ -652,7 +653,7 @@ def _greedy_cuts(counts, max_bins):
     return cuts[:n_cuts]
 
 
-@njit(cache=True)
+@compiled_only
 def _equal_count_cuts(counts, lo, hi, n_bins, cuts, n_cuts):
     """Append cuts splitting values lo..hi-1 into at most ``n_bins`` equal-count bins.
 
@@ -706,7 +707,7 @@ def _search_tables(thresholds, offsets):
 _TRANSFORM_BLOCK = 4096
 
 
-@njit(cache=True)
+@kernel
 def _transform_rows(X, padded, coarse, missing_bin, out, start, stop):
     """out[f, i] = number of feature-f thresholds < X[i, f] for rows ``start:stop``; NaN -> missing_bin.
 
@@ -735,7 +736,7 @@ def _transform_rows(X, padded, coarse, missing_bin, out, start, stop):
             out[f, i] = 16 * c1 + c2
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _transform_parallel(X, padded, coarse, missing_bin, out):
     """:func:`_transform_rows` over row blocks in parallel; each thread writes its own columns."""
     n_rows = X.shape[0]

@@ -37,8 +37,10 @@ import sys
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import prange, types
 from numba.extending import intrinsic, overload
+
+from .jit import kernel, compiled_only
 
 #: Rows per cache block: 4096 rows x 14 channels x 8 B = 448 KiB worst case,
 #: 64 KiB for the common 2-channel case.
@@ -128,7 +130,7 @@ def _hadd_overload(h, i, v):
     return impl
 
 
-@njit(cache=True)
+@compiled_only
 def _accumulate(h, codes, channels, rows, r0, r1, identity):
     """h[codes[r], :] += channels[r, :] for r = rows[r0:r1] (or r0:r1 if identity)."""
     n_channels = channels.shape[1]
@@ -154,7 +156,7 @@ def _accumulate(h, codes, channels, rows, r0, r1, identity):
                     h[b, c] += channels[r, c]
 
 
-@njit(cache=True)
+@compiled_only
 def _accumulate4(h0, h1, h2, h3, c0, c1, c2, c3, channels, rows, r0, r1, identity):
     """Four features at once: each row's channels are loaded once for four updates.
 
@@ -208,7 +210,7 @@ def _accumulate4(h0, h1, h2, h3, c0, c1, c2, c3, channels, rows, r0, r1, identit
                     _hadd(h3, b3 + c, v)
 
 
-@njit(cache=True)
+@compiled_only
 def _accumulate_features(hist, binned, channels, rows, r0, r1, f0, f1, identity):
     """hist[f] += histogram of rows r0:r1 for features f0:f1 (hist indexed by feature)."""
     f = f0
@@ -223,7 +225,7 @@ def _accumulate_features(hist, binned, channels, rows, r0, r1, f0, f1, identity)
         f += 1
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _build_by_feature(binned, channels, rows, node_starts, identity,
                       task_node, task_f0, task_f1, chunk_starts, out):
     """Run (node, feature-range) tasks; chunk ``c`` runs tasks chunk_starts[c]:[c+1].
@@ -287,7 +289,7 @@ def _build_by_feature(binned, channels, rows, node_starts, identity,
                 _accumulate_features(hist, binned, channels, rows, r0, r1, f, f1, identity)
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _build_by_rows(binned, channels, rows, identity, part_start, part_stop, partial):
     """Part ``p`` sums rows[part_start[p]:part_stop[p]] over all features into partial[p]."""
     n_parts = part_start.shape[0]
@@ -302,7 +304,7 @@ def _build_by_rows(binned, channels, rows, identity, part_start, part_stop, part
             _accumulate_features(hist, binned, channels, rows, r0, r1, 0, n_features, identity)
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _reduce_parts(partial, part_offsets, big_nodes, out):
     """out[big_nodes[j], f] = sum of partial[part_offsets[j]:part_offsets[j+1], f]."""
     n_big = big_nodes.shape[0]
@@ -474,7 +476,7 @@ def _default_big_rows(total_rows, n_features, n_threads):
 # KiB, fall out of L1).
 
 
-@njit(cache=True)
+@kernel
 def _gh_features(binned, gh, rows, s, e, identity, f0, f1, out):
     """out[f] = histogram of complex (g, h) over rows s:e for f in f0:f1 (out zeroed here).
 
@@ -547,13 +549,13 @@ def _gh_features(binned, gh, rows, s, e, identity, f0, f1, out):
         f += 1
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _packed_code(codes4, f, r):
     # Byte r % 4 of word r // 4: code of row r (little-endian packing).
     return (codes4[f, r >> 2] >> ((r & 3) << 3)) & 255
 
 
-@njit(cache=True)
+@kernel
 def _gh_features_packed(codes4, gh, s, e, f0, f1, out):
     """As :func:`_gh_features` for a contiguous row range, reading four codes per load.
 
@@ -619,7 +621,7 @@ def _gh_features_packed(codes4, gh, s, e, f0, f1, out):
         f += 1
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _gh_packed_parallel(codes4, gh, s, e, out, n_parts):
     n_features = codes4.shape[0]
     for p in prange(n_parts):
@@ -649,13 +651,13 @@ def pack_codes(binned):
     return padded.view(np.uint32)
 
 
-@njit(cache=True)
+@kernel
 def _gather(gh, rows, s, e, buf):
     for k in range(s, e):
         buf[k - s] = gh[rows[k]]
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _gh_parallel(binned, gh, rows, s, e, identity, buf, out, n_parts):
     # Gather in row chunks, then one feature range per part (parts own their slabs).
     n_features = binned.shape[0]
@@ -673,7 +675,7 @@ def _gh_parallel(binned, gh, rows, s, e, identity, buf, out, n_parts):
             _gh_features(binned, buf, rows, s, e, False, f0, f1, out)
 
 
-@njit(cache=True)
+@compiled_only
 def _gh_part(binned, codes4, gh, rows, a, b, s, identity, use_packed, buf, hist):
     """One row part ``a:b`` of a node over all features into ``hist`` (zeroed here).
 
@@ -692,7 +694,7 @@ def _gh_part(binned, codes4, gh, rows, a, b, s, identity, use_packed, buf, hist)
         _gh_features(binned, part, rows, a, b, False, 0, n_features, hist)
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _gh_rows_parallel(binned, codes4, gh, rows, s, e, identity, use_packed, buf, out, partial):
     """Row-split build: part 0 sums its rows into ``out``, part p >= 1 into
     ``partial[p - 1]``; then ``out[f] += partial[p - 1, f]`` in part order, by feature.

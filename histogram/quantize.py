@@ -26,6 +26,7 @@ is the slow NumPy reference the tests compare :func:`quantize` with.
 import numba
 import numpy as np
 
+from .jit import kernel
 from .rowhash import hash64_reference, hash_id, stream_key
 
 #: Bits of each packed field (the code is ``g * 2**FIELD_BITS + h``).
@@ -47,7 +48,7 @@ def scales(max_abs_g, max_h, levels):
     return np.where(s > 0, s, 1.0)
 
 
-@numba.njit(cache=True)
+@kernel
 def _abs_max_rows(x, a, b, out):
     for j in range(x.shape[1]):
         out[j] = 0.0
@@ -58,7 +59,7 @@ def _abs_max_rows(x, a, b, out):
                 out[j] = v
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _abs_max_parallel(x, out):
     n = x.shape[0]
     n_chunks = out.shape[0]
@@ -90,7 +91,7 @@ def column_abs_max(x):
     return out.max(axis=0)
 
 
-@numba.njit(cache=True)
+@kernel
 def _quantize_rows(channels, gids, key, inv, half, levels, out, a, b):
     k_out = out.shape[0]
     shift = half + 1
@@ -111,7 +112,7 @@ def _quantize_rows(channels, gids, key, inv, half, levels, out, a, b):
             out[k, i] = (g << FIELD_BITS) + h
 
 
-@numba.njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def _quantize_parallel(channels, gids, key, inv, half, levels, out, n_chunks):
     n = channels.shape[0]
     chunk = (n + n_chunks - 1) // n_chunks
@@ -190,7 +191,7 @@ def quantize_reference(channels, gids, seed, stream, scale, levels):
     return out
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def split_code(q):
     """``(g, h)`` of one packed int64 code (compiled :func:`unpack`)."""
     h = q & _LOW

@@ -13,7 +13,8 @@ stream)``. The scalar functions are Numba ``njit`` so kernels elsewhere
 is the slow NumPy reference tests compare them with.
 """
 import numpy as np
-from numba import njit
+
+from .jit import kernel
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -23,7 +24,7 @@ TO_UNIT = 1.0 / 9007199254740992.0
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def mix64(z):
     """SplitMix64 finaliser of one uint64 (wrapping arithmetic)."""
     z = (z ^ (z >> np.uint64(30))) * _M1
@@ -31,26 +32,26 @@ def mix64(z):
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def key_of(seed, stream):
     """Key of one (seed, stream) pair; both uint64 (callers wrap negative ints)."""
     return mix64(np.uint64(seed) * GOLDEN + np.uint64(stream))
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def hash_id(key, counter):
     """Hash of one counter (a global row id, a node key + feature, ...) under ``key``."""
     # Both cast: Numba promotes uint64 + int64 to float64, which would silently round.
     return mix64(np.uint64(counter) * GOLDEN + np.uint64(key))
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def unit_id(key, counter):
     """:func:`hash_id` as a float in [0, 1) from its top 53 bits."""
     return np.float64(hash_id(key, counter) >> np.uint64(11)) * TO_UNIT
 
 
-@njit(cache=True)
+@kernel
 def _hash_array(key, ids, out):
     for i in range(ids.shape[0]):
         out[i] = hash_id(key, ids[i])
