@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from .collective_checks import require_same
+from .collective_checks import AgreedError, require_same
 
 # scikit-learn is imported only off the common path. A numpy array of numbers, which
 # scikit-learn's validators would accept unchanged and without a warning, is checked
@@ -43,10 +43,8 @@ _PLAIN_KINDS = "biuf"
 
 
 def _validate_data(estimator, X, **kwargs):
-    try:  # scikit-learn >= 1.6
-        from sklearn.utils.validation import validate_data
-    except ImportError:  # pragma: no cover - older scikit-learn
-        return estimator._validate_data(X, **kwargs)
+    from sklearn.utils.validation import validate_data  # imported on first use (see above)
+
     return validate_data(estimator, X, **kwargs)
 
 
@@ -421,13 +419,19 @@ def check_class_labels(y):
 
 
 def check_row_count(estimator, n_rows, minimum, n_ranks=1):
-    """Raise unless ``n_rows`` (over all ranks) reaches the estimator's ``minimum``."""
+    """Raise unless ``n_rows`` (over all ranks) reaches the estimator's ``minimum``.
+
+    Raises
+    ------
+    forest.collective_checks.AgreedError
+        A ``ValueError`` every rank raises alike (``n_rows`` is a shared total).
+    """
     where = " over all ranks" if n_ranks > 1 else ""
     name = type(estimator).__name__
     if n_rows == 0:
-        raise ValueError(f"Found array with 0 sample(s){where} while a minimum of {minimum} is required by {name}.")
+        raise AgreedError(f"Found array with 0 sample(s){where} while a minimum of {minimum} is required by {name}.")
     if n_rows < minimum:
-        raise ValueError(f"{name} needs at least {minimum} rows to fit, got n_samples = {n_rows}{where}")
+        raise AgreedError(f"{name} needs at least {minimum} rows to fit, got n_samples = {n_rows}{where}")
 
 
 #: Largest accepted sum over all rows of ``|weight * value|`` for the quantities of
@@ -486,15 +490,20 @@ def check_moment_sums(sums, y_name="y", t_name="t"):
     sums : ndarray, shape (5,)
     y_name, t_name : str
         How to call the outcome and treatment in the message.
+
+    Raises
+    ------
+    forest.collective_checks.AgreedError
+        A ``ValueError`` every rank raises alike (the sums are totals over all ranks).
     """
     for value, (expr, arg) in zip(sums, _MOMENTS):
         expr, arg = expr.format(y=y_name, t=t_name), arg.format(y=y_name, t=t_name)
         if not value <= MAX_MOMENT_SUM:  # also catches NaN
-            raise ValueError(f"{arg} too large in magnitude: the sum over all rows of |{expr}| is {value:.3g}, "
+            raise AgreedError(f"{arg} too large in magnitude: the sum over all rows of |{expr}| is {value:.3g}, "
                              f"above {MAX_MOMENT_SUM:.3g}, so float64 split statistics (squares of such sums) "
                              f"would overflow; rescale {arg}")
         if 0.0 < value < MIN_MOMENT_SUM:  # zero is fine: a constant zero column
-            raise ValueError(f"{arg} too small in magnitude: the sum over all rows of |{expr}| is {value:.3g}, "
+            raise AgreedError(f"{arg} too small in magnitude: the sum over all rows of |{expr}| is {value:.3g}, "
                              f"below {MIN_MOMENT_SUM:.3g}, so float64 split statistics (squares of such sums) "
                              f"would underflow; rescale {arg}")
 

@@ -66,6 +66,30 @@ class AgreedError(ValueError):
     """
 
 
+#: Attribute set on a one-rank input error raised inside :func:`collective_checks`.
+_AGREED_MARK = "_histforest_agreed"
+
+
+def is_agreed(exc):
+    """Whether ``exc`` is an input error that every rank raised together.
+
+    True for a :class:`RankInputError`, an :class:`AgreedError` (the checks after the
+    exchange, on values all ranks share), and a ``ValueError`` raised inside
+    :func:`collective_checks` on a single rank. The command-line tools print such an
+    error as one line on every rank; any other exception may have been raised on one
+    rank while the others wait in a collective, and must end the job.
+
+    Parameters
+    ----------
+    exc : BaseException
+
+    Returns
+    -------
+    bool
+    """
+    return isinstance(exc, (RankInputError, AgreedError)) or bool(getattr(exc, _AGREED_MARK, False))
+
+
 def _describe(exc):
     """One rank's error as a message other ranks can read."""
     text = str(exc).strip() or type(exc).__name__
@@ -104,7 +128,9 @@ def collective_checks(comm):
     ------
     RankInputError
         On every rank, when the block raised an ``Exception`` on any rank and
-        ``comm.size > 1``. With one rank the block's own exception propagates.
+        ``comm.size > 1``. With one rank the block's own exception propagates,
+        marked for :func:`is_agreed` when it is a ``ValueError`` (its type and
+        message stay what the check raised, as scikit-learn users expect).
     """
     checks = _Checks(comm)
     error = None
@@ -112,6 +138,8 @@ def collective_checks(comm):
         yield checks
     except Exception as exc:  # noqa: BLE001 - any failure must reach the other ranks
         if comm.size == 1:
+            if isinstance(exc, ValueError):
+                setattr(exc, _AGREED_MARK, True)
             raise
         error = exc
     summary = checks._summary if checks._summary is not None else {}
@@ -139,9 +167,9 @@ def input_error(summaries, rank, message):
     Returns
     -------
     ValueError
-        A plain ``ValueError(message)`` with one rank, else :class:`RankInputError`.
+        :class:`AgreedError` ``(message)`` with one rank, else :class:`RankInputError`.
     """
-    return ValueError(message) if len(summaries) == 1 else RankInputError([rank], [message])
+    return AgreedError(message) if len(summaries) == 1 else RankInputError([rank], [message])
 
 
 def require_same(summaries, key, describe):

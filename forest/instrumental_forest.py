@@ -25,7 +25,7 @@ from native.comm import world
 
 from .compiled_criterion import shared_specialisation
 from .clusters import resolve_clusters
-from .collective_checks import collective_checks, total
+from .collective_checks import AgreedError, collective_checks, total
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
 from .effect_forest import EffectForestBase
 from .honest_forest import global_ids, grow_honest_forest
@@ -187,10 +187,10 @@ class InstrumentalForest(EffectForestBase):
         for name, what in _VARIABLES:
             ranges = [s["ranges"][name] for s in summaries if s["ranges"][name] is not None]
             if min(lo for lo, _ in ranges) == max(hi for _, hi in ranges):
-                raise ValueError(f"{name} is constant over all rows: the {what} must vary")
+                raise AgreedError(f"{name} is constant over all rows: the {what} must vary")
         sums = total(summaries, "overflow")
         if not sums[0, 0] > 0:
-            raise ValueError("sample_weight sums to zero over all rows")
+            raise AgreedError("sample_weight sums to zero over all rows")
         # The nuisance forests rescale the weights to mean 1; check what they will sum too.
         _check_overflow(sums * max(1.0, n_global / sums[0, 0]), ("y", "t", "z"))
         return SimpleNamespace(seed=seed, X=X, binned=binned, n_global=n_global, values=values, g=g, given=given)

@@ -27,6 +27,7 @@ own values (no communication), :func:`resolve_treatment` on the summaries of all
 import numpy as np
 
 from ._validation import as_columns
+from .collective_checks import AgreedError
 
 TREATMENT_TYPES = ("auto", "binary", "categorical", "continuous")
 
@@ -107,14 +108,14 @@ def resolve_treatment(kind, summaries):
     single = np.flatnonzero(np.atleast_1d(low == high))
     if single.size:
         column = "" if shape == () else f" column {single[0]}"
-        raise ValueError(f"the treatment t{column} takes a single value ({np.atleast_1d(low)[single[0]]}) on every "
+        raise AgreedError(f"the treatment t{column} takes a single value ({np.atleast_1d(low)[single[0]]}) on every "
                          f"row; no effect can be estimated without rows at another treatment level")
     integer = all(s["integer"] for s in summaries)
     if kind == "continuous":
         return "continuous", None
     if shape != ():
         if kind != "auto":
-            raise ValueError(f"a {kind} treatment must be 1-D, got t with {shape[0]} columns")
+            raise AgreedError(f"a {kind} treatment must be 1-D, got t with {shape[0]} columns")
         return "continuous", None
     parts = [s["levels"] for s in summaries if s["levels"] is not None and len(s["levels"])]
     levels = np.unique(np.concatenate(parts))
@@ -124,16 +125,16 @@ def resolve_treatment(kind, summaries):
         elif not integer:
             return "continuous", None
         elif len(levels) > AUTO_MAX_LEVELS:
-            raise ValueError(f"t is an integer treatment with more than {AUTO_MAX_LEVELS} distinct values; say what "
+            raise AgreedError(f"t is an integer treatment with more than {AUTO_MAX_LEVELS} distinct values; say what "
                              f"it is: treatment_type='categorical' for arms (at most {MAX_LEVELS} levels) or "
                              f"'continuous' for a dose")
         else:
             kind = "categorical"
     if kind == "binary" and len(levels) != 2:
-        raise ValueError(f"a binary treatment takes exactly two values, t has {len(levels)}"
+        raise AgreedError(f"a binary treatment takes exactly two values, t has {len(levels)}"
                          f"{'+' if len(levels) > 2 else ''} ({levels[:5]}{' ...' if len(levels) > 5 else ''})")
     if kind == "categorical" and len(levels) > MAX_LEVELS:
-        raise ValueError(f"a categorical treatment has at most {MAX_LEVELS} levels, t has more")
+        raise AgreedError(f"a categorical treatment has at most {MAX_LEVELS} levels, t has more")
     return kind, levels
 
 

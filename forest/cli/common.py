@@ -247,12 +247,12 @@ def fit_input_error(exc):
 
     Estimators validate ``fit``'s input collectively (:mod:`forest.collective_checks`,
     in their ``_fit_inputs``): a bad input raises the same :class:`RankInputError` on
-    every rank, and with one rank the check's own ``ValueError``; the cross-rank checks
-    after the exchange (in ``_fit_inputs`` too) run on identical summaries, so they
-    also fail alike on every rank. Such an error may become the tools' one-line error
-    (every rank raises :class:`CLIError` together). Any other exception, which may
-    have been raised on one rank alone while the others wait in a collective, gets
-    None: it must abort the job.
+    every rank (with one rank the check's own ``ValueError``, marked), and the checks
+    after the exchange, on identical summaries, raise :class:`AgreedError` on every
+    rank. Such an error (:func:`forest.collective_checks.is_agreed`) may become the
+    tools' one-line error (every rank raises :class:`CLIError` together). Any other
+    exception, which may have been raised on one rank alone while the others wait in
+    a collective, gets None: it must abort the job.
 
     Parameters
     ----------
@@ -262,27 +262,12 @@ def fit_input_error(exc):
     -------
     str or None
     """
-    from forest.collective_checks import AgreedError, RankInputError
+    from forest.collective_checks import RankInputError, is_agreed
 
-    def first_line(text):
-        text = str(text).strip()
-        return text.splitlines()[0] if text else type(exc).__name__
-
-    if isinstance(exc, RankInputError):
-        return first_line(exc.messages[0])
-    if isinstance(exc, AgreedError):
-        return first_line(exc)
-    if not isinstance(exc, ValueError):
+    if not is_agreed(exc):
         return None
-    # Raised by an estimator's ``_fit_inputs``: in its ``with collective_checks(...)``
-    # block (one rank: the check's own error) or in the cross-rank checks after it.
-    tb = exc.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_name == "_fit_inputs" and "collective_checks" in code.co_names:
-            return first_line(exc)
-        tb = tb.tb_next
-    return None
+    text = str(exc.messages[0] if isinstance(exc, RankInputError) else exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def plan_source(comm, spec, numeric, keep=(), require_rows=True, out=None):

@@ -202,19 +202,33 @@ def test_classifier_on_a_continuous_outcome_under_mpirun(continuous_outcome, tmp
 def test_fit_input_error_accepts_only_agreed_input_checks():
     from forest.cli.common import fit_input_error
 
+    from forest.collective_checks import AgreedError, collective_checks, input_error
+    from native.comm import SelfCommunicator
+
     assert fit_input_error(RankInputError([1], ["y has NaN\nmore"])) == "y has NaN"
+    assert fit_input_error(AgreedError("sample_weight sums to zero over all rows")) == \
+        "sample_weight sums to zero over all rows"
+    assert fit_input_error(input_error([{}], 0, "t_hat has the wrong shape")) == "t_hat has the wrong shape"
     assert fit_input_error(ValueError("raised anywhere else")) is None
     assert fit_input_error(RuntimeError("a crash")) is None
+    # One rank: a check's own ValueError inside collective_checks, type and message kept.
+    with pytest.raises(ValueError) as caught:
+        with collective_checks(SelfCommunicator()):
+            raise ValueError("bad labels\ndetail")
+    assert type(caught.value) is ValueError and fit_input_error(caught.value) == "bad labels"
+    with pytest.raises(TypeError) as caught:
+        with collective_checks(SelfCommunicator()):
+            raise TypeError("a bug, not an input check")
+    assert fit_input_error(caught.value) is None
+    # The checks after the exchange, through an estimator.
+    import forest
 
-    class Est:
-        def _fit_inputs(self):
-            from forest.collective_checks import collective_checks  # noqa: F401 - as estimators do
-            raise ValueError("bad labels")
-
-    try:
-        Est()._fit_inputs()
-    except ValueError as exc:
-        assert fit_input_error(exc) == "bad labels"
+    with pytest.raises(ValueError) as caught:
+        forest.GBDTRegressor(n_estimators=1).fit(np.zeros((5, 2)), np.zeros(5), sample_weight=np.zeros(5))
+    assert fit_input_error(caught.value) == "sample_weight sums to zero over all rows"
+    with pytest.raises(ValueError) as caught:
+        forest.CausalForest(n_estimators=4).fit(np.zeros((8, 2)), np.ones(8), np.zeros(8))
+    assert fit_input_error(caught.value).startswith("the treatment t takes a single value")
 
 
 def test_diverging_boosting_is_one_line(files, tmp_path, capsys):
