@@ -216,8 +216,9 @@ class _BaseGBDT(EstimatorBase):
         if isinstance(rs, (int, np.integer)):
             return int(rs) & 0x7FFFFFFF
         # None or a RandomState: draw once on rank 0 so every rank uses the same seed
-        # (None: numpy's global RandomState, as scikit-learn's check_random_state gives).
-        state = np.random.mtrand._rand if rs is None else rs
+        # (None: numpy's global RandomState, whose draws np.random.randint makes, the
+        # generator scikit-learn's check_random_state(None) returns).
+        state = np.random if rs is None else rs
         seed = int(state.randint(0, 2**31 - 1)) if comm.rank == 0 else 0
         return seed if comm.size == 1 else int(col.bcast_object(comm, seed))
 
@@ -252,7 +253,7 @@ class _BaseGBDT(EstimatorBase):
         check_row_count(self, total(summaries, "rows"), 1, comm.size)
         moments = total(summaries, "moments")
         if not moments[0] > 0:  # sum |w| = sum w: weights are non-negative
-            raise ValueError("sample_weight sums to zero over all rows")
+            raise AgreedError("sample_weight sums to zero over all rows")
         check_moment_sums(moments)
         classes = np.unique(np.concatenate([s["labels"] for s in summaries])) if classifier else None
         return X, y, w, binned, classes
