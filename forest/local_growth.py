@@ -57,7 +57,7 @@ import numba
 import numpy as np
 from collections import namedtuple
 
-from histogram.jit import kernel, compiled_only, empty, zeros
+from histogram.jit import arange, compiled_only, empty, kernel, zeros
 from . import compiled_criterion as cc
 from ._validation import check_codes
 from .growth_options import current_engine_options
@@ -193,12 +193,16 @@ def _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, sign):
 @compiled_only
 def _hist_sub(hist, hcnt, slot, s2):
     """``hist[slot] -= hist[s2]`` and ``hcnt[slot] -= hcnt[s2]`` as plain loops (the array
-    expressions compiled a broadcasting kernel and its error formatting: ~3 s cold)."""
-    for f in range(hist.shape[1]):
-        for b in range(hist.shape[2]):
-            hcnt[slot, f, b] -= hcnt[s2, f, b]
-            for k in range(hist.shape[3]):
-                hist[slot, f, b, k] -= hist[s2, f, b, k]
+    expressions compiled a broadcasting kernel and its error formatting: ~3 s cold), over
+    each slot as one flat run (the 4-deep loop nest took ~0.3 s more to compile)."""
+    n_counts = hcnt.shape[1] * hcnt.shape[2]
+    counts = hcnt.reshape(hcnt.shape[0], n_counts)
+    for i in range(n_counts):
+        counts[slot, i] -= counts[s2, i]
+    n_sums = n_counts * hist.shape[3]
+    sums = hist.reshape(hist.shape[0], n_sums)
+    for i in range(n_sums):
+        sums[slot, i] -= sums[s2, i]
 
 
 @kernel
@@ -255,7 +259,7 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
                     chl[i, k] = channels[r, k]
                 for f in range(n_features):
                     tcb[i, f] = binned[f, r]
-            pos = np.arange(mh)
+            pos = arange(mh)
             pscratch = empty(mh, np.int64)
             n_hslots = min(m // max(hist_rows, 1) + 1, gp.max_slots) if hist_task else 0
             hist = zeros((n_hslots, n_features, n_codes, c), np.float64)

@@ -12,7 +12,7 @@ keeps the draw independent of the row-sampling streams.
 """
 import numpy as np
 
-from histogram.jit import kernel, compiled_only, empty
+from histogram.jit import arange, compiled_only, empty, kernel
 from histogram.rowhash import hash64_reference, hash_id, stream_key
 
 #: Hash stream of the node keys; the feature hashes use the next stream.
@@ -62,7 +62,7 @@ def _stable_order(keys):
     the left run's element on equal keys, so equal keys keep index order.
     """
     n = keys.shape[0]
-    a = np.arange(n)
+    a = arange(n)
     b = empty(n, np.int64)
     width = 1
     while width < n:

@@ -41,7 +41,7 @@ from native.blocks import block_bounds
 from native.collectives import allgatherv, alltoallv
 
 from .dtypes import BIN_DTYPE, MAX_VALUE_BINS, X_DTYPE
-from .jit import kernel, compiled_only, empty, zeros
+from .jit import arange, compiled_only, empty, kernel, zeros
 from .rowhash import uniform
 
 #: rowhash stream used to choose the binning sample ("BIN" in ASCII).
@@ -552,7 +552,7 @@ def _greedy_cuts(counts, max_bins):
     """
     n = counts.shape[0]
     if n <= max_bins:
-        return np.arange(n - 1)
+        return arange(n - 1)
     heavy = zeros(n, np.bool_)
     rest = 0.0
     for i in range(n):
@@ -604,7 +604,8 @@ def _greedy_cuts(counts, max_bins):
             seg_rows[s] += counts[i]
         total += seg_rows[s]
     # Proportional shares, at least one bin per run, leftovers by largest remainder.
-    seg_bins = np.ones(n_seg, dtype=np.int64)
+    seg_bins = empty(n_seg, np.int64)
+    seg_bins[:] = 1
     frac = zeros(n_seg, np.float64)
     used = n_seg
     for s in range(n_seg):

@@ -26,6 +26,7 @@ RESULTS.md, "Cold start"):
 import types as _pytypes
 
 import numba
+import numpy as np
 from numba.core import cgutils, types
 from numba.core.errors import TypingError
 from numba.core.registry import CPUDispatcher
@@ -201,4 +202,25 @@ def zeros(typingctx, shape, dtype):
     return array_type(shape, dtype), codegen
 
 
-__all__ = ["kernel", "compiled_only", "python_twins", "empty", "zeros"]
+@kernel(inline="always")
+def arange(n):
+    """``np.arange(n)`` (int64) inside compiled code, built from :func:`empty` and a loop.
+
+    Inlined into its callers at Numba's IR level: NumPy's ``np.arange`` is another
+    overload compiled per signature and caller flags.
+
+    Parameters
+    ----------
+    n : int
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+    """
+    out = empty(n, np.int64)
+    for i in range(n):
+        out[i] = i
+    return out
+
+
+__all__ = ["kernel", "compiled_only", "python_twins", "empty", "zeros", "arange"]
