@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from numba.core.errors import TypingError
 
-from histogram.jit import compiled_only, empty, kernel, python_twins, zeros
+from histogram.jit import arange, compiled_only, empty, kernel, python_twins, zeros
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,6 +45,18 @@ def test_constructors_match_numpy_shapes_dtypes_and_zero_fill():
             assert got.shape == want.shape and got.dtype == want.dtype and got.flags.c_contiguous
         for got, want in zip((b, c, e, f, g, h), expected[1:3] + expected[4:]):
             np.testing.assert_array_equal(got, want)
+
+
+@kernel
+def _arange(n):
+    return arange(n)
+
+
+def test_arange_matches_numpy():
+    for n in (0, 1, 9):
+        got = _arange(n)
+        np.testing.assert_array_equal(got, np.arange(n, dtype=np.int64))
+        assert got.dtype == np.int64
 
 
 @kernel
