@@ -205,6 +205,14 @@ def _hist_sub(hist, hcnt, slot, s2):
         sums[slot, i] -= sums[s2, i]
 
 
+@kernel(inline="always")
+def _scan_buffers(n_features, ms, c):
+    """A scan subtree's buffers for ``ms`` rows: codes ``tc`` (F, ms), channels ``ch`` (ms, C),
+    per-feature orders (F, ms) and their codes ``sc``, the side of each row, partition scratch."""
+    return (empty((n_features, ms), np.uint8), empty((ms, c), np.float64), empty((n_features, ms), np.int32),
+            empty((n_features, ms), np.uint8), empty(ms, np.bool_), empty(ms, np.int32), empty(ms, np.uint8))
+
+
 @kernel
 def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
                 tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
@@ -271,13 +279,7 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
             # Scan mode: codes (F, ms) and channels (ms, C) of the scan subtree's rows by
             # position, per-feature orders; (re)allocated when a scan subtree starts.
             ms = 0 if hist_task else m
-            tc = empty((n_features, ms), np.uint8)
-            ch = empty((ms, c), np.float64)
-            order = empty((n_features, ms), np.int32)
-            sc = empty((n_features, ms), np.uint8)
-            goes_left = empty(ms, np.bool_)
-            scratch = empty(ms, np.int32)
-            scratch_c = empty(ms, np.uint8)
+            tc, ch, order, sc, goes_left, scratch, scratch_c = _scan_buffers(n_features, ms, c)
             # Stack of nodes still to split: segment [lo, hi) of pos (histogram mode) or of
             # the scan orders (scan mode), node, depth, sums, histogram slot (-1: none).
             st_lo = empty(m + 1, np.int64)
@@ -334,13 +336,7 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
                     # Small node (or no histogram memory left): its subtree takes the scan.
                     if n_node > ms:
                         ms = n_node
-                        tc = empty((n_features, ms), np.uint8)
-                        ch = empty((ms, c), np.float64)
-                        order = empty((n_features, ms), np.int32)
-                        sc = empty((n_features, ms), np.uint8)
-                        goes_left = empty(ms, np.bool_)
-                        scratch = empty(ms, np.int32)
-                        scratch_c = empty(ms, np.uint8)
+                        tc, ch, order, sc, goes_left, scratch, scratch_c = _scan_buffers(n_features, ms, c)
                     if hist_task:
                         for i in range(n_node):
                             q = pos[lo + i]
