@@ -18,7 +18,7 @@ from ._validation import (agreed_features, as_columns, check_moment_sums, check_
                           check_target, check_weight, feature_summary, fit_features, is_seed, moment_sums,
                           validate_features)
 from .clusters import resolve_clusters
-from .collective_checks import collective_checks, require_same, total
+from .collective_checks import AgreedError, collective_checks, require_same, total
 from .continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
 from .criteria import VarianceCriterion
 from .estimator_base import EstimatorBase, RegressorMixin, check_is_fitted
@@ -75,11 +75,16 @@ def normalise_weights(g, n_global, weight_total):
     Returns
     -------
     ndarray of float64, shape (n_local,)
+
+    Raises
+    ------
+    forest.collective_checks.AgreedError
+        A ``ValueError`` every rank raises alike (``weight_total`` is a shared total).
     """
     if not weight_total > 0:
-        raise ValueError("sample_weight sums to zero over all rows")
+        raise AgreedError("sample_weight sums to zero over all rows")
     if not np.isfinite(weight_total):
-        raise ValueError(f"sample_weight sums to {weight_total} over all rows; rescale sample_weight")
+        raise AgreedError(f"sample_weight sums to {weight_total} over all rows; rescale sample_weight")
     return g * (n_global / weight_total)
 
 

@@ -552,7 +552,7 @@ def _greedy_cuts(counts, max_bins):
     """
     n = counts.shape[0]
     if n <= max_bins:
-        return arange(n - 1)
+        return arange(max(n - 1, 0))
     heavy = zeros(n, np.bool_)
     rest = 0.0
     for i in range(n):

@@ -1,9 +1,11 @@
 """How histforest compiles its Numba code: one home for the decorators and array constructors.
 
-Every kernel of the three packages is declared through this module, so the options
-that decide how long a first fit spends compiling live in one place (issue 11's cold
-start: a fresh machine compiles about a hundred functions before the first causal fit,
-and half of a unit's cost is fixed, whatever its body). What each choice saves was
+Every jitted function of forest/ and histogram/ is declared through this module (the
+lazily built ``vectorize`` ufuncs of the NumPy split search and the low-level
+``intrinsic`` / ``overload`` definitions excepted), so the options that decide how
+long a first fit spends compiling live in one place (issue 11's cold start: a fresh
+machine compiled about a hundred units before the first causal fit, each with a
+fixed cost whatever its body). What each choice saves was
 measured on the empty-cache causal fit of ``benchmarks/bench_cold_start.py`` (see
 RESULTS.md, "Cold start"):
 
@@ -20,9 +22,11 @@ RESULTS.md, "Cold start"):
 * :func:`empty` and :func:`zeros` allocate arrays inside compiled code. NumPy's
   ``np.empty`` / ``np.zeros`` are Numba overloads compiled as a separate function
   per (shape type, dtype, caller's flags), about forty units in a causal fit; these
-  are lowered in place at each call site (Numba's own allocation routine), so they
-  compile nothing of their own. Callable only from compiled code.
+  are lowered in place at each call site (Numba's own allocation routine): no unit
+  per signature (Numba's allocator call compiles once per process). :func:`arange`
+  is built on them. Callable only from compiled code.
 """
+import threading
 import types as _pytypes
 
 import numba
@@ -39,6 +43,7 @@ _COMMON = {"cache": True, "no_cfunc_wrapper": True}
 
 #: Names of the compiled-only helpers that were called from Python in this process.
 _TWINS = []
+_TWIN_LOCK = threading.Lock()
 
 
 def kernel(func=None, *, parallel=False, inline="never"):
@@ -77,18 +82,22 @@ class _CompiledOnlyDispatcher(CPUDispatcher):
         self.overloads[tuple(cres.signature.args)] = cres
 
     def _compile_for_args(self, *args, **kwargs):
-        if self._python_twin is None:
-            func = self.py_func
-            twin = _pytypes.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__,
-                                         func.__closure__)
-            # Its own name, hence its own cache entry: the helper's entries have no
-            # Python entry point, and loading one here would crash the call.
-            twin.__qualname__ = func.__qualname__ + "__python_twin"
-            twin.__module__ = func.__module__
-            twin.__doc__ = func.__doc__
-            self._python_twin = kernel(twin)
-            _TWINS.append(f"{func.__module__}.{func.__qualname__}")
+        with _TWIN_LOCK:  # one twin even when threads make their first Python calls together
+            if self._python_twin is None:
+                self._python_twin = self._make_twin()
         return self._python_twin
+
+    def _make_twin(self):
+        func = self.py_func
+        twin = _pytypes.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__,
+                                     func.__closure__)
+        # Its own name, hence its own cache entry: the helper's entries have no
+        # Python entry point, and loading one here would crash the call.
+        twin.__qualname__ = func.__qualname__ + "__python_twin"
+        twin.__module__ = func.__module__
+        twin.__doc__ = func.__doc__
+        _TWINS.append(f"{func.__module__}.{func.__qualname__}")
+        return kernel(twin)
 
 
 def compiled_only(func=None, *, inline="never"):
@@ -212,6 +221,8 @@ def arange(n):
     Parameters
     ----------
     n : int
+        At least 0 (NumPy's ``np.arange`` gives an empty array below; this raises
+        ``ValueError``, as :func:`empty` does for a negative dimension).
 
     Returns
     -------

@@ -229,6 +229,11 @@ def test_fit_input_error_accepts_only_agreed_input_checks():
     with pytest.raises(ValueError) as caught:
         forest.CausalForest(n_estimators=4).fit(np.zeros((8, 2)), np.ones(8), np.zeros(8))
     assert fit_input_error(caught.value).startswith("the treatment t takes a single value")
+    for weight, message in ((np.zeros(5), "sample_weight sums to zero over all rows"),
+                            (np.full(5, 1e308), "sample_weight sums to inf over all rows")):
+        with pytest.raises(ValueError) as caught:
+            forest.RegressionForest(n_estimators=4).fit(np.zeros((5, 2)), np.arange(5.0), sample_weight=weight)
+        assert fit_input_error(caught.value).startswith(message)
 
 
 def test_diverging_boosting_is_one_line(files, tmp_path, capsys):

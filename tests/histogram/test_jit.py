@@ -102,6 +102,30 @@ def test_compiled_only_helper_answers_the_same_from_python():
     assert f"{__name__}._helper" in python_twins()
 
 
+@compiled_only
+def _threaded_helper(a):
+    return a.sum()
+
+
+def test_threads_calling_a_helper_first_share_one_twin():
+    import threading
+
+    barrier = threading.Barrier(4)
+    results = []
+
+    def call():
+        barrier.wait()
+        results.append(_threaded_helper(np.ones(3)))
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [3.0] * 4
+    assert python_twins().count(f"{__name__}._threaded_helper") == 1
+
+
 _MODULE = '''
 import numpy as np
 from histogram.jit import compiled_only, kernel, python_twins
