@@ -66,8 +66,19 @@ def main(argv=None):
     p.add_argument("--head", default="HEAD")
     p.add_argument("--case", choices=("causal", "gbdt"), default="causal")
     p.add_argument("--pairs", type=int, default=4)
+    p.add_argument("--keep-worktrees", action="store_true", help="leave benchmarks/out/ab-<sha> in place")
     args = p.parse_args(argv)
-    (base_sha, base_root), (head_sha, head_root) = _worktree(args.base), _worktree(args.head)
+    refs = [_worktree(args.base), _worktree(args.head)]
+    try:
+        _pairs(args, refs)
+    finally:
+        if not args.keep_worktrees:
+            for _, path in refs:
+                subprocess.call(["git", "-C", ROOT, "worktree", "remove", "--force", path])
+
+
+def _pairs(args, refs):
+    (base_sha, base_root), (head_sha, head_root) = refs
     ratios = []
     print(f"| pair | {base_sha} fit s | {head_sha} fit s | ratio head/base |")
     print("|------|---------|---------|-----------------|")
