@@ -193,16 +193,14 @@ def _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, sign):
 @compiled_only
 def _hist_sub(hist, hcnt, slot, s2):
     """``hist[slot] -= hist[s2]`` and ``hcnt[slot] -= hcnt[s2]`` as plain loops (the array
-    expressions compiled a broadcasting kernel and its error formatting: ~3 s cold), over
-    each slot as one flat run (the 4-deep loop nest took ~0.3 s more to compile)."""
-    n_counts = hcnt.shape[1] * hcnt.shape[2]
-    counts = hcnt.reshape(hcnt.shape[0], n_counts)
-    for i in range(n_counts):
-        counts[slot, i] -= counts[s2, i]
-    n_sums = n_counts * hist.shape[3]
-    sums = hist.reshape(hist.shape[0], n_sums)
-    for i in range(n_sums):
-        sums[slot, i] -= sums[s2, i]
+    expressions compiled a broadcasting kernel and its error formatting: ~3 s cold). The
+    4-deep nest compiles faster than flat runs over reshaped slots (0.32-0.36 s against
+    0.45-0.48 s, measured alone) or raveled views (0.54 s)."""
+    for f in range(hist.shape[1]):
+        for b in range(hist.shape[2]):
+            hcnt[slot, f, b] -= hcnt[s2, f, b]
+            for k in range(hist.shape[3]):
+                hist[slot, f, b, k] -= hist[s2, f, b, k]
 
 
 @kernel(inline="always")
