@@ -434,6 +434,18 @@ def check_row_count(estimator, n_rows, minimum, n_ranks=1):
         raise AgreedError(f"{name} needs at least {minimum} rows to fit, got n_samples = {n_rows}{where}")
 
 
+def check_weight_total(weight_total):
+    """Raise unless the sample weights' sum over all ranks' rows is positive.
+
+    Raises
+    ------
+    forest.collective_checks.AgreedError
+        A ``ValueError`` every rank raises alike (``weight_total`` is a shared total).
+    """
+    if not weight_total > 0:  # also NaN
+        raise AgreedError("sample_weight sums to zero over all rows")
+
+
 #: Largest accepted sum over all rows of ``|weight * value|`` for the quantities of
 #: :func:`moment_sums`. Split criteria square node sums of these products and add a few
 #: such squares, so the sums must stay well below ``sqrt(float64 max) ~ 1.3e154``.

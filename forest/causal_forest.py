@@ -36,8 +36,8 @@ from .importance import depth_weighted_importance, gain_importance
 from .inference import oob_effects
 from .profiling import phase
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_row_count,
-                          check_target, check_weight, feature_summary, fit_features, moment_sums)
-from .collective_checks import AgreedError, collective_checks, input_error, require_same, total
+                          check_target, check_weight, check_weight_total, feature_summary, fit_features, moment_sums)
+from .collective_checks import collective_checks, input_error, require_same, total
 from .regression_forest import forest_spec, resolve_mtry, scaled_weights, weight_range
 from .treatment import check_treatment_type, encode_treatment, resolve_treatment, treatment_summary
 
@@ -221,8 +221,7 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
                                                 f"(or (n,) when K = 1), got {got}")
         moments = total(summaries, "moments")
         weight_total = moments[0]  # sum |g| = sum g: weights are non-negative
-        if not weight_total > 0:
-            raise AgreedError("sample_weight sums to zero over all rows")
+        check_weight_total(weight_total)
         if kind != "continuous":
             moments[2:] = 0.0  # arm indicators: their products are bounded by the weight and y sums
         # The nuisance forests rescale the weights to mean 1; check what they will sum too.

@@ -41,7 +41,7 @@ from native import collectives as col
 from native.comm import world
 
 from ._validation import (agreed_features, check_class_labels, check_moment_sums, check_param_types, check_row_count,
-                          check_target, check_weight, feature_summary, fit_features, is_seed, moment_sums,
+                          check_target, check_weight, check_weight_total, feature_summary, fit_features, is_seed, moment_sums,
                           validate_features)
 from .checkpoint import stored_seed
 from .collective_checks import AgreedError, collective_checks, total
@@ -252,8 +252,7 @@ class _BaseGBDT(EstimatorBase):
         agreed_features(summaries)
         check_row_count(self, total(summaries, "rows"), 1, comm.size)
         moments = total(summaries, "moments")
-        if not moments[0] > 0:  # sum |w| = sum w: weights are non-negative
-            raise AgreedError("sample_weight sums to zero over all rows")
+        check_weight_total(moments[0])  # sum |w| = sum w: weights are non-negative
         check_moment_sums(moments)
         classes = np.unique(np.concatenate([s["labels"] for s in summaries])) if classifier else None
         return X, y, w, binned, classes

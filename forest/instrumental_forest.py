@@ -33,7 +33,7 @@ from .importance import depth_weighted_importance, gain_importance
 from .instrumental_criterion import InstrumentalChannels, InstrumentalCriterion
 from .profiling import phase
 from ._validation import (agreed_features, check_moment_sums, check_row_count, check_target, check_weight,
-                          feature_summary, fit_features, moment_sums)
+                          check_weight_total, feature_summary, fit_features, moment_sums)
 from .regression_forest import forest_spec, resolve_mtry
 
 #: The variables of a fit: argument name -> how messages call it.
@@ -189,8 +189,7 @@ class InstrumentalForest(EffectForestBase):
             if min(lo for lo, _ in ranges) == max(hi for _, hi in ranges):
                 raise AgreedError(f"{name} is constant over all rows: the {what} must vary")
         sums = total(summaries, "overflow")
-        if not sums[0, 0] > 0:
-            raise AgreedError("sample_weight sums to zero over all rows")
+        check_weight_total(sums[0, 0])
         # The nuisance forests rescale the weights to mean 1; check what they will sum too.
         _check_overflow(sums * max(1.0, n_global / sums[0, 0]), ("y", "t", "z"))
         return SimpleNamespace(seed=seed, X=X, binned=binned, n_global=n_global, values=values, g=g, given=given)

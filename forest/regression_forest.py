@@ -15,7 +15,7 @@ import numpy as np
 from native.comm import world
 
 from ._validation import (agreed_features, as_columns, check_moment_sums, check_param_types, check_row_count,
-                          check_target, check_weight, feature_summary, fit_features, is_seed, moment_sums,
+                          check_target, check_weight, check_weight_total, feature_summary, fit_features, is_seed, moment_sums,
                           validate_features)
 from .clusters import resolve_clusters
 from .collective_checks import AgreedError, collective_checks, require_same, total
@@ -81,8 +81,7 @@ def normalise_weights(g, n_global, weight_total):
     forest.collective_checks.AgreedError
         A ``ValueError`` every rank raises alike (``weight_total`` is a shared total).
     """
-    if not weight_total > 0:
-        raise AgreedError("sample_weight sums to zero over all rows")
+    check_weight_total(weight_total)
     if not np.isfinite(weight_total):
         raise AgreedError(f"sample_weight sums to {weight_total} over all rows; rescale sample_weight")
     return g * (n_global / weight_total)
