@@ -79,12 +79,18 @@ criterion into every kernel and lets an unknown kind fall through to another
 criterion's code; here an unregistered record is a typing error. Cold start: a
 model compiles only the specialisations it uses (a causal forest: one pair of its
 nuisance forests' variance criterion and its causal one, :class:`PairedRecord`;
-boosting: none of the subtree kernels). A criterion's own pieces are inlined into the kernels at
-Numba-IR level, as the hand-written per-kind branches were, so the kernels' speed is unchanged
-(see the commit log for the A/B). A pair's pieces are called instead (:func:`_inline_unless_paired`):
-inlined, every call site of the subtree kernel carried both criteria's code through Numba's typing
-and lowering; called, the causal first fit on an empty cache compiles 2.2 s less (18.1 -> 15.9 s on
-the dev machine) for 1-2 % of a warm fit (benchmarks/RESULTS.md, "Cold start").
+boosting: none of the subtree kernels).
+
+Pieces are called, not inlined at Numba's IR level (measured with
+benchmarks/bench_cold_pair.py, empty-cache causal first fit). An overload declared
+``inline="always"`` is still compiled whole for every signature it meets (Numba's
+``get_call_template``), then typed once more to be inlined, and each of its call sites
+carries the body through the caller's typing and lowering; an ``inline`` cost-model
+callable (once used to inline single criteria and call pairs) also re-types the body
+per signature. Called: each piece compiles once per signature, and LLVM still inlines
+the small ones into the kernel where that pays, as it links them in. First fit: 0.845x
+(inline callable -> one inline overload and one called) then 0.973x (all called), with
+the warm fit unchanged (bench_ab, ratio of medians 0.989, the same RMSE).
 """
 import warnings
 from collections import namedtuple
@@ -168,35 +174,22 @@ def right_exhausted(p, n_r, cum, parent):
     return _REGISTRY[type(p)].right_exhausted(p, n_r, cum, parent)
 
 
-def _inline_unless_paired(expr, caller_info, callee_info):
-    """Numba inlining rule of the pieces: inline a criterion's own pieces, call a pair's.
-
-    A :class:`PairedRecord`'s pieces hold both criteria's pieces; inlined, each call
-    site of a kernel carried both copies through Numba's typing and lowering (the
-    subtree kernel calls the pieces at about ten sites). Called instead, each pair
-    piece compiles once (with its criteria's pieces inlined in it), and LLVM may
-    still inline it into the kernel.
-    """
-    record = callee_info.signature.args[0]
-    return getattr(record, "instance_class", None) is not PairedRecord
-
-
-@overload(prepare, inline=_inline_unless_paired)
+@overload(prepare)
 def _ov_prepare(p, parent, consts):
     return _pieces(p).prepare
 
 
-@overload(gains, inline=_inline_unless_paired)
+@overload(gains)
 def _ov_gains(p, lefts, rights, consts, out, row, n):
     return _pieces(p).gains
 
 
-@overload(sides_ok, inline=_inline_unless_paired)
+@overload(sides_ok)
 def _ov_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
     return _pieces(p).sides_ok
 
 
-@overload(right_exhausted, inline=_inline_unless_paired)
+@overload(right_exhausted)
 def _ov_right_exhausted(p, n_r, cum, parent):
     return _pieces(p).right_exhausted
 
@@ -308,12 +301,14 @@ def kernel_record(compiled):
 
 
 def call_kernel(kernel, *args):
-    """Call a kernel that inlines criterion pieces.
+    """Call a growth kernel that takes a criterion record.
 
-    The first call compiles it, and Numba's SSA pass then warns "variable ... is not
-    in scope" for every variable an inlined piece assigns twice: a pedantic check of
-    its own IR bookkeeping (numba issues 7802, 9489: ``inline="always"`` overloads,
-    Python 3.11), not a fault in the code. Only that message is hidden, only here.
+    The first call compiles it, and Numba's SSA pass may then warn "variable ... is
+    not in scope" for a variable that a function inlined at Numba's IR level
+    (``inline="always"``) assigns twice: a pedantic check of its own IR bookkeeping
+    (numba issues 7802, 9489, Python 3.11), not a fault in the code. The criterion
+    pieces themselves are no longer inlined that way (module docstring), but the
+    kernels still inline small helpers. Only that message is hidden, only here.
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"variable '.*' is not in scope",
