@@ -5,6 +5,7 @@ interface, so they run unchanged over MPI (``MPICommunicator``) or inside one
 process (``SelfCommunicator``, size 1). This is the only module that imports
 mpi4py.
 """
+import os
 import sys
 import time
 
@@ -348,6 +349,42 @@ def _require_contiguous(buf):
 
 _WORLD = None
 
+#: Prefixes of the environment variables an MPI launcher sets in every process it
+#: starts, for its MPI library to find the job: PMI (MPICH's Hydra, Intel MPI, MVAPICH,
+#: Cray), PMIx (Open MPI 5, Slurm's pmix plugin), Open MPI's own, Hydra's, MPICH's local
+#: ranks, Slurm's task rank, Cray PALS, IBM's jsrun.
+LAUNCHER_VARIABLE_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+                              "SLURM_PROCID", "PALS_", "MV2_COMM_WORLD", "JSM_NAMESPACE")
+
+
+def launched_by_mpi(environ=None):
+    """Whether this process may be one rank of an MPI job.
+
+    True when an MPI launcher's variables are in the environment
+    (:data:`LAUNCHER_VARIABLE_PREFIXES`), when the program has loaded MPI itself
+    (``mpi4py.MPI`` imported), or when ``HISTFOREST_MPI`` is set to a true value (a
+    launcher this list does not know); ``HISTFOREST_MPI=0`` says False. In doubt the
+    answer is True: a rank that believed itself alone would train on its own rows only.
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        Defaults to ``os.environ``.
+
+    Returns
+    -------
+    bool
+    """
+    from .settings import flag
+
+    environ = os.environ if environ is None else environ
+    forced = flag("HISTFOREST_MPI", None, environ)
+    if forced is not None:
+        return forced
+    if "mpi4py.MPI" in sys.modules:
+        return True
+    return any(name.startswith(LAUNCHER_VARIABLE_PREFIXES) for name in environ)
+
 
 def library_version():
     """First line of the MPI library's version string (e.g. ``'MPICH Version: 5.0.2'``)."""
@@ -357,7 +394,8 @@ def library_version():
 
 
 def world():
-    """The process-wide communicator: MPI ``COMM_WORLD`` (size 1 when not under mpirun).
+    """The process-wide communicator: MPI ``COMM_WORLD``, or a :class:`SelfCommunicator`
+    in a process that is not part of an MPI job (:func:`launched_by_mpi`).
 
     The first call under ``mpirun`` (size > 1) also starts the watchdog
     (:mod:`native.watchdog`: a rank that dies or stalls ends the job with an error)
@@ -370,6 +408,12 @@ def world():
     """
     global _WORLD
     if _WORLD is None:
+        if not launched_by_mpi():
+            # A process no launcher started is a world of one without MPI: loading and
+            # initialising the MPI library took 0.1 s of every such process's start
+            # (benchmarks/bench_cold_start.py), and a notebook need not start MPI at all.
+            _WORLD = SelfCommunicator()
+            return _WORLD
         _WORLD = MPICommunicator()
         if _WORLD.size > 1:
             # A rank that dies or stalls must not leave the others waiting forever.

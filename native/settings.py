@@ -36,10 +36,11 @@ def positive_number(name, default, kind=float, unit=""):
     return value
 
 
-def flag(name, default):
+def flag(name, default, environ=None):
     """Environment variable ``name`` as a switch: unset or empty gives ``default``;
-    ``0``, ``false``, ``no``, ``off`` (any case) give False; anything else True."""
-    raw = os.environ.get(name, "").strip().lower()
+    ``0``, ``false``, ``no``, ``off`` (any case) give False; anything else True.
+    ``environ`` defaults to ``os.environ``."""
+    raw = (os.environ if environ is None else environ).get(name, "").strip().lower()
     if not raw:
         return default
     return raw not in ("0", "false", "no", "off")
