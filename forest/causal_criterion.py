@@ -250,10 +250,10 @@ CausalRecord = namedtuple("CausalRecord", ["K", "M", "ww0", "i_count", "arm0", "
 
 
 @compiled_only
-def causal_prepare(p, parent, out):
+def causal_prepare(p, parent, consts):
     """Node constants of the ``K = M = 1`` gain, as ``_parent_terms`` computes them.
 
-    ``out[:5]`` becomes ``wbar, ybar, tau_P, alpha * spread_P, valid_P``.
+    ``consts[:5]`` becomes ``wbar, ybar, tau_P, alpha * spread_P, valid_P``.
     """
     g = parent[0]
     w = parent[1]
@@ -266,15 +266,11 @@ def causal_prepare(p, parent, out):
     cp = wy - w * ybar
     scale = max(ww, 1e-300)
     valid = g > 0 and mp > 1e-12 * scale
-    out[0] = wbar
-    out[1] = ybar
-    out[2] = cp / (mp if valid else 1.0)
-    out[3] = p.alpha * mp
-    out[4] = 1.0 if valid else 0.0
-
-
-def _scalar_prepare_piece(p, parent, consts):
-    causal_prepare(p, parent, consts)
+    consts[0] = wbar
+    consts[1] = ybar
+    consts[2] = cp / (mp if valid else 1.0)
+    consts[3] = p.alpha * mp
+    consts[4] = 1.0 if valid else 0.0
 
 
 def _scalar_gains_piece(p, lefts, rights, consts, out, row, n):
@@ -312,7 +308,7 @@ def _scalar_right_exhausted(p, n_r, cum, parent):
     return arm_r < p.min_samples_leaf or n_r - arm_r < p.min_samples_leaf
 
 
-register(CausalScalarRecord, prepare=_scalar_prepare_piece, gains=_scalar_gains_piece, sides_ok=_scalar_sides_ok,
+register(CausalScalarRecord, prepare=causal_prepare, gains=_scalar_gains_piece, sides_ok=_scalar_sides_ok,
          right_exhausted=_scalar_right_exhausted)
 
 
@@ -360,7 +356,7 @@ def _tri(K, i, j):
 
 
 @compiled_only
-def causal_prepare_general(p, parent, out):
+def causal_prepare_general(p, parent, consts):
     """Node constants of the general gain: the parent terms of ``CausalCriterion._parent_terms``
     (``wbar, ybar, tau_P, A^{-1}``) folded into the linear map ``P`` (see :func:`_general_offsets`)."""
     K = p.K
@@ -386,7 +382,7 @@ def causal_prepare_general(p, parent, out):
         scale += parent[p.ww0 + _tri(K, i, i)]
     scale = max(scale, 1e-300)
     for k in range(K):
-        out[o_floor + k] = p.alpha * mp[k, k]
+        consts[o_floor + k] = p.alpha * mp[k, k]
     tau = empty((K, M), np.float64)
     ainv = zeros((K, K), np.float64)
     if K == 1:
@@ -404,7 +400,7 @@ def causal_prepare_general(p, parent, out):
                 mp[k, k] = 1.0
         tau = np.linalg.solve(mp, cp)
         ainv = np.linalg.inv(mp) * g
-    out[o_valid] = 1.0 if valid else 0.0
+    consts[o_valid] = 1.0 if valid else 0.0
     # U: rows (j, m) of sum_child g (W~-wbar)_j (Y~-ybar - tau^T (W~-wbar))_m as a map of the
     # child's moment sums: cross_jm - sum_l mw_jl tau_lm with
     #   cross_jm = S_wy,jm - ybar_m S_w,j - wbar_j S_y,m + wbar_j ybar_m S_g
@@ -436,7 +432,7 @@ def causal_prepare_general(p, parent, out):
                         v += ainv[k, j] * u[j * M + m, c]
                 else:
                     v = u[k * M + m, c]
-                out[base + c] = v
+                consts[base + c] = v
 
 
 @kernel(inline="always")
@@ -513,15 +509,6 @@ def causal_gains_general(p, lefts, rights, consts, out, row, n):
         out[row, i] = score
 
 
-def _general_prepare_piece(p, parent, consts):
-    causal_prepare_general(p, parent, consts)
-
-
-def _general_gains_piece(p, lefts, rights, consts, out, row, n):
-    # A call per (node, feature): the K-arm gain is heavy enough that the call does not count.
-    causal_gains_general(p, lefts, rights, consts, out, row, n)
-
-
 def _general_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
     # The count tests of CausalCriterion._counts_ok on both children (integer-valued sums).
     m = p.min_samples_leaf
@@ -561,7 +548,7 @@ def _general_right_exhausted(p, n_r, cum, parent):
     return done
 
 
-register(CausalRecord, prepare=_general_prepare_piece, gains=_general_gains_piece, sides_ok=_general_sides_ok,
+register(CausalRecord, prepare=causal_prepare_general, gains=causal_gains_general, sides_ok=_general_sides_ok,
          right_exhausted=_general_right_exhausted)
 
 

@@ -130,7 +130,8 @@ def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=Non
         A ``collections.namedtuple`` class defined at module level (Numba types a
         record by its class; caching needs the class importable by name).
     prepare, gains : callable
-        Numba-compilable functions (jitted or plain), see the module docstring.
+        Numba-compilable functions (jitted or plain), see the module docstring, with
+        the entry points' argument names (Numba's overloads require them).
     sides_ok, right_exhausted : callable, optional
     """
     if not (isinstance(record_class, type) and issubclass(record_class, tuple) and hasattr(record_class, "_fields")):
@@ -174,22 +175,27 @@ def right_exhausted(p, n_r, cum, parent):
     return _REGISTRY[type(p)].right_exhausted(p, n_r, cum, parent)
 
 
-@overload(prepare)
+#: How Numba compiles a piece behind the overloads: like histogram.jit.compiled_only,
+#: without the Python and C wrappers nothing calls (a compile unit costs less without them).
+_PIECE_OPTIONS = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+
+
+@overload(prepare, jit_options=_PIECE_OPTIONS)
 def _ov_prepare(p, parent, consts):
     return _pieces(p).prepare
 
 
-@overload(gains)
+@overload(gains, jit_options=_PIECE_OPTIONS)
 def _ov_gains(p, lefts, rights, consts, out, row, n):
     return _pieces(p).gains
 
 
-@overload(sides_ok)
+@overload(sides_ok, jit_options=_PIECE_OPTIONS)
 def _ov_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
     return _pieces(p).sides_ok
 
 
-@overload(right_exhausted)
+@overload(right_exhausted, jit_options=_PIECE_OPTIONS)
 def _ov_right_exhausted(p, n_r, cum, parent):
     return _pieces(p).right_exhausted
 

@@ -338,9 +338,9 @@ def _variance_score(st, n_targets):
 
 
 @compiled_only
-def variance_prepare(p, parent, out):
-    """Node constants of :class:`VarianceCriterion`: ``out[0]`` = the parent's score."""
-    out[0] = _variance_score(parent, p.n_targets)
+def variance_prepare(p, parent, consts):
+    """Node constants of :class:`VarianceCriterion`: ``consts[0]`` = the parent's score."""
+    consts[0] = _variance_score(parent, p.n_targets)
 
 
 @compiled_only
@@ -381,13 +381,4 @@ def variance_gains_rows(p, lefts, rights, consts, out, row, n):
         out[row, i] = g
 
 
-def _variance_gains_piece(p, lefts, rights, consts, out, row, n):
-    # A call per (node, feature), not inlined: the loop lives in variance_gains_rows.
-    variance_gains_rows(p, lefts, rights, consts, out, row, n)
-
-
-def _variance_prepare_piece(p, parent, consts):
-    variance_prepare(p, parent, consts)
-
-
-register(VarianceRecord, prepare=_variance_prepare_piece, gains=_variance_gains_piece)
+register(VarianceRecord, prepare=variance_prepare, gains=variance_gains_rows)

@@ -237,15 +237,11 @@ InstrumentalRecord = namedtuple("InstrumentalRecord", ["arm", "min_samples_leaf"
 
 
 @compiled_only
-def instrumental_prepare(p, parent, out):
-    """Node constants into ``out[:7]``: ``zbar, wbar, ybar, tau_P, 1/d, floor, valid``."""
+def instrumental_prepare(p, parent, consts):
+    """Node constants into ``consts[:7]``: ``zbar, wbar, ybar, tau_P, 1/d, floor, valid``."""
     c = _node_constants(parent, p.alpha, p.precondition)
     for j in range(7):
-        out[j] = c[j]
-
-
-def _prepare_piece(p, parent, consts):
-    instrumental_prepare(p, parent, consts)
+        consts[j] = c[j]
 
 
 def _gains_piece(p, lefts, rights, consts, out, row, n):
@@ -267,7 +263,7 @@ def _gains_piece(p, lefts, rights, consts, out, row, n):
                                     rights[i, 8], zb, wb, yb, tau, inv_d, floor, valid, m_leaf, pen)
 
 
-register(InstrumentalRecord, prepare=_prepare_piece, gains=_gains_piece, sides_ok=_scalar_sides_ok,
+register(InstrumentalRecord, prepare=instrumental_prepare, gains=_gains_piece, sides_ok=_scalar_sides_ok,
          right_exhausted=_scalar_right_exhausted)
 
 
