@@ -274,9 +274,9 @@ def causal_prepare(p, parent, consts):
 
 
 def _scalar_gains_piece(p, lefts, rights, consts, out, row, n):
-    # Inlined into the kernels: the loop calls the scalar core with scalars only, so
-    # no per-(node, feature) call or array view updates reference counts (measured
-    # ~7% of the subtree kernel in atomic increments/decrements).
+    # One call per (node, feature); inside, the loop calls the scalar core with scalars
+    # only, so no per-candidate array view updates reference counts (measured ~7% of the
+    # subtree kernel in atomic increments/decrements when it did).
     m_leaf = p.min_samples_leaf
     pen = p.imbalance_penalty
     wb = consts[0]
@@ -294,7 +294,6 @@ def _scalar_gains_piece(p, lefts, rights, consts, out, row, n):
 def _scalar_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
     # Exactly the count tests of _gain_scalar_core (integer-valued sums): a candidate
     # failing here would score -inf.
-    # (No conditional expressions in the inlined pieces: Numba's inliner warns on them.)
     m = p.min_samples_leaf
     arm_l = cum[p.arm]
     if with_miss:

@@ -92,6 +92,7 @@ the small ones into the kernel where that pays, as it links them in. First fit: 
 (inline callable -> one inline overload and one called) then 0.973x (all called), with
 the warm fit unchanged (bench_ab, ratio of medians 0.989, the same RMSE).
 """
+import inspect
 import warnings
 from collections import namedtuple
 from contextlib import contextmanager
@@ -104,12 +105,15 @@ from histogram.jit import kernel
 
 _Pieces = namedtuple("_Pieces", ["prepare", "gains", "sides_ok", "right_exhausted"])
 
-#: Record class -> its pieces (plain Python functions, compiled into each kernel).
+#: Record class -> its pieces (plain Python functions; the overloads below compile each
+#: once per signature, with :data:`_PIECE_OPTIONS`).
 _REGISTRY = {}
 
 
 def _py(fn):
-    """The Python function of a jitted function (the overloads compile it in place)."""
+    """The Python function of a jitted function: the overloads compile it with their own
+    options (:data:`_PIECE_OPTIONS`), so a jitted piece's own options (``parallel``,
+    ``inline``, caching) do not apply."""
     return getattr(fn, "py_func", fn)
 
 
@@ -136,8 +140,15 @@ def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=Non
     """
     if not (isinstance(record_class, type) and issubclass(record_class, tuple) and hasattr(record_class, "_fields")):
         raise TypeError(f"record_class must be a namedtuple class, got {record_class!r}")
-    _REGISTRY[record_class] = _Pieces(_py(prepare), _py(gains), _py(sides_ok or _sides_always),
-                                      _py(right_exhausted or _never_exhausted))
+    pieces = _Pieces(_py(prepare), _py(gains), _py(sides_ok or _sides_always), _py(right_exhausted or _never_exhausted))
+    for name, piece in zip(_Pieces._fields, pieces):
+        # Here rather than as a typing error deep inside the first kernel compile.
+        expected = tuple(inspect.signature(globals()[name]).parameters)
+        got = tuple(inspect.signature(piece).parameters)
+        if got != expected:
+            raise TypeError(f"{record_class.__name__}'s {name} piece {piece.__qualname__} takes {got}; it must take "
+                            f"{expected}, the names of {__name__}.{name} (Numba's overloads require them)")
+    _REGISTRY[record_class] = pieces
 
 
 def is_registered(record_class):

@@ -245,8 +245,8 @@ def instrumental_prepare(p, parent, consts):
 
 
 def _gains_piece(p, lefts, rights, consts, out, row, n):
-    # Inlined: scalars only in the loop (no per-candidate array views), as the causal
-    # forest's scalar piece.
+    # Scalars only in the loop (no per-candidate array views), as the causal forest's
+    # scalar piece.
     m_leaf = p.min_samples_leaf
     pen = p.imbalance_penalty
     zb = consts[0]

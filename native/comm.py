@@ -351,10 +351,21 @@ _WORLD = None
 
 #: Prefixes of the environment variables an MPI launcher sets in every process it
 #: starts, for its MPI library to find the job: PMI (MPICH's Hydra, Intel MPI, MVAPICH,
-#: Cray), PMIx (Open MPI 5, Slurm's pmix plugin), Open MPI's own, Hydra's, MPICH's local
-#: ranks, Slurm's task rank, Cray PALS, IBM's jsrun.
+#: Cray, MS-MPI), PMIx (Open MPI 5, Slurm's pmix plugin), Open MPI's own, Hydra's, MPICH's
+#: local ranks, Slurm's task rank, Cray PALS and ALPS, IBM's jsrun and Parallel Environment.
 LAUNCHER_VARIABLE_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-                              "SLURM_PROCID", "PALS_", "MV2_COMM_WORLD", "JSM_NAMESPACE")
+                              "SLURM_PROCID", "PALS_", "ALPS_APP_PE", "MV2_COMM_WORLD", "JSM_NAMESPACE", "MP_CHILD")
+
+#: Variables some launchers set to the number of processes in the job.
+#: (Not Slurm's SLURM_NTASKS: a batch script's plain ``python`` sees the allocation's count.)
+_LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "JSM_NAMESPACE_SIZE",
+                            "MPI_LOCALNRANKS")
+
+
+def _launcher_size(environ):
+    """The job size a launcher's variables state (1 when none does)."""
+    sizes = [int(environ[name]) for name in _LAUNCHER_SIZE_VARIABLES if environ.get(name, "").strip().isdigit()]
+    return max(sizes, default=1)
 
 
 def launched_by_mpi(environ=None):
@@ -362,9 +373,11 @@ def launched_by_mpi(environ=None):
 
     True when an MPI launcher's variables are in the environment
     (:data:`LAUNCHER_VARIABLE_PREFIXES`), when the program has loaded MPI itself
-    (``mpi4py.MPI`` imported), or when ``HISTFOREST_MPI`` is set to a true value (a
-    launcher this list does not know); ``HISTFOREST_MPI=0`` says False. In doubt the
-    answer is True: a rank that believed itself alone would train on its own rows only.
+    (``mpi4py.MPI`` imported), or when ``HISTFOREST_MPI=1`` (a launcher this list does
+    not know). ``HISTFOREST_MPI=0`` says False, except in a job that its launcher says
+    has several processes: then every rank would silently train on its own rows only,
+    so that is an error (a program that wants independent fits per rank passes
+    ``comm=SelfCommunicator()``). In doubt the answer is True.
 
     Parameters
     ----------
@@ -374,13 +387,26 @@ def launched_by_mpi(environ=None):
     Returns
     -------
     bool
+
+    Raises
+    ------
+    ValueError
+        ``HISTFOREST_MPI`` is not one of 1/true/yes/on, 0/false/no/off (or empty), or
+        is 0 in a job of several processes.
     """
     from .settings import flag
 
     environ = os.environ if environ is None else environ
-    forced = flag("HISTFOREST_MPI", None, environ)
-    if forced is not None:
-        return forced
+    forced = flag("HISTFOREST_MPI", None, environ, strict=True)
+    if forced is False:
+        size = _launcher_size(environ)
+        if size > 1:
+            raise ValueError(f"HISTFOREST_MPI=0, but this process is one of {size} started by an MPI launcher: "
+                             "each would train on its own rows only; unset HISTFOREST_MPI (or pass "
+                             "comm=native.comm.SelfCommunicator() for independent fits per rank)")
+        return False
+    if forced:
+        return True
     if "mpi4py.MPI" in sys.modules:
         return True
     return any(name.startswith(LAUNCHER_VARIABLE_PREFIXES) for name in environ)

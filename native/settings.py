@@ -36,11 +36,14 @@ def positive_number(name, default, kind=float, unit=""):
     return value
 
 
-def flag(name, default, environ=None):
+def flag(name, default, environ=None, strict=False):
     """Environment variable ``name`` as a switch: unset or empty gives ``default``;
-    ``0``, ``false``, ``no``, ``off`` (any case) give False; anything else True.
-    ``environ`` defaults to ``os.environ``."""
+    ``0``, ``false``, ``no``, ``off`` (any case) give False; anything else True, or
+    with ``strict`` only ``1``, ``true``, ``yes``, ``on`` (others raise ``ValueError``
+    naming the variable). ``environ`` defaults to ``os.environ``."""
     raw = (os.environ if environ is None else environ).get(name, "").strip().lower()
     if not raw:
         return default
+    if strict and raw not in ("0", "false", "no", "off", "1", "true", "yes", "on"):
+        raise ValueError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
     return raw not in ("0", "false", "no", "off")

@@ -128,6 +128,27 @@ def test_unregistered_record_is_an_error():
     assert NewtonCriterion().compiled() is None
 
 
+def test_pieces_must_take_the_entry_points_argument_names():
+    # Numba's overloads require the implementation's argument names; a piece named
+    # otherwise is refused at registration, not deep inside the first kernel compile.
+    Rogue = namedtuple("Rogue", ["a"])
+
+    def prepare_out(p, parent, out):
+        out[0] = 0.0
+
+    def gains_ok(p, lefts, rights, consts, out, row, n):
+        out[row, :n] = 0.0
+
+    def sides_swapped(p, n_r, n_l, cum, miss, with_miss, parent):
+        return True
+
+    with pytest.raises(TypeError, match=r"prepare piece .*prepare_out takes \('p', 'parent', 'out'\)"):
+        cc.register(Rogue, prepare=prepare_out, gains=gains_ok)
+    with pytest.raises(TypeError, match="sides_ok piece"):
+        cc.register(Rogue, prepare=lambda p, parent, consts: None, gains=gains_ok, sides_ok=sides_swapped)
+    assert not cc.is_registered(Rogue)
+
+
 # ---------------------------------------------------------------------- histogram search
 class _Vectorised:
     """The same criterion without compiled pieces: find_best_splits' NumPy search."""

@@ -31,10 +31,29 @@ def _no_mpi_loaded(monkeypatch):
     ({"HISTFOREST_MPI": "1"}, True),                         # a launcher the list misses
     ({"HISTFOREST_MPI": "0", "PMI_RANK": "0"}, False),       # the user says: one process
     ({"HISTFOREST_MPI": "", "PMI_RANK": "0"}, True),         # empty: not set
+    ({"HISTFOREST_MPI": "off", "PMI_RANK": "0", "PMI_SIZE": "1"}, False),
+    ({"ALPS_APP_PE": "0"}, True),                            # Cray ALPS
+    ({"MP_CHILD": "2"}, True),                               # IBM Parallel Environment
 ])
 def test_launcher_variables_decide(monkeypatch, env, expected):
     _no_mpi_loaded(monkeypatch)
     assert comm_mod.launched_by_mpi(env) is expected
+
+
+@pytest.mark.parametrize("env", [{"HISTFOREST_MPI": "0", "PMI_RANK": "1", "PMI_SIZE": "4"},
+                                 {"HISTFOREST_MPI": "no", "OMPI_COMM_WORLD_SIZE": "2"}])
+def test_forcing_one_process_in_a_job_of_several_is_an_error(monkeypatch, env):
+    # Every rank would train on its own rows only, without a word.
+    _no_mpi_loaded(monkeypatch)
+    with pytest.raises(ValueError, match="HISTFOREST_MPI=0, but this process is one of"):
+        comm_mod.launched_by_mpi(env)
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "auto"])
+def test_an_unknown_value_is_an_error(monkeypatch, value):
+    _no_mpi_loaded(monkeypatch)
+    with pytest.raises(ValueError, match="HISTFOREST_MPI must be 1 or 0"):
+        comm_mod.launched_by_mpi({"HISTFOREST_MPI": value})
 
 
 def test_a_program_that_loaded_mpi_keeps_it(monkeypatch):
@@ -52,7 +71,10 @@ X = np.random.default_rng(0).normal(size=(300, 3))
 y = (X[:, 0] > 0).astype(int)
 import forest
 forest.GBDTClassifier(n_estimators=2).fit(X, y)
-print(type(comm).__name__, comm.size, "mpi4py.MPI" in sys.modules)
+# One write per line: mpirun forwards each write of each rank as a chunk, and print's
+# separate writes of its arguments could interleave with another rank's line.
+sys.stdout.write(f"{type(comm).__name__} {comm.size} {'mpi4py.MPI' in sys.modules}\\n")
+sys.stdout.flush()
 """
 
 
@@ -82,7 +104,7 @@ def test_forcing_mpi_in_a_plain_process():
 def test_ranks_under_mpirun_use_mpi(tmp_path, np_):
     # -np 1 included: a one-rank job is still a job (its launcher's variables are set).
     rc, output, _ = run_script(np_, _PROBE.replace("forest.GBDTClassifier(n_estimators=2).fit(X, y)\n", ""),
-                               tmp_path, timeout=300)
+                               tmp_path, timeout=300, env={"HISTFOREST_MPI": ""})
     assert rc == 0, output
     lines = sorted(line for line in output.splitlines() if line.startswith("MPICommunicator"))
     assert lines == [f"MPICommunicator {np_} True"] * np_, output
