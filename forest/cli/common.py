@@ -66,7 +66,10 @@ def world():
     from native.comm import world as _world
     from native.errors import abort_on_uncaught
 
-    comm = _world()
+    try:
+        comm = _world()
+    except ValueError as exc:  # a bad HISTFOREST_* setting: the same on every rank
+        raise CLIError(str(exc)) from None
     abort_on_uncaught(comm)
     return comm
 

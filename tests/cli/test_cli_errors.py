@@ -146,3 +146,18 @@ def test_keep_column_clashing_with_a_model_output(tmp_path, capsys):
                   prog="forest-predict")
     assert not os.path.exists(out)
     assert predict.main([model, path, "--out", out, "--keep", "id"]) == 0
+
+
+@pytest.mark.parametrize("value, pattern", [("0", "HISTFOREST_MPI=0, but this process is one of 2"),
+                                            ("maybe", "HISTFOREST_MPI must be 1 or 0")])
+def test_a_bad_histforest_mpi_setting_is_one_line(small_parquet, tmp_path, value, pattern):
+    # Under mpirun -np 2, HISTFOREST_MPI=0 would have each rank train on its own rows.
+    from cli_helpers import run_mpi, tool
+
+    out = str(tmp_path / "m.model")
+    proc = run_mpi(2, [tool("forest-train"), small_parquet, *TRAIN_CAUSAL, "--out", out], timeout=300,
+                   env={"HISTFOREST_MPI": value})
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("forest-train: error: ") and pattern in lines[0], proc.stderr
+    assert not os.path.exists(out)
