@@ -101,7 +101,7 @@ import numpy as np
 from numba.core.errors import NumbaIRAssumptionWarning, TypingError
 from numba.extending import overload
 
-from histogram.jit import kernel
+from histogram.jit import WRAPPERLESS, kernel
 
 _Pieces = namedtuple("_Pieces", ["prepare", "gains", "sides_ok", "right_exhausted"])
 
@@ -186,9 +186,9 @@ def right_exhausted(p, n_r, cum, parent):
     return _REGISTRY[type(p)].right_exhausted(p, n_r, cum, parent)
 
 
-#: How Numba compiles a piece behind the overloads: like histogram.jit.compiled_only,
+#: How Numba compiles a piece behind the overloads: as histogram.jit.compiled_only does,
 #: without the Python and C wrappers nothing calls (a compile unit costs less without them).
-_PIECE_OPTIONS = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+_PIECE_OPTIONS = WRAPPERLESS
 
 
 @overload(prepare, jit_options=_PIECE_OPTIONS)

@@ -41,6 +41,10 @@ from numba.np.arrayobj import _empty_nd_impl, _parse_shape
 #: keys the directory by the package sources) and no C-callable wrapper.
 _COMMON = {"cache": True, "no_cfunc_wrapper": True}
 
+#: Options of a function only compiled code calls: neither the Python nor the C wrapper
+#: (:func:`compiled_only`; forest.compiled_criterion compiles criterion pieces with them).
+WRAPPERLESS = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+
 #: Names of the compiled-only helpers that were called from Python in this process.
 _TWINS = []
 _TWIN_LOCK = threading.Lock()
@@ -120,7 +124,7 @@ def compiled_only(func=None, *, inline="never"):
     call; see the module docstring.
     """
     def decorate(f):
-        options = {"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True, "inline": inline}
+        options = {"nopython": True, "inline": inline, **WRAPPERLESS}
         dispatcher = _CompiledOnlyDispatcher(f, locals={}, targetoptions=options)
         dispatcher.enable_caching()
         return dispatcher
@@ -234,4 +238,4 @@ def arange(n):
     return out
 
 
-__all__ = ["kernel", "compiled_only", "python_twins", "empty", "zeros", "arange"]
+__all__ = ["kernel", "compiled_only", "python_twins", "empty", "zeros", "arange", "WRAPPERLESS"]

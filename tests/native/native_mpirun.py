@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from native.comm import LAUNCHER_VARIABLE_PREFIXES
+
 REPO = Path(__file__).resolve().parents[2]
 MPIRUN = Path(sys.executable).parent / "mpirun"
 
@@ -32,7 +34,7 @@ def run_mpirun(np_, args, timeout, env=None):
     full_env = {k: v for k, v in os.environ.items()
                 # A parent launched by mpirun must not leak its process-manager
                 # wiring into the child job.
-                if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
+                if not k.startswith(LAUNCHER_VARIABLE_PREFIXES + ("MPIR_",))}
     full_env.update(env or {})
     full_env.setdefault("PYTHONPATH", str(REPO))
     start = time.monotonic()
