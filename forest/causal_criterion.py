@@ -249,7 +249,6 @@ CausalRecord = namedtuple("CausalRecord", ["K", "M", "ww0", "i_count", "arm0", "
                                            "imbalance_penalty", "sign", "precondition"])
 
 
-@compiled_only
 def causal_prepare(p, parent, consts):
     """Node constants of the ``K = M = 1`` gain, as ``_parent_terms`` computes them.
 
@@ -354,7 +353,6 @@ def _tri(K, i, j):
     return i * K - (i * (i - 1)) // 2 + (j - i)
 
 
-@compiled_only
 def causal_prepare_general(p, parent, consts):
     """Node constants of the general gain: the parent terms of ``CausalCriterion._parent_terms``
     (``wbar, ybar, tau_P, A^{-1}``) folded into the linear map ``P`` (see :func:`_general_offsets`)."""
@@ -467,7 +465,6 @@ def _general_counts_ok(p, s, i):
     return ok
 
 
-@compiled_only
 def causal_gains_general(p, lefts, rights, consts, out, row, n):
     """General :meth:`CausalCriterion.gain` of ``n`` candidates of one node into ``out[row, :n]``."""
     K = p.K

@@ -337,13 +337,11 @@ def _variance_score(st, n_targets):
     return s
 
 
-@compiled_only
 def variance_prepare(p, parent, consts):
     """Node constants of :class:`VarianceCriterion`: ``consts[0]`` = the parent's score."""
     consts[0] = _variance_score(parent, p.n_targets)
 
 
-@compiled_only
 def variance_gains_rows(p, lefts, rights, consts, out, row, n):
     """Scalar :meth:`VarianceCriterion.gain` of ``n`` candidates of one node into ``out[row, :n]``.
 

@@ -236,7 +236,6 @@ InstrumentalRecord = namedtuple("InstrumentalRecord", ["arm", "min_samples_leaf"
                                                        "precondition"])
 
 
-@compiled_only
 def instrumental_prepare(p, parent, consts):
     """Node constants into ``consts[:7]``: ``zbar, wbar, ybar, tau_P, 1/d, floor, valid``."""
     c = _node_constants(parent, p.alpha, p.precondition)

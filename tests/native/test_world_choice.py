@@ -100,7 +100,7 @@ def test_forcing_mpi_in_a_plain_process():
     assert _probe(HISTFOREST_MPI="1") == ["MPICommunicator", "1", "True"]
 
 
-@pytest.mark.parametrize("np_", [1, 2])
+@pytest.mark.parametrize("np_", [1, 2, 3, 4])
 def test_ranks_under_mpirun_use_mpi(tmp_path, np_):
     # -np 1 included: a one-rank job is still a job (its launcher's variables are set).
     rc, output, _ = run_script(np_, _PROBE.replace("forest.GBDTClassifier(n_estimators=2).fit(X, y)\n", ""),
