@@ -6,6 +6,7 @@ Numba kernels until an estimator is actually used::
 
     from forest import CausalForest, InstrumentalForest, RegressionForest, GBDTRegressor, GBDTClassifier
     from forest import Checkpoint, merge_forests    # checkpoint/resume, merging forests
+    from forest import TrainingRowsNotice           # training rows passed as data: out of bag
 """
 import importlib
 
@@ -20,6 +21,7 @@ _EXPORTS = {
     "Checkpoint": "forest.checkpoint",
     "merge_forests": "forest.merge",
     "PolicyTree": "forest.policy_tree",
+    "TrainingRowsNotice": "forest.training_rows",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -27,12 +27,12 @@ from native.comm import SelfCommunicator, world
 from . import average_effects, linear_projection, rate
 from ._validation import as_columns, check_target, check_weight, validate_features
 from .clusters import cluster_moments, observation_weights, resolve_clusters
-from .effect_rows import make_effect_rows, subset_weights
-from .honest_forest import global_ids
+from .effect_rows import ScoredRows, make_effect_rows, subset_weights
 from .inference import solve_theta
 from .collective_checks import collective_checks
 from .estimator_base import check_is_fitted
 from .regression_forest import RegressionForest
+from .training_rows import notify_training_rows
 
 
 def variance_targets(wc):
@@ -91,15 +91,22 @@ class CausalAnalysisMixin:
             checkpoint=checkpoint)
         V = variance_matrix(forest.oob_prediction_, W.shape[1])
         del forest.oob_prediction_          # training rows: not part of the model
+        del forest.training_rows_           # the causal forest's own signature records them
         self.treatment_variance_forest_ = forest
         return V
 
     def _store_oob_rows(self, kind, tau, W, arm, Y, y_hat, t_hat, V, sample_weight, gids, layout):
         """Out-of-bag analysis rows and ``dr_scores_`` of this rank's training rows."""
         weight = observation_weights(sample_weight, layout, len(W))
-        self._oob_rows_ = make_effect_rows(kind, tau, W, arm, Y, y_hat, t_hat, V, weight, gids, layout)
+        self._oob_rows_ = make_effect_rows(kind, tau, W, arm, Y, y_hat, t_hat, V, weight, gids, layout,
+                                           source="out-of-bag")
         self.dr_scores_ = self._shape(self._oob_rows_.scores)
         return self._oob_rows_
+
+    def _row_columns(self, t, y, *, n):
+        """The targets as ``fit`` codes them for :attr:`training_rows_`: ``[W (n, K), Y (n, M)]``."""
+        W, _ = self._code_heldout_treatment(t, n)
+        return [W, as_columns(check_target(y, "y", n, estimator=self))]
 
     # ------------------------------------------------------------------ rows
     def _rows(self, X=None, t=None, y=None, sample_weight=None, clusters=None, comm=None):
@@ -119,10 +126,20 @@ class CausalAnalysisMixin:
         return self._heldout_rows(X, t, y, sample_weight, clusters, comm)
 
     def _heldout_rows(self, X, t, y, sample_weight=None, clusters=None, comm=None):
+        """Rows passed as ``X, t, y``: out of bag when they are the training rows, else held out.
+
+        The rows are compared with the fit's :attr:`training_rows_`
+        (:mod:`forest.training_rows`, collective): the training rows in training
+        order get out-of-bag effects and nuisance estimates recomputed from the
+        trees (:meth:`_training_oob_rows`, with a :class:`TrainingRowsNotice`);
+        rows that only partly overlap the training rows are refused; others are
+        scored as held out by the forest and its nuisance forests.
+        """
         if getattr(self, "outcome_forest_", None) is None or getattr(self, "treatment_forest_", None) is None or \
                 (self.treatment_type_ == "continuous" and getattr(self, "treatment_variance_forest_", None) is None):
-            raise ValueError("scores on new rows need the nuisance forests, but this forest has none (fitted with "
-                             "user-supplied y_hat / t_hat, or saved by an older histforest); refit it")
+            raise ValueError("scores of rows passed as X, t, y need the nuisance forests, but this forest has none "
+                             "(fitted with user-supplied y_hat / t_hat, or saved by an older histforest): refit it, "
+                             "or use the out-of-bag scores in the fitting process (no X, t, y)")
         if comm is None:
             comm = world()
         # Collective: a bad input on one rank raises the same error on every rank
@@ -138,6 +155,13 @@ class CausalAnalysisMixin:
             if sample_weight is not None:
                 sample_weight = check_weight(sample_weight, n)
         K, M = self.n_treatments_, self.n_outcomes_
+        Y = as_columns(Y)
+        match, codes, gids = self._match_codes(X, [W, Y], comm)
+        if match.kind == "overlap":
+            raise ValueError(match.refusal("X, t, y"))
+        if match.kind == "training":
+            notify_training_rows(match, stacklevel=4)
+            return self._training_oob_rows(codes, W, arm, Y, sample_weight, clusters, gids, comm)
         theta, _ = solve_theta(self._mean_moments(X), self._layout())
         tau = np.nan_to_num(theta, nan=0.0, posinf=0.0, neginf=0.0)
         y_hat = np.asarray(self.outcome_forest_.predict(X), dtype=np.float64).reshape(n, M)
@@ -145,11 +169,48 @@ class CausalAnalysisMixin:
         V = None
         if self.treatment_type_ == "continuous":
             V = variance_matrix(self.treatment_variance_forest_.predict(X), K)
-        gids, _ = global_ids(comm, n)
         layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight)
         weight = observation_weights(sample_weight, layout, n)
-        return make_effect_rows(self.treatment_type_, tau, W, arm, as_columns(Y), y_hat, t_hat, V, weight, gids,
-                                layout)
+        return make_effect_rows(self.treatment_type_, tau, W, arm, Y, y_hat, t_hat, V, weight, gids, layout)
+
+    def _training_oob_rows(self, codes, W, arm, Y, sample_weight, clusters, gids, comm):
+        """Analysis rows of the training rows, out of bag, recomputed from the trees.
+
+        Each tree's sample and honesty halves are a hash of the global row id (and
+        cluster), so the trees a row was out of bag for are known without storing
+        them: the effects and every nuisance estimate are those ``fit`` computed,
+        at any rank count.
+
+        Parameters
+        ----------
+        codes : ndarray of uint8, shape (n_features, n)
+        W : ndarray, shape (n, K)
+        arm : ndarray of int64, shape (n,), or None
+        Y : ndarray, shape (n, M)
+        sample_weight, clusters : array-like or None
+            As passed with the rows (a clustered fit needs its cluster labels again).
+        gids : ndarray of int64, shape (n,)
+        comm : native.comm.Communicator
+
+        Returns
+        -------
+        EffectRows
+        """
+        n, K, M = len(W), self.n_treatments_, self.n_outcomes_
+        fitted = bool(self.sampling_.get("clusters", False))
+        if fitted and clusters is None:
+            raise ValueError("these are the training rows of a forest fitted with clusters: pass the fit's cluster "
+                             "labels (clusters=) for their out-of-bag estimates")
+        layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight, fitted=fitted)
+        tau = self._oob_theta_binned(codes, gids, layout, fallback=True)
+        y_hat = self.outcome_forest_.oob_prediction_binned(codes, gids, layout).reshape(n, M)
+        t_hat = self.treatment_forest_.oob_prediction_binned(codes, gids, layout).reshape(n, K)
+        V = None
+        if self.treatment_type_ == "continuous":
+            V = variance_matrix(self.treatment_variance_forest_.oob_prediction_binned(codes, gids, layout), K)
+        weight = observation_weights(sample_weight, layout, n)
+        return make_effect_rows(self.treatment_type_, tau, W, arm, Y, y_hat, t_hat, V, weight, gids, layout,
+                                source="out-of-bag")
 
     def _code_heldout_treatment(self, t, n):
         """``(W (n, K), arm codes (n,) or None)`` of new rows, coded as in training."""
@@ -216,10 +277,38 @@ class CausalAnalysisMixin:
         subset_weights(rows, subset)            # validates the mask
         return scores[np.asarray(subset)]
 
+    def score_rows(self, X=None, t=None, y=None, *, sample_weight=None, clusters=None, comm=None):
+        """Effects and doubly robust scores of rows, out of bag where they are the training rows.
+
+        The rows every analysis method works on, for callers that build their own
+        (a policy tree's rewards, a custom targeting rule): without ``X, t, y`` the
+        fitting process's out-of-bag training rows; with them, the training rows
+        (recognised by :attr:`training_rows_`, :mod:`forest.training_rows`) out of bag,
+        other rows held out, and rows that partly overlap the training rows refused.
+
+        Parameters
+        ----------
+        X, t, y, sample_weight, clusters, comm
+            As in :meth:`average_treatment_effect` (collective under ``mpirun``).
+
+        Returns
+        -------
+        forest.effect_rows.ScoredRows
+            ``effects``, ``scores`` (each the shape of ``predict``) and ``source``
+            (``"out-of-bag"`` or ``"held-out"``).
+        """
+        comm = world() if comm is None else comm
+        rows = self._rows(X, t, y, sample_weight, clusters, comm)
+        return ScoredRows(self._shape(rows.tau), self._shape(rows.scores), rows.source)
+
     def dr_scores(self, X, t, y):
         """Doubly robust scores of held-out rows, from the forest and its nuisance forests.
 
-        Row by row (no communication): safe to call on any rank for any rows.
+        No communication: safe to call on any rank for any rows. The rows are compared
+        with the training rows on this process alone: the whole training data of a
+        one-process fit gets its out-of-bag scores (with a :class:`TrainingRowsNotice`),
+        and rows that are partly training rows (a rank's share of an ``mpirun`` fit
+        among them) are refused; use :meth:`score_rows` (collective) for those.
 
         Parameters
         ----------

@@ -357,6 +357,8 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
         self.ate_stderr_ = self._shape_one(se)
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
         self.gain_importances_ = gain_importance(packed, n_features)
+        # What the analyses need to recognise these rows later (forest.training_rows).
+        self._record_training_rows(comm, gids, n_global, binned, [W, Y])
         return self
 
     def _check_warm_targets(self, inputs):

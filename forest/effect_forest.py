@@ -20,15 +20,16 @@ from .clusters import resolve_clusters
 from .collective_checks import collective_checks
 from .estimator_base import EstimatorBase, check_is_fitted
 from .fingerprint import content_hash
-from .honest_forest import global_ids, oob_average
-from .inference import blb_predict, solve_theta
+from .honest_forest import global_ids, oob_average, oob_sums_binned
+from .inference import blb_predict, oob_effects, solve_theta
 from .predictor import predict_values, predict_values_binned
 from .profiling import phase
 from ._validation import check_param_types, validate_features
 from .regression_forest import RegressionForest, check_forest_params
+from .training_rows import TrainingRowsMixin
 
 
-class EffectForestBase(EstimatorBase):
+class EffectForestBase(TrainingRowsMixin, EstimatorBase):
     """Base class of the honest effect forests (see the module docstring).
 
     Subclasses define ``_layout()`` (the moment layout of their leaves),
@@ -109,6 +110,7 @@ class EffectForestBase(EstimatorBase):
                     checkpoint=None if stage is None else stage.run.stage(stage_name))
                 pred = kept.oob_prediction_
                 del kept.oob_prediction_        # kept for new rows; training rows are not part of the model
+                del kept.training_rows_         # this forest's own signature records them
             else:
                 pred = kept.oob_prediction_binned(binned[1], gids, layout)
             out[name] = np.asarray(pred).reshape(len(target), width)
@@ -189,12 +191,52 @@ class EffectForestBase(EstimatorBase):
         half = z * np.sqrt(var)
         return theta - half, theta + half
 
-    def oob_predict(self, X, *, comm=None, clusters=None):
+    def _oob_theta_binned(self, codes, gids, layout, fallback):
+        """Out-of-bag effects ``(n, K, M)`` of training rows given as codes, recomputed from the trees.
+
+        Parameters
+        ----------
+        codes : ndarray of uint8, shape (n_features, n)
+        gids : ndarray of int64, shape (n,)
+            Their global row ids in the fit.
+        layout : forest.clusters.ClusterLayout or None
+            As in the fit.
+        fallback : bool
+            Rows whose out-of-bag moments are singular take all trees' moments (and
+            zero where those are singular too), as the causal forest's fit does
+            (:func:`forest.inference.oob_effects`); without it they are NaN.
+        """
+        acc, cnt = oob_sums_binned(self.estimators_, codes, self.bin_mapper_.missing_bin_, gids, self.sampling_,
+                                   layout)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mbar = acc / cnt[:, None]
+        if (cnt == 0).any():
+            mbar[cnt == 0] = self._mean_moments_binned(codes, cnt == 0)
+        if fallback:
+            return oob_effects(mbar, self._layout(), lambda rows: self._mean_moments_binned(codes, rows))
+        return solve_theta(mbar, self._layout())[0]
+
+    def _oob_in_fit(self):
+        """Out-of-bag effects of this rank's training rows kept by the fitting process (shape of ``predict``)."""
+        rows = getattr(self, "_oob_rows_", None)
+        if rows is not None:
+            return self._shape(rows.tau)
+        source = getattr(self, "_oob_source_", None)
+        if source is None:
+            raise ValueError("out-of-bag estimates without X exist only in the process that ran fit (a model file "
+                             "holds no training rows); pass the training rows: oob_predict(X)")
+        codes, gids, layout = source
+        return self._shape(self._oob_theta_binned(codes, gids, layout, fallback=False))
+
+    def oob_predict(self, X=None, *, comm=None, clusters=None):
         """Out-of-bag effects for the training rows of this rank (same rows and order as in ``fit``).
 
         Parameters
         ----------
-        X : array-like, shape (n_local, n_features)
+        X : array-like, shape (n_local, n_features), optional
+            This rank's training rows. Without it, the fitting process's own
+            out-of-bag effects (the ones ``fit`` computed; under ``mpirun`` each rank's
+            rows, the same figures at any rank count).
         comm : native.comm.Communicator, optional
             The communicator used in ``fit``.
         clusters : array-like, optional
@@ -205,6 +247,11 @@ class EffectForestBase(EstimatorBase):
         ndarray
             Shape of ``predict``.
         """
+        if X is None:
+            check_is_fitted(self, "estimators_")
+            if clusters is not None:
+                raise ValueError("clusters go with X: without X the fit's own rows and clusters are used")
+            return self._oob_in_fit()
         comm = world() if comm is None else comm
         with collective_checks(comm):
             check_is_fitted(self, "estimators_")

@@ -42,6 +42,9 @@ class EffectRows(NamedTuple):
     layout : ClusterLayout or None
     scores : ndarray, shape (n, K, M)
         Doubly robust scores.
+    source : {"out-of-bag", "held-out"}
+        Which estimates the rows carry: the training rows' out-of-bag ones, or the
+        full forest's on rows it was not trained on.
     """
 
     kind: str
@@ -56,6 +59,7 @@ class EffectRows(NamedTuple):
     gids: np.ndarray
     layout: Optional[ClusterLayout]
     scores: np.ndarray
+    source: str = "held-out"
 
     @property
     def n(self):
@@ -71,7 +75,23 @@ class EffectRows(NamedTuple):
         return self.gids if self.layout is None else self.layout.codes
 
 
-def make_effect_rows(kind, tau, W, arm, Y, y_hat, t_hat, V, weight, gids, layout):
+class ScoredRows(NamedTuple):
+    """What :meth:`forest.CausalForest.score_rows` returns.
+
+    Attributes
+    ----------
+    effects, scores : ndarray
+        Effect estimates and doubly robust scores, each of the shape of ``predict``.
+    source : {"out-of-bag", "held-out"}
+        Out-of-bag estimates of the training rows, or the forest's on held-out rows.
+    """
+
+    effects: np.ndarray
+    scores: np.ndarray
+    source: str
+
+
+def make_effect_rows(kind, tau, W, arm, Y, y_hat, t_hat, V, weight, gids, layout, source="held-out"):
     """Assemble :class:`EffectRows` and compute the doubly robust scores.
 
     Parameters are the attributes of :class:`EffectRows` (without ``scores``).
@@ -89,7 +109,7 @@ def make_effect_rows(kind, tau, W, arm, Y, y_hat, t_hat, V, weight, gids, layout
     t_arg = arm if kind == "categorical" else (W[:, 0] if kind == "binary" else W)
     scores = aipw_scores(kind, tau, t_arg, Y, y_hat, t_hat, V)
     return EffectRows(kind, tau, W, arm, Y, y_hat, t_hat, V, np.asarray(weight, dtype=np.float64),
-                      np.asarray(gids, dtype=np.int64), layout, scores)
+                      np.asarray(gids, dtype=np.int64), layout, scores, source)
 
 
 def subset_weights(rows, subset):

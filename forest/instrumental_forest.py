@@ -151,6 +151,15 @@ class InstrumentalForest(EffectForestBase):
         self._criterion()  # the criterion's own checks of alpha and the penalty
         return seed
 
+    #: The fitting process's training codes (``oob_predict()`` without X) stay out of model files.
+    _model_io_exclude_ = ("_oob_source_",)
+
+    def _row_columns(self, t, y, z, *, n):
+        """The targets as ``fit`` codes them for :attr:`training_rows_` (``y, t, z``, each (n, 1))."""
+        given = {"t": t, "y": y, "z": z}
+        return [check_target(given[name], name, n, estimator=self, multi_output=False).reshape(n, 1)
+                for name, _ in _VARIABLES]
+
     def _criterion(self):
         return InstrumentalCriterion(min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
                                      imbalance_penalty=self.imbalance_penalty)
@@ -275,4 +284,8 @@ class InstrumentalForest(EffectForestBase):
         self.nuisance_ = nuisance_record
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
         self.gain_importances_ = gain_importance(packed, n_features)
+        self._record_training_rows(comm, gids, n_global, binned, [values[name] for name, _ in _VARIABLES])
+        # oob_predict() without X: recomputed from the trees on demand (fit grows without
+        # out-of-bag sums); the codes are kept in this process only, never in model files.
+        self._oob_source_ = (binned, gids, clusters_layout)
         return self

@@ -141,4 +141,11 @@ def merge_forests(forests):
     merged.sampling_ = dict(first.sampling_, segments=segments)
     merged.feature_importances_ = depth_weighted_importance(merged.estimators_, first.n_features_in_)
     merged.gain_importances_ = gain_importance(merged.estimators_, first.n_features_in_)
+    signatures = [vars(f).get("training_rows_") for f in forests]
+    if any(s is None or not _same_signature(s, signatures[0]) for s in signatures):
+        merged.__dict__.pop("training_rows_", None)  # parts fitted on different rows: nothing to recognise
     return merged
+
+
+def _same_signature(a, b):
+    return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)

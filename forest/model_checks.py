@@ -26,6 +26,7 @@ import numpy as np
 from histogram.binning import BinMapper
 
 from .model_io import ContentMismatch
+from .training_rows import validate_signature
 from .tree import Tree, pack_trees, validate_packed
 
 
@@ -64,6 +65,8 @@ def check_estimator(est):
         raise ContentMismatch(f"it has no parameter {missing[0]!r}")
     est._check_params()
     check(est)
+    if "training_rows_" in vars(est):       # absent in files written before it existed
+        validate_signature(vars(est)["training_rows_"])
 
 
 # ------------------------------------------------------------------ attribute checks

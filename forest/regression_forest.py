@@ -26,6 +26,7 @@ from .growth_options import TreeParams
 from .honest_forest import ForestSpec, global_ids, grow_honest_forest, oob_average, oob_sums_binned
 from .importance import depth_weighted_importance, gain_importance
 from .predictor import predict_values, predict_values_binned
+from .training_rows import TrainingRowsMixin
 
 
 def default_mtry(n_features):
@@ -225,7 +226,7 @@ def n_estimators_fitted(packed):
     return len(packed["tree_offsets"]) - 1
 
 
-class RegressionForest(RegressorMixin, EstimatorBase):
+class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
     """Honest random forest regression on binned histograms (GRF's ``regression_forest``).
 
     Parameters
@@ -408,6 +409,7 @@ class RegressionForest(RegressorMixin, EstimatorBase):
         self.bin_mapper_ = mapper
         oob = self._oob_from_sums(acc, cnt, codes)
         self.oob_prediction_ = oob[:, 0] if y.ndim == 1 else oob
+        self._record_training_rows(comm, gids, n_global, codes, [y2])
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
         self.gain_importances_ = gain_importance(packed, n_features)
         return self
@@ -507,13 +509,18 @@ class RegressionForest(RegressorMixin, EstimatorBase):
         out = self._predict_raw(X)
         return out[:, 0] if self.n_outputs_ == 1 else out
 
-    def oob_predict(self, X, *, comm=None, clusters=None):
+    def _row_columns(self, y, *, n):
+        """The target as ``fit`` codes it for :attr:`training_rows_`: ``[y (n, n_outputs)]``."""
+        return [as_columns(check_target(y, "y", n, estimator=self))]
+
+    def oob_predict(self, X=None, *, comm=None, clusters=None):
         """Out-of-bag predictions for the training rows of this rank (same order as in ``fit``).
 
         Parameters
         ----------
-        X : array-like, shape (n_local, n_features)
-            Exactly the rows this rank passed to ``fit``.
+        X : array-like, shape (n_local, n_features), optional
+            Exactly the rows this rank passed to ``fit``. Without it, the fitting
+            process's own ``oob_prediction_``.
         comm : native.comm.Communicator, optional
             The communicator used in ``fit`` (global row ids are recomputed from it).
         clusters : array-like, optional
@@ -524,6 +531,14 @@ class RegressionForest(RegressorMixin, EstimatorBase):
         ndarray, shape (n_local,) or (n_local, n_outputs)
             NaN for rows no tree left out.
         """
+        if X is None:
+            check_is_fitted(self, "estimators_")
+            if clusters is not None:
+                raise ValueError("clusters go with X: without X the fit's own rows and clusters are used")
+            if getattr(self, "oob_prediction_", None) is None:
+                raise ValueError("out-of-bag predictions without X exist only in the process that ran fit; pass the "
+                                 "training rows: oob_predict(X)")
+            return self.oob_prediction_
         comm = world() if comm is None else comm
         with collective_checks(comm):
             check_is_fitted(self, "estimators_")

@@ -127,12 +127,15 @@ def column_names(estimator, prefix, trailing_shape):
     return names
 
 
-def summarised_quantity(estimator):
+def summarised_quantity(estimator, out_of_bag=None):
     """What a report summarises about a model's predictions.
 
     Parameters
     ----------
     estimator : fitted histforest estimator
+    out_of_bag : callable, optional
+        ``out_of_bag(X)``: the forest's out-of-bag predictions (shape of ``predict``),
+        used instead of ``predict`` when the rows are the training rows.
 
     Returns
     -------
@@ -146,7 +149,7 @@ def summarised_quantity(estimator):
     """
     if hasattr(estimator, "predict_interval"):
         def effects(X):
-            tau = np.asarray(estimator.predict(X), dtype=np.float64)
+            tau = np.asarray((out_of_bag or estimator.predict)(X), dtype=np.float64)
             width = int(np.prod(tau.shape[1:], dtype=np.int64))
             return column_names(estimator, "tau", tau.shape[1:]), tau.reshape(tau.shape[0], width)
         return "effect tau(x)", effects
@@ -160,7 +163,7 @@ def summarised_quantity(estimator):
         return "probability", probabilities
 
     def predictions(X):
-        pred = np.asarray(estimator.predict(X), dtype=np.float64)
+        pred = np.asarray((out_of_bag or estimator.predict)(X), dtype=np.float64)
         width = int(np.prod(pred.shape[1:], dtype=np.int64))
         return column_names(estimator, "prediction", pred.shape[1:]), pred.reshape(pred.shape[0], width)
     return "value", predictions

@@ -1,9 +1,12 @@
 """The causal-analysis part of ``forest-report``: average effects, calibration, BLP, RATE and TOC.
 
 This module owns what ``forest-report MODEL --data DATA`` adds for a causal forest
-when ``DATA`` holds the training treatment and outcome columns: the data are
-treated as held-out rows, scored with the model's forest and nuisance forests
-(:meth:`forest.CausalForest.dr_scores`), and the report shows
+when ``DATA`` holds the training treatment and outcome columns. When ``DATA`` is
+the model's training data (the same rows in the same order: :mod:`forest.training_rows`)
+every figure is out of bag, as grf computes them: effects and nuisance estimates
+from the trees each row was not drawn for. Other rows are held out, scored with the
+model's forest and nuisance forests; rows that are partly training rows are
+refused (``forest-report`` says so in one line). The report shows
 
 * the doubly robust average effects (all, treated, control, overlap-weighted; per
   arm against the control for multi-arm models) with 95% confidence intervals;
@@ -41,8 +44,14 @@ def _attempt(fn):
         return None, str(exc).splitlines()[0]
 
 
-def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures=False, seed=0):
-    """Average effects, calibration, BLP and RATE of a causal forest on held-out rows.
+def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures=False, seed=0, priorities=None,
+                    rows="held-out"):
+    """Average effects, calibration, BLP and RATE of a causal forest on held-out or training rows.
+
+    The estimator's methods recognise training rows themselves
+    (:mod:`forest.training_rows`) and then analyse them out of bag; ``priorities``
+    must then be out-of-bag effects too (the caller computed them for the
+    distribution), or the RATE would rank rows by in-sample effects.
 
     Parameters
     ----------
@@ -62,6 +71,11 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
         Also render the TOC figure (base64 PNG).
     seed : int
         Bootstrap seed of RATE.
+    priorities : ndarray, shape (n,) or (n, n_effects), optional
+        Effects that rank the rows for RATE (default: ``est.predict(X)``, right for
+        held-out rows only).
+    rows : str
+        ``"out-of-bag"`` or ``"held-out"``: named in each part of the report.
 
     Returns
     -------
@@ -80,9 +94,9 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     # A model that records its feature names takes the rows as a table of those
     # columns (forest-report predicts the same way); a bare matrix would make every
     # method below warn that X has no feature names.
-    rows = feature_input(est, pa.table({n: X[:, j] for j, n in enumerate(names)}), names)
-    held = dict(X=rows, t=t, y=y, clusters=clusters, comm=comm)
-    report, lines, figures, unavailable = {}, [], {}, {}
+    table = feature_input(est, pa.table({n: X[:, j] for j, n in enumerate(names)}), names)
+    held = dict(X=table, t=t, y=y, clusters=clusters, comm=comm)
+    report, lines, figures, unavailable = {"rows": rows}, [], {}, {}
     contrasts = est.contrast_names() if _n_effects(est) > 1 else None
 
     effects = {}
@@ -94,7 +108,7 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
         effects[target] = _interval(*res)
     report["average_effects"] = effects
     if effects:
-        lines += ["", f"Doubly robust average effects on {len(X)} rows (95% CI"
+        lines += ["", f"Doubly robust average effects on {len(X)} rows, {rows} (95% CI"
                       + (", cluster-robust)" if clusters is not None else ")") + ":"]
         for target, v in effects.items():
             for j, (e, lo, hi, s) in enumerate(zip(v["estimate"], v["conf_low"], v["conf_high"], v["stderr"])):
@@ -120,10 +134,12 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     if est.treatment_type_ == "continuous":
         unavailable["rate"] = "RATE needs a binary or categorical treatment"
     else:
-        priorities = np.asarray(est.predict(rows), dtype=np.float64)
+        priorities = np.asarray(est.predict(table) if priorities is None else priorities, dtype=np.float64)
+        if priorities.ndim == 2 and priorities.shape[1] == 1:
+            priorities = priorities[:, 0]
         for target in ("AUTOC", "QINI"):
             res, why = _attempt(lambda: est.rank_average_treatment_effect(
-                priorities, rows, t, y, target=target, n_bootstrap=RATE_BOOTSTRAP, seed=seed, clusters=clusters,
+                priorities, table, t, y, target=target, n_bootstrap=RATE_BOOTSTRAP, seed=seed, clusters=clusters,
                 comm=comm))
             if why:
                 unavailable[f"rate_{target}"] = why

@@ -3,10 +3,13 @@
 Two sources of rewards:
 
 * ``forest-policy CAUSAL_MODEL DATA``: the causal model's doubly robust scores on DATA
-  (``model.dr_scores(X, t, y)``, one column per arm against control), with the control
-  as action 0 and reward 0; DATA should be rows the causal model was not trained on,
-  so the scores (and the cost curves built from them) are honest. The causal model's
-  effect estimates ``model.predict(X)`` rank the rows for the cost curves.
+  (``model.score_rows(X, t, y)``, one column per arm against control), with the control
+  as action 0 and reward 0. DATA may be rows the causal model was not trained on, or
+  its training data as trained (same rows, same order): those get out-of-bag effects
+  and scores, as grf's policy trees use, so the scores (and the cost curves built
+  from them) are honest either way; data that is partly training rows is refused. The
+  causal model's effect estimates (out of bag on training rows) rank the rows for the
+  cost curves.
 * ``forest-policy DATA --rewards COL ...``: any reward columns, one per action, and
   optionally ``--effects COL ...``: estimated effects of actions 1.. over action 0 (a
   model's predictions) for the budget's price and the cost curves, whose gains are
@@ -211,7 +214,10 @@ def _body(argv):
     from forest import report as rep
     from forest._validation import as_columns
     from forest.allocation import allocate, cost_curves
+    import warnings
+
     from forest.policy_tree import PolicyTree
+    from forest.training_rows import TrainingRowsNotice
     from native import collectives as col
     from native.stats import STATS
 
@@ -248,9 +254,17 @@ def _body(argv):
         t = shard.columns[t_col]
         if str(source.types.get(t_col, "")).startswith(("int", "uint", "bool")):
             t = t.astype(np.int64)  # integer treatments are arms, as in forest-train
-        (tau, scores), message = guarded(lambda: (as_columns(est.predict(Xc)),
-                                                  as_columns(est.dr_scores(Xc, t, shard.columns[y_col]))))
+        # Collective: the training rows (as trained) get out-of-bag effects and scores,
+        # rows that are partly training rows are refused (forest.training_rows).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TrainingRowsNotice)    # said below, once, in the tool's words
+            scored, message = guarded(lambda: est.score_rows(Xc, t, shard.columns[y_col], comm=comm))
         agree(comm, message)
+        tau, scores = as_columns(scored.effects), as_columns(scored.scores)
+        if comm.rank == 0:
+            print(f"{PROG}: rewards from {'out-of-bag' if scored.source == 'out-of-bag' else 'held-out'} doubly robust "
+                  f"scores" + (" (these are the causal model's training rows)" if scored.source == "out-of-bag"
+                               else ""), file=sys.stderr)
         rewards = np.column_stack([np.zeros(n), scores])
         action_names = levels[:scores.shape[1] + 1]  # action 0: the control level
     else:

@@ -8,8 +8,16 @@ partial dependence on the top three features, drawn on one y-axis scale; for a
 causal model whose data holds the training treatment (binary) and outcome columns,
 also the Qini curve with its coefficient and AUUC (not for an instrumental forest, whose
 observed treatment is confounded). The tool runs on one process: it reads the whole
-``--data`` set (meant for a held-out sample, not the full training data); under
-``mpirun`` rank 0 alone makes the report.
+``--data`` set; under ``mpirun`` rank 0 alone makes the report.
+
+Which rows: ``--data`` may be held-out rows, or the model's training data as it was
+trained (same rows, same order, recognised by the fingerprint the model file records:
+:mod:`forest.training_rows`). On training rows every figure that depends on the
+predictions (their distribution, the Qini curve, the average effects, calibration,
+linear projection, RATE) uses out-of-bag estimates, as grf does: a forest's own
+prediction for a training row has seen that row's outcome, and treated as held out
+it shows heterogeneity that is not there. Data that only partly overlaps the
+training rows is refused with one line. The report says which rows it used.
 """
 import json
 import sys
@@ -62,7 +70,7 @@ def open_data(data, names, meta, html=None, targets=True):
     source = dataio.open_source(data)
     if html is not None:
         check_not_input(html, source.paths, "--html", data=data)
-    extra = [c for c in (meta.get("treatment"), meta.get("outcome"), meta.get("cluster"))
+    extra = [c for c in (meta.get("treatment"), meta.get("instrument"), meta.get("outcome"), meta.get("cluster"))
              if targets and isinstance(c, str) and c in source.columns]
     dataio.check_columns(source, numeric=names + extra)
     if source.n_rows == 0:
@@ -114,7 +122,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     names = _feature_names(est, header)
     source = shard = X = None
     if data is not None:
-        source, shard, X = open_data(data, names, meta, html=html, targets=hasattr(est, "predict_interval"))
+        source, shard, X = open_data(data, names, meta, html=html, targets=hasattr(est, "training_row_match"))
     trees = rep.model_trees(est)
     if not trees:
         raise CLIError(f"model file {path!r} holds no trees (is the model fitted?)")
@@ -127,7 +135,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         "treatment": meta.get("treatment"), "outcome": meta.get("outcome"),
         "features": names,
         "importance": {k: v for k, v in imp.items()},
-        "importance_sorted_by": sort_by,
+        "importance_sorted_by": sort_by, "top": top, "data": data,
     }
     figures = {}
     lines = [f"{report['model']} from {path}: {len(trees)} trees, {len(names)} features"
@@ -146,11 +154,19 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         """Rows ``Z`` (ndarray, columns ``names``) as the model takes them (its feature names)."""
         return feature_input(est, pa.table({n: Z[:, j] for j, n in enumerate(names)}), names)
 
+    match = recognise_rows(est, model_input(X), shard, meta)
+    if match is not None and match.kind == "overlap":
+        raise CLIError(match.refusal(repr(data)))
+    report["rows"] = rows_summary(est, match)
+    lines += ["", f"Rows: {report['rows']['sentence']}."]
+    training = match is not None and match.kind == "training"
     what, predict = rep.summarised_quantity(est)
-    labels, values = predict(model_input(X))
+    _, predict_rows = rep.summarised_quantity(est, out_of_bag=training_oob(est, shard, meta) if training else None)
+    labels, values = predict_rows(model_input(X))
     report["predictions"] = {"what": what, "n_rows": int(len(values)),
                              "columns": {label: rep.distribution(values[:, j]) for j, label in enumerate(labels)}}
-    lines += ["", f"Predicted {what} on {len(values)} rows of {data}:"]
+    lines += ["", f"Predicted {what} on {len(values)} rows of {data}"
+                  + (" (out of bag):" if training else ":")]
     for label, summary in report["predictions"]["columns"].items():
         lines += [f"  {label}: mean {summary['mean']:.4g}, sd {summary['std']:.4g}; "
                   + "  ".join(f"{k} {v:.4g}" for k, v in summary["quantiles"].items())]
@@ -161,7 +177,10 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         curves.append((names[j], grid, mean))
     report["partial_dependence"] = {"what": what, "columns": labels,
                                     "features": {n: {"grid": g, "mean": m} for n, g, m in curves}}
-    lines += ["", f"Partial dependence of the predicted {what} (mean over rows; grid min -> max, range):"]
+    # Partial dependence evaluates the whole forest at grid values (a summary of the
+    # fitted function, not of any row's own outcome): the same on any rows.
+    lines += ["", f"Partial dependence of the predicted {what} (whole forest, mean over rows; grid min -> max, "
+                  f"range):"]
     for n, g, m in curves:
         if m.size:
             m = m.reshape(len(g), -1)
@@ -191,17 +210,90 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         else:
             lines += ["", f"(no Qini curve: {t_col!r} is not a binary 0/1 treatment with both arms)"]
     if hasattr(est, "predict_interval") and observed and hasattr(est, "dr_scores"):
-        _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures)
+        _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, values)
     return report, figures, "\n".join(lines)
 
 
-def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures):
+#: The fit's target arguments of each estimator that records its training rows, as metadata keys.
+_TARGET_KEYS = {"CausalForest": ("treatment", "outcome"), "InstrumentalForest": ("treatment", "outcome", "instrument"),
+                "RegressionForest": ("outcome",)}
+
+
+def _targets(est, shard, meta):
+    """The data's columns of the fit's targets (``fit``'s order), or None when any is missing."""
+    keys = _TARGET_KEYS.get(type(est).__name__)
+    cols = [meta.get(k) for k in keys] if keys else None
+    if not cols or not all(isinstance(c, str) and c in shard.columns for c in cols):
+        return None
+    return [shard.columns[c] for c in cols]
+
+
+def recognise_rows(est, rows, shard, meta):
+    """How the data's rows relate to the model's training rows (:mod:`forest.training_rows`).
+
+    Parameters
+    ----------
+    est : fitted estimator
+    rows : model input (the data's feature columns)
+    shard : forest.dataio.Shard
+        Every row of the data (the report runs on one process).
+    meta : dict
+        The model file's metadata (target column names).
+
+    Returns
+    -------
+    forest.training_rows.RowMatch or None
+        None for a model that cannot tell (gradient boosting keeps no out-of-bag state).
+    """
+    from native.comm import SelfCommunicator
+
+    if not hasattr(est, "training_row_match"):
+        return None
+    targets = _targets(est, shard, meta)
+    try:
+        return est.training_row_match(rows, *(targets or ()), comm=SelfCommunicator())
+    except ValueError:
+        # Targets the model cannot code (e.g. a treatment level it never saw) are not its
+        # training rows' targets: compare the features alone.
+        return est.training_row_match(rows, comm=SelfCommunicator())
+
+
+def rows_summary(est, match):
+    """``{"source", "sentence"}``: which rows the report's figures use."""
+    if match is None:
+        return {"source": "in-sample",
+                "sentence": f"{type(est).__name__} keeps no out-of-bag state: predictions on training rows are "
+                            f"in-sample"}
+    source = {"training": "out-of-bag", "held-out": "held-out", "unknown": "unknown"}[match.kind]
+    return {"source": source, "sentence": match.sentence()}
+
+
+def training_oob(est, shard, meta):
+    """``oob_predict(X)`` of the training rows, with the fit's clusters when it had them."""
+    from native.comm import SelfCommunicator
+
+    col = meta.get("cluster")
+    clusters = shard.columns[col] if est.sampling_.get("clusters", False) and col in shard.columns else None
+    if est.sampling_.get("clusters", False) and clusters is None:
+        raise CLIError("these are the training rows of a model fitted with --cluster, but the data has no "
+                       f"{col!r} column: out-of-bag estimates need it")
+    return lambda X: est.oob_predict(X, comm=SelfCommunicator(), clusters=clusters)
+
+
+def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects):
     """Average effects, calibration, BLP and RATE on the data (:mod:`forest.report_analysis`)."""
+    import warnings
+
     from forest.report_analysis import analysis_report
+    from forest.training_rows import TrainingRowsNotice
 
     clusters = shard.columns.get(meta.get("cluster")) if meta.get("cluster") else None
-    part, text, figs = analysis_report(est, X, shard.columns[meta["treatment"]], shard.columns[meta["outcome"]],
-                                       names, imp["depth_weighted"], clusters=clusters, want_figures=want_figures)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrainingRowsNotice)     # the report says it once, in its own words
+        part, text, figs = analysis_report(est, X, shard.columns[meta["treatment"]], shard.columns[meta["outcome"]],
+                                           names, imp["depth_weighted"], clusters=clusters,
+                                           want_figures=want_figures, priorities=effects,
+                                           rows=report["rows"]["source"])
     report["analysis"] = part
     lines += text
     figures.update(figs)
@@ -230,16 +322,9 @@ def _body(argv):
     except (ValueError, DataError) as exc:  # ModelFormatError, DataError, check_not_input, check_writable
         raise CLIError(str(exc).strip().splitlines()[0]) from None
     if args.html:
-        what = report.get("predictions", {}).get("what", "")
-        sections = [("Feature importance", text.split("\n\n", 2)[-1] if args.data is None else text,
-                     figures.get("importance"))]
-        for key, heading in (("distribution", f"Distribution of the predicted {what}"),
-                             ("pdp", f"Partial dependence of the predicted {what} on the top features "
-                                     f"(one y-axis scale)"),
-                             ("qini", "Qini curve"), ("toc", "Targeting operator characteristic (TOC)")):
-            if key in figures:
-                sections.append((heading, "", figures[key]))
-        page = rep.html_page(f"histforest report: {report['model']} ({args.model})", sections)
+        from forest.report_html import report_page
+
+        page = report_page(report, figures, f"histforest report: {report['model']} ({args.model})", text=text)
         try:
             with open(args.html, "w", encoding="utf-8") as f:
                 f.write(page)

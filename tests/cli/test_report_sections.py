@@ -108,7 +108,12 @@ def test_regressor_and_causal_reports_summarise_their_own_quantity(files):
     assert "Partial dependence of the predicted value" in text
     rep_, _, text = build_report(paths["causal"], data=data)
     assert rep_["predictions"]["what"] == "effect tau(x)"
-    assert rep_["predictions"]["columns"]["tau"]["mean"] == pytest.approx(models["causal"].predict(X).mean(), rel=1e-12)
+    # the data are the causal model's training rows: the report summarises out-of-bag effects
+    assert rep_["rows"]["source"] == "out-of-bag" and "Rows: these are the model's training rows" in text
+    assert rep_["predictions"]["columns"]["tau"]["mean"] == pytest.approx(
+        models["causal"].oob_predict(X).mean(), rel=1e-12)
+    assert rep_["predictions"]["columns"]["tau"]["mean"] != pytest.approx(models["causal"].predict(X).mean(),
+                                                                          rel=1e-6)
     assert "qini" in rep_ and "Qini coefficient" in text
 
 

@@ -183,7 +183,10 @@ def test_model_file_keeps_nuisances_not_training_rows(linear, tmp_path):
     assert not hasattr(loaded, "dr_scores_")
     assert not hasattr(loaded.outcome_forest_, "oob_prediction_")
     header = model_io.read_header(path)
-    assert all(3000 not in info["shape"] for info in header["arrays"].values())     # no per-training-row array
+    # no per-training-row array but the training-row signature's sketch of row hashes (complete below
+    # forest.training_rows.SKETCH_SIZE rows): keys and counts, uint64 and int64
+    per_row = sorted(info["dtype"] for info in header["arrays"].values() if 3000 in info["shape"])
+    assert per_row == ["<i8", "<u8"] and len(loaded.training_rows_["keys"]) == 3000
     assert loaded.average_treatment_effect() == (cf.ate_, cf.ate_stderr_)
     with pytest.raises(ValueError, match="only in the process that ran fit"):
         loaded.best_linear_projection(comm=SELF)

@@ -5,6 +5,7 @@ from sklearn.base import clone
 
 from forest import simulate
 from forest.causal_forest import CausalForest
+from forest.training_rows import TrainingRowsNotice
 from native.comm import SelfCommunicator
 from tests.conftest import block_slice
 
@@ -162,8 +163,10 @@ def test_continuous_treatment_fits_without_warnings(n_treatments):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cf = CausalForest(n_estimators=20, random_state=0).fit(X, t, y, comm=SELF)
+    with pytest.warns(TrainingRowsNotice):          # the training rows: out-of-bag scores
         scores = cf.dr_scores(X, t, y)
     assert cf.treatment_type_ == "continuous" and np.isfinite(scores).all()
+    np.testing.assert_array_equal(scores, cf.get_scores())
     assert cf.treatment_variance_forest_.predict(X).reshape(200, -1).shape[1] == n_treatments * (n_treatments + 1) // 2
 
 
