@@ -160,8 +160,9 @@ class CausalAnalysisMixin:
         if match.kind == "overlap":
             raise ValueError(match.refusal("X, t, y"))
         if match.kind == "training":
-            notify_training_rows(match, stacklevel=4)
-            return self._training_oob_rows(codes, W, arm, Y, sample_weight, clusters, gids, comm)
+            rows = self._training_oob_rows(codes, W, arm, Y, sample_weight, clusters, gids, comm)
+            notify_training_rows(match, stacklevel=5)        # the user's call of a public method
+            return rows
         theta, _ = solve_theta(self._mean_moments(X), self._layout())
         tau = np.nan_to_num(theta, nan=0.0, posinf=0.0, neginf=0.0)
         y_hat = np.asarray(self.outcome_forest_.predict(X), dtype=np.float64).reshape(n, M)

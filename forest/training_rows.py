@@ -120,13 +120,23 @@ def row_keys(codes, columns):
 
 
 def _bottom_unique(keys, k):
-    """The ``k`` smallest distinct keys and their multiplicities, ascending."""
-    if len(keys) > 4 * k:
-        # Every copy of the k smallest distinct values lies at or below the k-th
-        # smallest value of the multiset, so a partial sort there loses nothing.
-        keys = keys[keys <= np.partition(keys, k - 1)[k - 1]]
-    values, counts = np.unique(keys, return_counts=True)
-    return values[:k], counts[:k].astype(np.int64)
+    """The ``k`` smallest distinct keys and their multiplicities, ascending, and whether that is all of them."""
+    values, counts = _smallest_distinct(keys, k + 1)
+    return values[:k], counts[:k], len(values) <= k
+
+
+def _smallest_distinct(keys, k):
+    """The ``k`` smallest distinct keys (or all) and their multiplicities, ascending."""
+    m = min(len(keys), 4 * k)
+    while True:
+        # Partial selection instead of sorting every key: once the keys at or below
+        # the m-th smallest hold k distinct values, they hold every copy of the k
+        # smallest distinct ones. Duplicates can leave fewer: widen and retry.
+        below = keys if m == len(keys) else keys[keys <= np.partition(keys, m - 1)[m - 1]]
+        values, counts = np.unique(below, return_counts=True)
+        if len(values) >= k or m == len(keys):
+            return values[:k], counts[:k].astype(np.int64)
+        m = min(len(keys), 4 * m)
 
 
 def _merge(values, counts, k):
@@ -163,11 +173,14 @@ def training_signature(comm, gids, n_global, codes, columns, sketch_size=SKETCH_
     """
     columns = [as_columns(c) for c in columns]
     keys = row_keys(codes, columns)
-    values, counts = _bottom_unique(keys, sketch_size)
+    values, counts, complete = _bottom_unique(keys, sketch_size)
     if comm.size > 1:
         values = col.allgatherv(comm, values)
         counts = col.allgatherv(comm, counts)
-    values, counts, complete = _merge(values, counts, sketch_size)
+        complete = bool(col.allreduce(comm, np.array([0 if complete else 1], dtype=np.int64))[0] == 0)
+    values, counts, merged_complete = _merge(values, counts, sketch_size)
+    # Complete only when no rank cut its list short and the union fits.
+    complete = complete and merged_complete
     return {"rows": int(n_global),
             "content": content_hash(comm, gids, codes, columns),
             "features": content_hash(comm, gids, codes),

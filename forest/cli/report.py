@@ -193,6 +193,10 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
             figures["pdp"] = rep.pdp_figure(curves, what, labels)
     t_col, y_col = meta.get("treatment"), meta.get("outcome")
     observed = all(isinstance(c, str) and c in shard.columns for c in (t_col, y_col))
+    ranking = None
+    if training and observed and hasattr(est, "dr_scores"):
+        ranking = _held_out_ranking(est, model_input(X), shard, meta)
+        lines += ["", f"Qini and RATE {ranking.describe()}."]
     if hasattr(est, "predict_interval") and observed and len(labels) == 1:
         t, y = shard.columns[t_col], shard.columns[y_col]
         if type(est).__name__ == "InstrumentalForest":
@@ -201,8 +205,13 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         elif not np.isfinite(y).all():
             lines += ["", f"(no Qini curve: {y_col!r} holds NaN, nulls or inf)"]
         elif np.isin(t, (0.0, 1.0)).all() and 0 < t.sum() < t.size:
-            qc = rep.qini_curve(values[:, 0], t, y)
-            report["qini"] = {"qini_coefficient": qc["qini_coefficient"], "auuc": qc["auuc"], "n_rows": int(t.size)}
+            if ranking is None:
+                qc = rep.qini_curve(values[:, 0], t, y)
+            else:
+                m = ranking.mask
+                qc = rep.qini_curve(np.asarray(ranking.priorities).reshape(len(m), -1)[m, 0], t[m], y[m])
+            report["qini"] = {"qini_coefficient": qc["qini_coefficient"], "auuc": qc["auuc"],
+                              "n_rows": int(t.size if ranking is None else ranking.n_rank)}
             lines += ["", f"Qini coefficient {qc['qini_coefficient']:.4g}, AUUC {qc['auuc']:.4g} "
                           f"(targeting by predicted effect; observed {t_col!r}, {y_col!r})"]
             if want_figures:
@@ -210,8 +219,21 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         else:
             lines += ["", f"(no Qini curve: {t_col!r} is not a binary 0/1 treatment with both arms)"]
     if hasattr(est, "predict_interval") and observed and hasattr(est, "dr_scores"):
-        _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, values)
+        _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, values, ranking)
     return report, figures, "\n".join(lines)
+
+
+def _held_out_ranking(est, rows, shard, meta):
+    """:class:`forest.report_analysis.HeldOutRanking` of the training rows (a forest refitted on half)."""
+    import numpy as np
+
+    from forest.report_analysis import HeldOutRanking
+
+    col = meta.get("cluster")
+    clusters = shard.columns[col] if est.sampling_.get("clusters", False) else None
+    t = shard.columns[meta["treatment"]]
+    return HeldOutRanking(est, rows, t, shard.columns[meta["outcome"]], np.arange(len(t)), clusters=clusters,
+                          seed=int(est.sampling_["seed"]))
 
 
 #: The fit's target arguments of each estimator that records its training rows, as metadata keys.
@@ -280,7 +302,7 @@ def training_oob(est, shard, meta):
     return lambda X: est.oob_predict(X, comm=SelfCommunicator(), clusters=clusters)
 
 
-def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects):
+def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects, ranking=None):
     """Average effects, calibration, BLP and RATE on the data (:mod:`forest.report_analysis`)."""
     import warnings
 
@@ -293,7 +315,7 @@ def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_
         part, text, figs = analysis_report(est, X, shard.columns[meta["treatment"]], shard.columns[meta["outcome"]],
                                            names, imp["depth_weighted"], clusters=clusters,
                                            want_figures=want_figures, priorities=effects,
-                                           rows=report["rows"]["source"])
+                                           rows=report["rows"]["source"], ranking=ranking)
     report["analysis"] = part
     lines += text
     figures.update(figs)
