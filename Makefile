@@ -57,9 +57,11 @@ test-mpi: $(STAMP)
 	  NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout $(MPI_TIMEOUT) $(MPIRUN) -np $$K tests/mpi_pytest.sh -q -m mpi -p no:cacheprovider tests || exit 1; \
 	done
 
+# The report reads the demo's own training rows: the model recognises them and reports
+# out-of-bag estimates (README, "Training rows are analysed out of bag").
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/mpirun -np 2 $(VENV)/bin/forest-train --demo --verbose --out /tmp/histforest-demo.model
-	$(VENV)/bin/forest-report /tmp/histforest-demo.model
+	$(VENV)/bin/forest-report /tmp/histforest-demo.model --data forest/data/demo.parquet
 
 # Anchors (LightGBM, XGBoost, EconML, causalml) live in their own venv: never runtime deps.
 $(BENCH_STAMP): pyproject.toml benchmarks/requirements-anchors.txt

@@ -113,6 +113,8 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
             continue
         effects[target] = _interval(*res)
     report["average_effects"] = effects
+    if contrasts:
+        report["contrasts"] = list(contrasts)       # names of the entries of each estimate list
     if effects:
         lines += ["", f"Doubly robust average effects on {len(X)} rows, {rows} (95% CI"
                       + (", cluster-robust)" if clusters is not None else ")") + ":"]

@@ -383,14 +383,11 @@ def qini_section(report, png=None):
 # ------------------------------------------------------------------ causal analysis
 
 def _contrast_names(report, n):
-    """Names of ``n`` effect contrasts: from the analysis tables, else the predicted columns.
-
-    The average effects carry lists without names; the other tables name their rows.
-    """
+    """Names of ``n`` effect contrasts: the analysis's own ``contrasts``, its tables', else the predicted columns."""
     if n <= 1:
         return [None] * n
     analysis = report.get("analysis") or {}
-    tables = [analysis.get("calibration"), analysis.get("best_linear_projection")] + \
+    tables = [analysis, analysis.get("calibration"), analysis.get("best_linear_projection")] + \
         list((analysis.get("rate") or {}).values())
     for tab in tables:
         names = (tab or {}).get("contrasts")
@@ -460,6 +457,14 @@ def _estimate_rows(tab):
     return rows
 
 
+def _by_contrast(tab):
+    """``{contrast: {term: (estimate, stderr, pvalue, low, high)}}`` of an ``EstimateTable.to_dict()``, in order."""
+    out = {}
+    for contrast, term, *values in _estimate_rows(tab):
+        out.setdefault(contrast, {})[term] = tuple(values)
+    return out
+
+
 def _estimate_table(tab, p_label="p-value"):
     rows = _estimate_rows(tab)
     several = any(r[0] is not None for r in rows)
@@ -477,15 +482,12 @@ def calibration_reading(tab):
     list of str
         One sentence per effect contrast.
     """
-    by_contrast = {}
-    for contrast, term, est, _, p, lo, hi in _estimate_rows(tab):
-        by_contrast.setdefault(contrast, {})[term] = (est, p, lo, hi)
     clauses = []
-    for contrast, terms in by_contrast.items():
+    for contrast, terms in _by_contrast(tab).items():
         prefix = f"for {contrast}: " if contrast is not None else ""
         parts = []
         if "differential.forest.prediction" in terms:
-            est, p, _, _ = terms["differential.forest.prediction"]
+            est, _, p, _, _ = terms["differential.forest.prediction"]
             numbers = f"(differential forest prediction {fmt(est)}, p {fmt_p(p)})"
             if _is_missing(p):
                 parts.append(f"the heterogeneity test could not be computed {numbers}")
@@ -494,7 +496,7 @@ def calibration_reading(tab):
             else:
                 parts.append(f"no evidence of heterogeneity beyond the average effect {numbers}")
         if "mean.forest.prediction" in terms:
-            est, _, lo, hi = terms["mean.forest.prediction"]
+            est, _, _, lo, hi = terms["mean.forest.prediction"]
             numbers = f"mean forest prediction {fmt(est)}, 95% CI {fmt(lo)} to {fmt(hi)}"
             if _is_missing(lo) or _is_missing(hi):
                 parts.append(f"the average effect's calibration is unknown ({numbers})")
@@ -531,11 +533,9 @@ def blp_reading(tab):
     list of str
         One sentence per effect contrast.
     """
-    by_contrast = {}
-    for contrast, term, est, _, _, lo, hi in _estimate_rows(tab):
-        if term == "(Intercept)":
-            continue
-        by_contrast.setdefault(contrast, []).append((term, _interval_verdict(lo, hi)))
+    by_contrast = {contrast: [(term, _interval_verdict(v[3], v[4])) for term, v in terms.items()
+                              if term != "(Intercept)"]
+                   for contrast, terms in _by_contrast(tab).items()}
     clauses = []
     for contrast, terms in by_contrast.items():
         prefix = f"for {contrast}: " if contrast is not None else ""

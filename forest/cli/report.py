@@ -284,8 +284,8 @@ def rows_summary(est, match):
     """``{"source", "sentence"}``: which rows the report's figures use."""
     if match is None:
         return {"source": "in-sample",
-                "sentence": f"{type(est).__name__} keeps no out-of-bag state: predictions on training rows are "
-                            f"in-sample"}
+                "sentence": f"{type(est).__name__} keeps no out-of-bag state: if these are its training rows, its "
+                            f"predictions on them are in-sample"}
     source = {"training": "out-of-bag", "held-out": "held-out", "unknown": "unknown"}[match.kind]
     return {"source": source, "sentence": match.sentence()}
 
