@@ -50,7 +50,7 @@ def contender_gbdt(root, n_train, seed, threads, **_):
     _use_checkout(root)
     import datasets
     from bench_gbdt import ours_params
-    from forest.gbdt import GBDTClassifier
+    from forest.estimators.gbdt import GBDTClassifier
     from sklearn.metrics import roc_auc_score
 
     params = ours_params(GBDTClassifier, threads, 100, 31, 255, 0.1, 20, seed)
@@ -70,7 +70,7 @@ def contender_gbdt(root, n_train, seed, threads, **_):
 def contender_causal(root, n, seed, threads, **_):
     _use_checkout(root)
     import datasets
-    from forest.causal_forest import CausalForest
+    from forest.estimators.causal_forest import CausalForest
 
     params = dict(n_estimators=200, min_samples_leaf=5, max_samples=0.5, honest=True, random_state=seed)
     small = datasets.wager_athey(20_000, seed=seed + 1, cache=False)  # reaches the level-wise search

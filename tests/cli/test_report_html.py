@@ -1,4 +1,4 @@
-"""The forest-report HTML page (forest.report_html): sections, readings, rows, escaping, self-containment."""
+"""The forest-report HTML page (forest.report.html): sections, readings, rows, escaping, self-containment."""
 import base64
 import copy
 import html
@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from forest import report_html
-from forest.report_html import report_page
+from forest.report import html as report_html
+from forest.report.html import report_page
 
 #: A 1x1 PNG: the page embeds whatever base64 text the report renders.
 PNG = base64.b64encode(bytes.fromhex(
@@ -245,7 +245,7 @@ def test_bad_figure_text_is_dropped():
 
 
 def test_json_round_trip_and_flat_pdp_means():
-    from forest.report import to_json
+    from forest.report.summary import to_json
 
     report = to_json(make_report())
     report["partial_dependence"]["features"]["<b>x</b>"]["mean"] = [1.5, 2.0, 3.5]
@@ -270,8 +270,8 @@ def test_real_report_renders(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from forest import model_io
-    from forest.causal_forest import CausalForest  # a submodule: plain `pytest` finds tests/forest as `forest`
+    from forest.io import model_io
+    from forest.estimators.causal_forest import (CausalForest)  # a submodule: plain `pytest` finds tests/forest as `forest`
     from forest.cli.report import build_report
     from native.comm import SelfCommunicator
 
@@ -298,7 +298,7 @@ def test_real_report_renders(tmp_path):
 
 @pytest.mark.parametrize("sort_by", ["depth_weighted", "gain"])
 def test_importance_rows_follow_the_text_tables_order(sort_by):
-    from forest.report import importance_order
+    from forest.report.summary import importance_order
 
     rng = np.random.default_rng(1)
     imp = {"depth_weighted": rng.integers(0, 3, 12) / 10.0, "gain": rng.integers(0, 3, 12) / 10.0,

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from forest import model_io
-from forest import report as rep
+from forest.io import model_io
+from forest.report import summary as rep
 from forest.cli import report
 from forest.cli.report import build_report
 from native.comm import SelfCommunicator

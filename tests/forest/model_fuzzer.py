@@ -27,8 +27,8 @@ import zipfile
 
 import numpy as np
 
-from forest import model_io
-from forest.model_io import HEADER_NAME, ModelFormatError
+from forest.io import model_io
+from forest.io.model_io import HEADER_NAME, ModelFormatError
 
 CPU_LIMIT_S = 1.0
 #: A block of ``WATCHDOG_CASES`` cases (about a second of work) that has not ended after
@@ -281,7 +281,7 @@ WEIGHTS /= WEIGHTS.sum()
 
 def exercise(est, X):
     """What a loaded model must do without any exception."""
-    from forest.report import importances, model_trees
+    from forest.report.summary import importances, model_trees
 
     est.predict(X)
     if hasattr(est, "predict_proba"):
