@@ -159,8 +159,8 @@ def main():
             f"propensity logistic in x1, outcome x0 + x1 + t + N(0, 1); CausalForest({args.trees} trees), other "
             f"parameters at their defaults; seeds 0..{S - 1}. A false discovery is a calibration p <= 0.01 "
             f"(target: at most 5 of 100) or an AUTOC interval missing 0 (target: covering in at least 95 of 100).\n\n"
-            + table + (f"\n\nCLI calibration p-values equal across -np {args.ranks}: {same}." if cli else "")
-            + f" Wall time {time.time() - start:.0f} s.\n")
+            + table + "\n\n" + (f"CLI calibration p-values equal across -np {args.ranks}: {same}. " if cli else "")
+            + f"Wall time {time.time() - start:.0f} s.\n")
     print(body)
     if not args.no_write:
         write_results_section("Reports on training rows (issue 30)", body,

@@ -193,10 +193,13 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
             figures["pdp"] = rep.pdp_figure(curves, what, labels)
     t_col, y_col = meta.get("treatment"), meta.get("outcome")
     observed = all(isinstance(c, str) and c in shard.columns for c in (t_col, y_col))
-    ranking = None
+    ranking = ranking_error = None
     if training and observed and hasattr(est, "dr_scores"):
-        ranking = _held_out_ranking(est, model_input(X), shard, meta)
-        lines += ["", f"Qini and RATE {ranking.describe()}."]
+        try:
+            ranking = _held_out_ranking(est, model_input(X), shard, meta)
+            lines += ["", f"Qini and RATE {ranking.describe()}."]
+        except ValueError as exc:     # e.g. an outcome with NaN: no half forest, so no honest ranking
+            ranking_error = str(exc).strip().splitlines()[0]
     if hasattr(est, "predict_interval") and observed and len(labels) == 1:
         t, y = shard.columns[t_col], shard.columns[y_col]
         if type(est).__name__ == "InstrumentalForest":
@@ -204,6 +207,9 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
             lines += ["", f"(no Qini curve: {t_col!r} is instrumented, so its treated-control gaps are confounded)"]
         elif not np.isfinite(y).all():
             lines += ["", f"(no Qini curve: {y_col!r} holds NaN, nulls or inf)"]
+        elif ranking_error is not None:
+            lines += ["", f"(no Qini curve on the training rows: no forest could be refitted on half of them to "
+                          f"rank the other half: {ranking_error})"]
         elif np.isin(t, (0.0, 1.0)).all() and 0 < t.sum() < t.size:
             if ranking is None:
                 qc = rep.qini_curve(values[:, 0], t, y)
@@ -219,7 +225,8 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         else:
             lines += ["", f"(no Qini curve: {t_col!r} is not a binary 0/1 treatment with both arms)"]
     if hasattr(est, "predict_interval") and observed and hasattr(est, "dr_scores"):
-        _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, values, ranking)
+        _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, values, ranking,
+                      ranking_error)
     return report, figures, "\n".join(lines)
 
 
@@ -302,7 +309,8 @@ def training_oob(est, shard, meta):
     return lambda X: est.oob_predict(X, comm=SelfCommunicator(), clusters=clusters)
 
 
-def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects, ranking=None):
+def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects, ranking=None,
+                  ranking_error=None):
     """Average effects, calibration, BLP and RATE on the data (:mod:`forest.report.analysis`)."""
     import warnings
 
@@ -315,7 +323,8 @@ def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_
         part, text, figs = analysis_report(est, X, shard.columns[meta["treatment"]], shard.columns[meta["outcome"]],
                                            names, imp["depth_weighted"], clusters=clusters,
                                            want_figures=want_figures, priorities=effects,
-                                           rows=report["rows"]["source"], ranking=ranking)
+                                           rows=report["rows"]["source"], ranking=ranking,
+                                           ranking_error=ranking_error)
     report["analysis"] = part
     lines += text
     figures.update(figs)

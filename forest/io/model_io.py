@@ -12,7 +12,7 @@ quickly; every entry carries a CRC-32 that the reader checks) holding:
 
         {"format": "histforest-model", "format_version": 1,
          "library_version": "0.1.0", "created": "2025-...Z",
-         "estimator": "forest.estimators.causal_forest.CausalForest",
+         "estimator": "forest.causal_forest.CausalForest",
          "params": {...},            # get_params(deep=False), encoded as below
          "feature_names": [...],     # or null
          "metadata": {...},          # e.g. treatment/outcome column names

@@ -48,7 +48,7 @@ def _attempt(fn):
 
 
 def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures=False, seed=0, priorities=None,
-                    rows="held-out", ranking=None):
+                    rows="held-out", ranking=None, ranking_error=None):
     """Average effects, calibration, BLP and RATE of a causal forest on held-out or training rows.
 
     The estimator's methods recognise training rows themselves
@@ -82,6 +82,9 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     ranking : HeldOutRanking, optional
         On training rows: RATE ranks its ``rank`` half by its priorities (then
         ``priorities`` is not used).
+    ranking_error : str, optional
+        Why no :class:`HeldOutRanking` could be built on training rows: RATE is then
+        reported unavailable (out-of-bag priorities would bias it).
 
     Returns
     -------
@@ -141,6 +144,9 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     rates = {}
     if est.treatment_type_ == "continuous":
         unavailable["rate"] = "RATE needs a binary or categorical treatment"
+    elif ranking_error is not None:
+        unavailable["rate"] = (f"RATE on training rows ranks half of them by a forest refitted on the other half, "
+                               f"which failed: {ranking_error}")
     else:
         subset = None
         if ranking is not None:

@@ -61,7 +61,8 @@ def test_report_adds_the_analysis(clustered_parquet, tmp_path, capsys):
         assert np.isfinite(part["rate"][target]["estimate"][0]) and len(part["rate"][target]["toc"]["q"]) == 10
     assert "cluster-robust" in part["calibration"]["note"]
     with open(html, encoding="utf-8") as f:
-        assert "Targeting operator characteristic" in f.read()
+        page = f.read()
+    assert "rank-weighted average treatment effect (RATE)" in page and page.count("data:image/png;base64") >= 4
     assert report.main([out, "--data", path]) == 0
     text = capsys.readouterr().out
     assert "Doubly robust average effects" in text and "AUTOC" in text and "mean.forest.prediction" in text

@@ -137,6 +137,6 @@ def test_html_sections_fit_the_model(files, tmp_path):
     page = str(tmp_path / "r.html")
     assert report.main([paths["gbdt-classifier"], "--data", data, "--html", page]) == 0
     html = open(page, encoding="utf-8").read()
-    assert "Distribution of the predicted probability" in html and "effect" not in html.lower().replace(
-        "feature", "")
-    assert "Partial dependence of the predicted probability on the top features (one y-axis scale)" in html
+    # one section per analysis, each with its table (forest/report/html.py)
+    assert "<h2>Predicted probability</h2>" in html and "effect" not in html.lower().replace("feature", "")
+    assert "<h2>Partial dependence of the predicted probability</h2>" in html and "<table" in html

@@ -156,9 +156,9 @@ def test_bin_mapper_state_is_checked(seed_models, tmp_path):
 
 
 @pytest.mark.parametrize("source,named", [
-    ("causal", "forest.estimators.gbdt.GBDTClassifier"), ("gbdt-classifier", "forest.estimators.gbdt.GBDTRegressor"),
-    ("regression", "forest.estimators.causal_forest.CausalForest"), ("gbdt-regressor", "forest.estimators.gbdt.GBDTClassifier"),
-    ("causal", "forest.engine.tree.Tree"), ("regression", "histogram.binning.BinMapper"),
+    ("causal", "forest.gbdt.GBDTClassifier"), ("gbdt-classifier", "forest.gbdt.GBDTRegressor"),
+    ("regression", "forest.causal_forest.CausalForest"), ("gbdt-regressor", "forest.gbdt.GBDTClassifier"),
+    ("causal", "forest.tree.Tree"), ("regression", "histogram.binning.BinMapper"),
 ])
 def test_header_naming_another_class_says_the_contents_do_not_match(seed_models, tmp_path, source, named):
     bad = _edit(seed_models[source], str(tmp_path / "bad.model"), change_header=lambda h: h.update(estimator=named))

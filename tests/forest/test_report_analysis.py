@@ -34,8 +34,8 @@ def test_multi_arm_report_has_per_arm_effects_and_rate():
 def test_continuous_report_says_what_is_not_available():
     d = simulate.continuous_treatment(1000, d=4, seed=3)
     cf = CausalForest(20, max_bins=32, random_state=0).fit(d.X, d.t, d.y, comm=SELF)
-    report, lines, _ = analysis_report(cf, d.X[:500], d.t[:500], d.y[:500], ["a", "b", "c", "d"],
-                                       cf.feature_importances_)
+    held = simulate.continuous_treatment(500, d=4, seed=4)
+    report, lines, _ = analysis_report(cf, held.X, held.t, held.y, ["a", "b", "c", "d"], cf.feature_importances_)
     assert set(report["average_effects"]) == {"all", "overlap"}
     assert set(report["unavailable"]) == {"average_effect_treated", "average_effect_control", "rate"}
     assert "Not available on these data:" in lines
