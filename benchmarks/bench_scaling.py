@@ -13,7 +13,7 @@ Modes
     costs from ``native.transport.exchange`` between 2 ranks, ``numpy.add`` and copy
     speed, the fixed cost of a call; minima over blocks of repetitions; for each
     rank count from cores + 1 to 4, the latency of a message step between compute
-    phases when ranks share the cores, :func:`_phase_step_latency`) and ``forest/calibration.json`` (per
+    phases when ranks share the cores, :func:`_phase_step_latency`) and ``forest/cli/calibration.json`` (per
     phase of ``forest.profiling``: seconds per work unit and per call, least squares
     over traced single-rank, single-thread fits at two sizes, each fit repeated and
     the minimum per phase kept; memory: base RSS and bytes per row; from the traces:
@@ -43,7 +43,7 @@ Modes
     against measured ``forest-train`` runs on parquet files (fit wall time from
     ``--verbose``, peak RSS of the largest rank) at p = 1, 2: within a factor 1.5.
 ``--refit``
-    Recompute ``forest/calibration.json``'s constants from the measurements it keeps
+    Recompute ``forest/cli/calibration.json``'s constants from the measurements it keeps
     (after a change of the model's formulas; no fit is rerun).
 
     python benchmarks/bench_scaling.py --calibrate          # quiet machine, a few minutes
@@ -340,12 +340,12 @@ def calibrate(args):
 
 
 def refit(args):
-    """Recompute forest/calibration.json's constants from the measurements it stores."""
+    """Recompute forest/cli/calibration.json's constants from the measurements it stores."""
     from forest.cli import cost_model
 
     doc = cost_model.calibration()
     if "measurements" not in doc:
-        raise SystemExit("forest/calibration.json holds no measurements; run --calibrate")
+        raise SystemExit("forest/cli/calibration.json holds no measurements; run --calibrate")
     doc["refitted"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return _write_constants(doc)
 
@@ -497,7 +497,7 @@ def validate(args):
                                    "peak RSS MB measured", "peak RSS MB predicted", "error",
                                    "of which collectives s (pred.)"], rows))
     consts = cost_model.calibration()
-    print(f"\nconstants: forest/calibration.json from `{consts.get('command', '?')}` on {consts.get('host', '?')} "
+    print(f"\nconstants: forest/cli/calibration.json from `{consts.get('command', '?')}` on {consts.get('host', '?')} "
           f"({consts.get('date', '?')}); this run: load {_provenance()['load_average_at_start']}")
     print(f"at the calibrated speed (no probe) the largest time error is {worst_raw:.1%}")
     limit = args.tolerance
@@ -541,7 +541,7 @@ def extrapolate(args):
     cluster = _cluster(args)
     procs = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     headers = ["p", "rows", "fit s", "efficiency", "collectives share", "largest phase", "peak GiB/rank"]
-    print(f"cluster: {cluster.describe()}; constants: forest/calibration.json, native/calibration.json\n")
+    print(f"cluster: {cluster.describe()}; constants: forest/cli/calibration.json, native/calibration.json\n")
     cases = {
         "GBDT classifier, 28 features, 100 iterations x 31 leaves":
             lambda n: Workload("gbdt-classifier", n, 28, {"n_estimators": 100, "early_stopping": False}),

@@ -16,7 +16,7 @@ How it works
    core. ``a`` and ``b`` are measured by ``python benchmarks/bench_scaling.py
    --calibrate`` from traced single-rank fits at two sizes (minima over repetitions)
    and written, with that command, the host and the date, to
-   ``forest/calibration.json``. Phases whose work grows with tree depth use
+   ``forest/cli/calibration.json``. Phases whose work grows with tree depth use
    ``log2(rows per tree / min_samples_leaf)`` as the depth.
 3. **Collective prices**: :func:`native.costs.seconds` of the algorithm
    ``algorithm="auto"`` would pick, on the cluster's node layout (nodes of
