@@ -226,6 +226,19 @@ def _data_rows(report):
     return (report.get("predictions") or {}).get("n_rows")
 
 
+def ranked_rows_line(report, n_rows):
+    """``Rows: ...`` of Qini and RATE: on training rows a hashed half, ranked by a forest refitted on the rest."""
+    ranking = (report.get("analysis") or {}).get("rate_ranking")
+    if rows_source(report) != "out-of-bag":
+        return rows_line(report, n_rows)
+    if ranking:
+        return (f"Rows: {fmt(int(ranking['rank_rows']))} of the training rows (picked by a hash of the row id), "
+                f"ranked by a forest with the model's parameters refitted on the other "
+                f"{fmt(int(ranking['fit_rows']))}; their scores out of bag.")
+    return (f"Rows: half of the training rows ({fmt(int(n_rows))}), ranked by a forest refitted on the other half; "
+            f"their scores out of bag." if n_rows is not None else rows_line(report, n_rows))
+
+
 # ------------------------------------------------------------------ overview
 
 def overview_section(report):
@@ -377,7 +390,7 @@ def qini_section(report, png=None):
     else:
         reading = (f"Treating the rows with the largest predicted effect first does not gain more than "
                    f"treating rows at random (Qini coefficient {fmt(coef)}, not above 0).")
-    return _section("qini", "Qini curve", reading, rows_line(report, q.get("n_rows")), [table], png)
+    return _section("qini", "Qini curve", reading, ranked_rows_line(report, q.get("n_rows")), [table], png)
 
 
 # ------------------------------------------------------------------ causal analysis
@@ -611,7 +624,7 @@ def rate_section(report, png=None):
     notes = {tab.get("note") for tab in rates.values() if tab.get("note")}
     table = _table(header, body, numeric_from=2 if several else 1, caption="; ".join(sorted(notes)) or None)
     return _section("rate", "Targeting: rank-weighted average treatment effect (RATE)", rate_reading(rates),
-                    rows_line(report, _data_rows(report)), [table], png)
+                    ranked_rows_line(report, _data_rows(report)), [table], png)
 
 
 def unavailable_section(report):

@@ -126,10 +126,16 @@ def test_analysis_parts_appear_only_when_present():
 
 
 def test_rows_sentence_is_highlighted_and_named_in_each_analysis():
-    page = report_page(make_report("out-of-bag"), FIGURES, "report")
+    report = make_report("out-of-bag")
+    page = report_page(report, FIGURES, "report")
     assert '<div class="rowsbox">These are out-of-bag rows.</div>' in page
-    for anchor in ("predictions", "qini", "average-effects", "calibration", "best-linear-projection", "rate"):
+    for anchor in ("predictions", "average-effects", "calibration", "best-linear-projection"):
         assert "Rows: the training rows, out-of-bag estimates" in _section(page, anchor), anchor
+    # Qini and RATE on training rows rank a hashed half by a forest refitted on the other half
+    report["analysis"]["rate_ranking"] = {"rank_rows": 251, "fit_rows": 249, "how": "..."}
+    page = report_page(report, FIGURES, "report")
+    for anchor in ("qini", "rate"):
+        assert "Rows: 251 of the training rows" in _section(page, anchor) and "other 249" in _section(page, anchor)
     page = report_page(make_report("held-out"), FIGURES, "report")
     assert "Rows: held-out rows (500 rows)." in _section(page, "calibration")
     # partial dependence predicts made-up rows: never out of bag, whatever the data are
