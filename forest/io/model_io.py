@@ -191,6 +191,11 @@ def _resolve_class(name):
                            f"estimators register when imported: `from forest import model_io` loads any of them)")
 
 
+def registered_names():
+    """The class names model files may hold now (those of the kinds imported so far), sorted."""
+    return sorted(_REGISTRY)
+
+
 def _is_allowed_instance(obj):
     return _REGISTRY.get(_class_name(type(obj))) is type(obj)
 
