@@ -50,7 +50,7 @@ def contender_gbdt(root, n_train, seed, threads, **_):
     _use_checkout(root)
     import datasets
     from bench_gbdt import ours_params
-    from forest.gbdt import GBDTClassifier
+    from forest import GBDTClassifier          # the public name: both layouts have it
     from sklearn.metrics import roc_auc_score
 
     params = ours_params(GBDTClassifier, threads, 100, 31, 255, 0.1, 20, seed)
@@ -64,13 +64,14 @@ def contender_gbdt(root, n_train, seed, threads, **_):
     model.fit(X, y)
     fit_s = time.perf_counter() - start
     Xt, yt = np.load(paths["X_test"]), np.load(paths["y_test"])
-    return {"fit_s": fit_s, "metrics": {"auc": float(roc_auc_score(yt, model.predict_proba(Xt)[:, 1]))}}
+    proba = model.predict_proba(Xt)[:, 1]
+    return {"fit_s": fit_s, "metrics": {"auc": float(roc_auc_score(yt, proba)), "digest": _digest(proba)}}
 
 
 def contender_causal(root, n, seed, threads, **_):
     _use_checkout(root)
     import datasets
-    from forest.causal_forest import CausalForest
+    from forest import CausalForest            # the public name: both layouts have it
 
     params = dict(n_estimators=200, min_samples_leaf=5, max_samples=0.5, honest=True, random_state=seed)
     small = datasets.wager_athey(20_000, seed=seed + 1, cache=False)  # reaches the level-wise search
@@ -81,7 +82,15 @@ def contender_causal(root, n, seed, threads, **_):
     model.fit(data["X"], data["t"], data["y"])
     fit_s = time.perf_counter() - start
     tau = np.asarray(model.predict(data["X_test"]), dtype=np.float64).reshape(-1)
-    return {"fit_s": fit_s, "metrics": {"rmse": float(np.sqrt(np.mean((tau - data["tau_test"]) ** 2)))}}
+    return {"fit_s": fit_s, "metrics": {"rmse": float(np.sqrt(np.mean((tau - data["tau_test"]) ** 2))),
+                                        "digest": _digest(tau)}}
+
+
+def _digest(predictions):
+    """First 12 hex digits of the SHA-256 of the predictions' bytes: equal digests, equal bits."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(predictions, dtype=np.float64).tobytes()).hexdigest()[:12]
 
 
 def _worktree(ref):
@@ -151,12 +160,15 @@ def _report(args, refs, parts, results):
             fits = [r["fit_s"] for r in ok]
             metric = "auc" if part == "gbdt" else "rmse"
             vals = [r["metrics"][metric] for r in ok]
-            cells[sha] = (min(fits), statistics.median(fits), vals[0] if vals else float("nan"), len(fits))
+            digests = sorted({r["metrics"].get("digest", "-") for r in ok})
+            cells[sha] = (min(fits), statistics.median(fits), vals[0] if vals else float("nan"), len(fits),
+                          "/".join(digests))
         b, h = cells[base_sha], cells[head_sha]
         rows.append([part, f"{b[0]:.2f} / {b[1]:.2f}", f"{h[0]:.2f} / {h[1]:.2f}", f"{h[0] / b[0]:.3f}",
-                     f"{h[1] / b[1]:.3f}", f"{b[2]:.5f}", f"{h[2]:.5f}", f"{b[3]} / {h[3]}"])
+                     f"{h[1] / b[1]:.3f}", f"{b[2]:.5f}", f"{h[2]:.5f}", f"{b[3]} / {h[3]}", b[4], h[4]])
     header = ["model", f"fit s {base_sha} (min / median)", f"fit s {head_sha} (min / median)",
-              "ratio of minima", "ratio of medians", f"{'AUC / RMSE'} {base_sha}", f"AUC / RMSE {head_sha}", "runs"]
+              "ratio of minima", "ratio of medians", f"{'AUC / RMSE'} {base_sha}", f"AUC / RMSE {head_sha}", "runs",
+              f"predictions digest {base_sha}", f"predictions digest {head_sha}"]
     table = _harness.markdown_table(header, rows)
     print(table)
     if args.write:

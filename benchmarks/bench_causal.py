@@ -11,7 +11,7 @@ rest go on):
    on a held-out 20 % of rows, replications 0..9, both forests.
 3. Speed at n = 100,000, d = 20, 200 trees, 2 threads (the n = 100,000 accuracy runs):
    fit time vs EconML (target >= 30x faster), peak RSS, model size on disk (ours via
-   ``forest.model_io.save``, EconML's pickle).
+   ``forest.io.model_io.save``, EconML's pickle).
 4. n = 1,000,000, d = 20, 200 trees: fit time and peak RSS against LightGBM's
    random-forest mode (same trees, subsample 0.5, leaves matched to our mean leaf
    count, same minimum leaf size). Target: <= 2x LightGBM's time.
@@ -89,7 +89,7 @@ def ours_params(cls, cfg):
 
 
 def _ours_fit(X, t, y, cfg, comm=None):
-    from forest.causal_forest import CausalForest
+    from forest.estimators.causal_forest import CausalForest
 
     model = CausalForest(**ours_params(CausalForest, cfg))
     start = time.perf_counter()
@@ -109,7 +109,7 @@ def _ours_predict(model, X):
 def mean_leaves(model):
     """Mean leaves per tree of a fitted histforest forest, or None if not found.
 
-    Looks for a list of ``forest.tree.Tree`` or a packed forest (``feature`` array with
+    Looks for a list of ``forest.engine.tree.Tree`` or a packed forest (``feature`` array with
     ``-1`` at leaves plus ``tree_offsets``) among the fitted attributes.
     """
     for name, value in vars(model).items():
@@ -143,13 +143,13 @@ def _warm_numba(cfg):
 
 
 def _model_size_ours(model):
-    """Bytes of the model file; ``forest.model_io.save`` (zip of JSON + npy)."""
-    from forest import model_io
+    """Bytes of the model file; ``forest.io.model_io.save`` (zip of JSON + npy)."""
+    from forest.io import model_io
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "cf.model")
         model_io.save(model, path)
-        return os.path.getsize(path), "forest.model_io.save"
+        return os.path.getsize(path), "forest.io.model_io.save"
 
 
 def _rmse(a, b):

@@ -48,7 +48,10 @@ class _Crash(Exception):
 
 def _instrument():
     """Record every checkpoint save (seconds, bytes) and fingerprint (seconds) of this process."""
-    from forest import causal_forest, checkpoint, gbdt, regression_forest
+    from forest.estimators import causal_forest
+    from forest.io import checkpoint
+    from forest.estimators import gbdt
+    from forest.estimators import regression_forest
 
     record = {"saves": [], "fingerprint_s": 0.0}
     real_save = checkpoint.Stage.save
@@ -86,7 +89,7 @@ def _crash_at(n):
 
 def _gbdt_case(n_train, seed, threads, cfg):
     import bench_gbdt
-    from forest.gbdt import GBDTClassifier
+    from forest.estimators.gbdt import GBDTClassifier
 
     bench_gbdt._warm_numba(threads, cfg)
     X, y, _ = bench_gbdt._load(n_train, seed)
@@ -97,7 +100,7 @@ def _gbdt_case(n_train, seed, threads, cfg):
 
 def _causal_case(n, seed, threads, cfg):
     import bench_causal
-    from forest.causal_forest import CausalForest
+    from forest.estimators.causal_forest import CausalForest
 
     bench_causal._warm_numba(cfg)
     data = datasets.wager_athey(n, d=20, seed=seed)
@@ -122,7 +125,7 @@ def contender_plain(kind, n, seed, cfg, threads, **_):
 
 def contender_checkpointed(kind, n, seed, cfg, every, threads, **_):
     """The fit with a checkpoint, then a resume from the complete checkpoint."""
-    from forest.checkpoint import Checkpoint
+    from forest.io.checkpoint import Checkpoint
 
     fit, _ = _case(kind, n, seed, threads, cfg)
     record = _instrument()
@@ -148,7 +151,7 @@ def contender_checkpointed(kind, n, seed, cfg, every, threads, **_):
 
 def contender_crash_half(kind, n, seed, cfg, every, threads, **_):
     """Crash after half the trees (progress callback), then the timed resumed fit."""
-    from forest.checkpoint import Checkpoint
+    from forest.io.checkpoint import Checkpoint
 
     fit, n_trees = _case(kind, n, seed, threads, cfg)
     directory = tempfile.mkdtemp(prefix="hf-ckpt-", dir=_harness.OUT_DIR if os.path.isdir(_harness.OUT_DIR) else None)

@@ -46,7 +46,7 @@ if mode in ("cli", "predict"):
 else:
     import numpy as np
     import pyarrow.parquet as pq
-    from forest.gbdt import GBDTClassifier
+    from forest.estimators.gbdt import GBDTClassifier
     path, trees = sys.argv[3], int(sys.argv[4])
     table = pq.read_table(path)
     names = [c for c in table.column_names if c != "label"]

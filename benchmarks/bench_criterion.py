@@ -1,8 +1,8 @@
 """Micro-benchmark of the compiled causal criterion: ns per candidate split and per node.
 
-Times :func:`forest.compiled_criterion.gains` over the cumulative splits of 4,000 rows
+Times :func:`forest.criteria.compiled.gains` over the cumulative splits of 4,000 rows
 (about 8,000 candidates, the two children of every prefix of a random order) and
-:func:`forest.compiled_criterion.prepare` over 2,000 random node sums, for ``K``
+:func:`forest.criteria.compiled.prepare` over 2,000 random node sums, for ``K``
 treatment columns (one outcome), best of 20 and 10 blocks. Run from the repository root:
 
     .venv/bin/python benchmarks/bench_criterion.py [--arms 1 2 4]
@@ -21,8 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests", "forest"))
 
-from forest import compiled_criterion as cc  # noqa: E402
-from forest.causal_criterion import CausalCriterion  # noqa: E402
+from forest.criteria import compiled as cc  # noqa: E402
+from forest.criteria.causal import CausalCriterion  # noqa: E402
 
 
 @numba.njit

@@ -3,7 +3,7 @@
 Binary classification on the HIGGS-like set (:func:`datasets.higgs_like`): 1M training
 rows x 28 features, 100k test rows; 100 trees, 31 leaves, 255 value bins, learning
 rate 0.1, 2 threads. Side by side in one run, each contender in its own process:
-histforest ``forest.gbdt.GBDTClassifier``, LightGBM, XGBoost ``hist`` (lossguide) and
+histforest ``forest.estimators.gbdt.GBDTClassifier``, LightGBM, XGBoost ``hist`` (lossguide) and
 scikit-learn ``HistGradientBoostingClassifier``. Reported: fit and predict time, peak
 RSS of the process, test AUC, and ratios (time vs the fastest anchor, AUC vs the best
 anchor, RSS vs LightGBM).
@@ -96,7 +96,7 @@ def ours_params(cls, threads, n_trees, num_leaves, max_bins, learning_rate, min_
 
 
 def _ours_fit(X, y, comm, threads, cfg):
-    from forest.gbdt import GBDTClassifier
+    from forest.estimators.gbdt import GBDTClassifier
 
     model = GBDTClassifier(**ours_params(GBDTClassifier, threads, cfg["n_trees"], cfg["num_leaves"],
                                          cfg["max_bins"], cfg["learning_rate"], cfg["min_leaf"],
@@ -121,7 +121,7 @@ def _warm_numba(threads, cfg):
 
     # Enough rows for every multi-threaded kernel the timed fit reaches (histograms,
     # quantization and prediction switch above 16,384 rows, the partition above
-    # forest.partition._PARALLEL_MIN_ROWS = 262,144): a warm-up on a few thousand rows
+    # forest.engine.partition._PARALLEL_MIN_ROWS = 262,144): a warm-up on a few thousand rows
     # compiled only the serial ones, and on a cold cache the timed fit paid the rest.
     rng = np.random.default_rng(1)
     n_warm = 300_000

@@ -62,7 +62,7 @@ def _scores(late, lo, hi, truth):
 
 
 def contender_ours(n, d, n_test, seed, strength, cfg, threads, **_):
-    from forest.instrumental_forest import InstrumentalForest
+    from forest.estimators.instrumental_forest import InstrumentalForest
 
     train, test = _data(n, d, n_test, seed, strength)
     # Compile (or load) the kernels first, prediction and intervals included: the figure

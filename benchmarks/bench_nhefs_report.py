@@ -67,7 +67,7 @@ def main():
         doc = json.loads(subprocess.run(report, check=True, capture_output=True, text=True).stdout)
         rows.append(["forest-report on the training file (now)"] + _figures(doc))
 
-        from forest import model_io
+        from forest.io import model_io
 
         header = model_io.read_header(model)
         est = model_io.load(model)

@@ -5,8 +5,8 @@ confounding through x1) is trained, then reported on its own training rows, as t
 README's workflow did. For each seed:
 
 * ``after``: the report as it is now, on the training file: out-of-bag estimates
-  (:mod:`forest.training_rows`), RATE and Qini ranked by a forest refitted on the
-  other half of the rows (:class:`forest.report_analysis.HeldOutRanking`);
+  (:mod:`forest.io.training_rows`), RATE and Qini ranked by a forest refitted on the
+  other half of the rows (:class:`forest.report.analysis.HeldOutRanking`);
 * ``before``: the same model file without its training-row signature, which the
   report treats as held out: in-sample predictions and nuisance estimates, the
   behaviour before issue 30;
@@ -62,9 +62,10 @@ def _figures(report):
 
 
 def one_seed(seed, n, trees, folder):
-    from forest import CausalForest, model_io
+    from forest import CausalForest
+    from forest.io import model_io
     from forest.cli.report import build_report
-    from forest.report_analysis import RANKING_STREAM
+    from forest.report.analysis import RANKING_STREAM
     from histogram.rowhash import uniform
     from native.comm import SelfCommunicator
 

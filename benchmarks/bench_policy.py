@@ -4,7 +4,7 @@ Parts (each contender in its own process, with a timeout; a failure is recorded 
 rest go on):
 
 1. ``econml``: 100,000 x 20 rewards of 3 actions on the XOR design
-   (:func:`forest.policy_simulate.xor_design`: the best action depends on the
+   (:func:`forest.policy.simulate.xor_design`: the best action depends on the
    interaction of x0 and x1, and no single split changes any action's mean, so a
    greedy tree has nothing to go on at its root), depth 2. Fit time (same rewards;
    ours after an untimed warm-up fit, i.e. without Numba compilation, which is also
@@ -18,7 +18,7 @@ rest go on):
 4. ``mpi``: the 1M x 50 x 10 depth-2 search under ``mpirun -np 2`` (1 thread per rank)
    with each exchange (``rows``: allgather the binned rows; ``tables``: reduce-scatter
    the pair tables): fit time and the bytes each rank sent (``native.collectives.STATS``),
-   against the prediction of :func:`forest.policy_exact.predicted_bytes`; the tree must
+   against the prediction of :func:`forest.policy.exact.predicted_bytes`; the tree must
    equal the single-process one.
 
 Usage::
@@ -47,7 +47,7 @@ N_TEST = 100_000
 
 
 def _design(n, d, n_actions, seed):
-    from forest.policy_simulate import xor_design
+    from forest.policy.simulate import xor_design
 
     return xor_design(n, d=d, n_actions=n_actions, seed=seed)
 
@@ -139,7 +139,7 @@ def main(argv=None):
         return _harness.run_contender(name, THIS, fn, kwargs, timeout=args.timeout,
                                       threads=o.pop("threads", args.threads), **o)
 
-    body = [f"XOR design (forest/policy_simulate.py `xor_design`: X uniform on [-1, 1]^d; action 1 pays +1 "
+    body = [f"XOR design (forest/policy/simulate.py `xor_design`: X uniform on [-1, 1]^d; action 1 pays +1 "
             f"where (x0 > 0) == (x1 > 0) and -1 elsewhere, action 2 pays 0.3, further actions less, action 0 "
             f"nothing; rewards = means + N(0, 1) noise, as doubly robust scores are). Best policy value 0.65; "
             f"the best single split is worth 0.3. Held-out value: true mean reward of the learned policy on "

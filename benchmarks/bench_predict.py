@@ -76,7 +76,7 @@ def model_path(n_train):
 def contender_prepare(n_train, threads, **_):
     """Fit (once) and save the histforest CausalForest every other part loads."""
     import bench_causal
-    from forest import model_io
+    from forest.io import model_io
 
     path = model_path(n_train)
     if not os.path.exists(path):
@@ -111,7 +111,7 @@ def _latency(fn, X, calls):
 
 def _mean_leaf_depth(model, X):
     """Mean depth of the leaves rows of ``X`` reach in our forest (levels walked per tree)."""
-    from forest.predictor import predict_leaves
+    from forest.engine.predictor import predict_leaves
 
     packed = model.estimators_
     leaves = predict_leaves(packed, X).astype(np.int64) + packed["tree_offsets"][:-1]
@@ -121,7 +121,8 @@ def _mean_leaf_depth(model, X):
 # --------------------------------------------------------------------------- contenders (worker side)
 
 def contender_ours_causal(n_train, n_predict, n_interval, n_before, repeat, latency_calls, threads, **_):
-    from forest import model_io, predictor
+    from forest.io import model_io
+    from forest.engine import predictor
 
     model = model_io.load(model_path(n_train))
     X = datasets.load_rows(score_rows(n_predict))

@@ -1,6 +1,6 @@
 """Scaling of histforest fits (issue 16): calibrate the cost model, validate it, extrapolate.
 
-The model lives in the package (``forest/cost_model.py`` for fits,
+The model lives in the package (``forest/cli/cost_model.py`` for fits,
 ``native/costs.py`` for collectives; ``forest-train --plan`` uses the same); this
 script measures its constants, checks it against real fits, and prints what it
 predicts for a cluster.
@@ -13,13 +13,13 @@ Modes
     costs from ``native.transport.exchange`` between 2 ranks, ``numpy.add`` and copy
     speed, the fixed cost of a call; minima over blocks of repetitions; for each
     rank count from cores + 1 to 4, the latency of a message step between compute
-    phases when ranks share the cores, :func:`_phase_step_latency`) and ``forest/calibration.json`` (per
+    phases when ranks share the cores, :func:`_phase_step_latency`) and ``forest/cli/calibration.json`` (per
     phase of ``forest.profiling``: seconds per work unit and per call, least squares
     over traced single-rank, single-thread fits at two sizes, each fit repeated and
     the minimum per phase kept; memory: base RSS and bytes per row; from the traces:
     tree nodes per row, bytes per node, bytes per split record; the pace of 2 .. 4
     ranks on this machine, from the larger GBDT and forest case refitted at those
-    rank counts, :func:`forest.cost_model.measured_pace`). Each fit runs in a
+    rank counts, :func:`forest.cli.cost_model.measured_pace`). Each fit runs in a
     fresh process. Run it on a quiet machine; it takes a few minutes.
 ``--validate``
     First a speed probe (:func:`speed_probe`; ``--no-speed-probe`` skips it): the
@@ -43,7 +43,7 @@ Modes
     against measured ``forest-train`` runs on parquet files (fit wall time from
     ``--verbose``, peak RSS of the largest rank) at p = 1, 2: within a factor 1.5.
 ``--refit``
-    Recompute ``forest/calibration.json``'s constants from the measurements it keeps
+    Recompute ``forest/cli/calibration.json``'s constants from the measurements it keeps
     (after a change of the model's formulas; no fit is rerun).
 
     python benchmarks/bench_scaling.py --calibrate          # quiet machine, a few minutes
@@ -83,11 +83,11 @@ CAL_CASES = [
     {"model": "causal", "n": 80_000, "F": 10, "params": {"n_estimators": 50}, "given_nuisance": True},
 ]
 
-# Pace fits (forest.cost_model.measured_pace): the larger calibration case of each
+# Pace fits (forest.cli.cost_model.measured_pace): the larger calibration case of each
 # family again at 2 .. 4 ranks.
 PACE_CASES = [CAL_CASES[1], CAL_CASES[5]]
 
-# Speed probe of --validate (forest.cost_model.Cluster.core_speed): the smaller
+# Speed probe of --validate (forest.cli.cost_model.Cluster.core_speed): the smaller
 # calibration fits of each family again, at one rank. They share no size with the
 # validation fits below.
 PROBE_CASES = [CAL_CASES[0], CAL_CASES[2], CAL_CASES[4]]
@@ -101,7 +101,7 @@ VAL_CASES = [
 
 # ============================================================================ workers
 def _case_workload(case, entry="python"):
-    from forest.cost_model import Workload
+    from forest.cli.cost_model import Workload
 
     return Workload(case["model"], int(case["n"]), int(case["F"]), dict(case["params"]), entry=entry,
                     nuisance_given=bool(case.get("given_nuisance")))
@@ -119,7 +119,7 @@ def _load_case(case, rank, size):
 
 
 def _estimator(case):
-    from forest.cost_model import _estimator_class
+    from forest.cli.cost_model import _estimator_class
 
     return _estimator_class(case["model"])(**case["params"])
 
@@ -282,7 +282,7 @@ def _run(name, fn, kwargs, nprocs=1, timeout=3600, threads=1):
 
 
 def calibrate(args):
-    from forest import cost_model
+    from forest.cli import cost_model
     from native import costs
 
     prov = _provenance()
@@ -326,7 +326,7 @@ def calibrate(args):
     two_fit = _run("causal n=20000 -np 2 (records)", "contender_fit", {"case": rec_case}, nprocs=2)
     records = {"allgatherv_bytes": sum(x["allgatherv_bytes"] for x in two_fit["ranks"]),
                "inner_nodes": two_fit["ranks"][0].get("inner_nodes")}
-    # the pace of p ranks on this machine (forest.cost_model.measured_pace): the same
+    # the pace of p ranks on this machine (forest.cli.cost_model.measured_pace): the same
     # fits at 2 .. 4 ranks, compared with the model's compute and collectives
     pace_measurements = []
     for case in PACE_CASES:
@@ -340,18 +340,18 @@ def calibrate(args):
 
 
 def refit(args):
-    """Recompute forest/calibration.json's constants from the measurements it stores."""
-    from forest import cost_model
+    """Recompute forest/cli/calibration.json's constants from the measurements it stores."""
+    from forest.cli import cost_model
 
     doc = cost_model.calibration()
     if "measurements" not in doc:
-        raise SystemExit("forest/calibration.json holds no measurements; run --calibrate")
+        raise SystemExit("forest/cli/calibration.json holds no measurements; run --calibrate")
     doc["refitted"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return _write_constants(doc)
 
 
 def _write_constants(doc):
-    from forest import cost_model
+    from forest.cli import cost_model
 
     ms = doc["measurements"]
     trace = {}
@@ -384,7 +384,7 @@ def _write_constants(doc):
     consts["memory"] = memory
     consts["pace"] = _pace(dict(doc, **consts), doc.get("pace_measurements", []))
     doc.update(consts)
-    doc["note"] = ("phases: [seconds per work unit, seconds per call] on one core (forest.cost_model.fit_prices "
+    doc["note"] = ("phases: [seconds per work unit, seconds per call] on one core (forest.cli.cost_model.fit_prices "
                    "over the measurements); memory: base RSS after imports and warm-up, bytes per local row "
                    "beyond the modeled arrays; measurements: minima over repetitions of traced fits")
     cost_model.CALIBRATION_PATH.write_text(json.dumps(doc, indent=1) + "\n")
@@ -403,7 +403,7 @@ def _pace(constants, points):
     makes the model's compute (``single_core_seconds`` times the pace) plus its
     collectives equal the measured fit; several cases of a family are averaged.
     """
-    from forest import cost_model
+    from forest.cli import cost_model
 
     constants = {k: v for k, v in constants.items() if k != "pace"}
     cluster = cost_model.Cluster.this_machine()
@@ -429,7 +429,7 @@ def speed_probe(args):
     refits :data:`PROBE_CASES` (the smaller calibration fits, one rank, fastest of
     ``args.repeats``) and returns, per growth family (``"gbdt"``, ``"forest"``), the
     geometric mean of predicted / measured seconds: the
-    :attr:`forest.cost_model.Cluster.core_speed` that the validation then uses.
+    :attr:`forest.cli.cost_model.Cluster.core_speed` that the validation then uses.
     Everything else the validation checks (the steps of a fit, how compute scales with
     rows and ranks, the pace of shared cores, the collectives, memory) stays as
     calibrated.
@@ -441,7 +441,7 @@ def speed_probe(args):
     rows : list
         One table row per probe fit.
     """
-    from forest import cost_model
+    from forest.cli import cost_model
 
     here = cost_model.Cluster.this_machine()
     logs, rows = {}, []
@@ -459,7 +459,7 @@ def speed_probe(args):
 
 
 def validate(args):
-    from forest import cost_model
+    from forest.cli import cost_model
 
     speeds = {"gbdt": 1.0, "forest": 1.0}
     if args.speed_probe:
@@ -497,7 +497,7 @@ def validate(args):
                                    "peak RSS MB measured", "peak RSS MB predicted", "error",
                                    "of which collectives s (pred.)"], rows))
     consts = cost_model.calibration()
-    print(f"\nconstants: forest/calibration.json from `{consts.get('command', '?')}` on {consts.get('host', '?')} "
+    print(f"\nconstants: forest/cli/calibration.json from `{consts.get('command', '?')}` on {consts.get('host', '?')} "
           f"({consts.get('date', '?')}); this run: load {_provenance()['load_average_at_start']}")
     print(f"at the calibrated speed (no probe) the largest time error is {worst_raw:.1%}")
     limit = args.tolerance
@@ -510,7 +510,7 @@ def validate(args):
 
 # ============================================================================ extrapolate
 def _cluster(args):
-    from forest.cost_model import Cluster
+    from forest.cli.cost_model import Cluster
 
     return Cluster(cores_per_node=args.cores_per_node, ranks_per_node=args.ranks_per_node,
                    threads_per_rank=args.threads_per_rank, latency_us=args.latency_us, gbits=args.gbits,
@@ -518,7 +518,7 @@ def _cluster(args):
 
 
 def _scaling_rows(w_of_p, procs, cluster, weak):
-    from forest import cost_model
+    from forest.cli import cost_model
 
     rows = []
     base = None
@@ -536,12 +536,12 @@ def _scaling_rows(w_of_p, procs, cluster, weak):
 
 
 def extrapolate(args):
-    from forest.cost_model import Workload
+    from forest.cli.cost_model import Workload
 
     cluster = _cluster(args)
     procs = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     headers = ["p", "rows", "fit s", "efficiency", "collectives share", "largest phase", "peak GiB/rank"]
-    print(f"cluster: {cluster.describe()}; constants: forest/calibration.json, native/calibration.json\n")
+    print(f"cluster: {cluster.describe()}; constants: forest/cli/calibration.json, native/calibration.json\n")
     cases = {
         "GBDT classifier, 28 features, 100 iterations x 31 leaves":
             lambda n: Workload("gbdt-classifier", n, 28, {"n_estimators": 100, "early_stopping": False}),
@@ -562,7 +562,7 @@ def extrapolate(args):
                                                                  True)))
             print()
     if args.headline:
-        from forest import cost_model
+        from forest.cli import cost_model
 
         w = cases["CausalForest, 20 features, 100 trees (+2 x 50 nuisance), min_samples_leaf 5"](10 ** 8)
         pr = cost_model.predict(w, 32, cluster)
@@ -587,10 +587,10 @@ def plan_check(args):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from forest import cost_model
+    from forest.cli import cost_model
     from forest.cli import plan as cli_plan
     from forest.cli.train import build_parser, collect_params
-    from forest.dataio import open_source
+    from forest.io.dataio import open_source
 
     tmp = tempfile.mkdtemp(prefix="hfplan-")
     cases = [("gbdt-classifier", 1_000_000, 28, ["--n-estimators", "100", "--param", "early_stopping=false"]),

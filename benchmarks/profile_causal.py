@@ -58,8 +58,8 @@ def main(argv=None):
     import numba
 
     import forest.profiling
-    from forest.growth_options import engine_options
-    from forest.regression_forest import RegressionForest
+    from forest.engine.growth_options import engine_options
+    from forest.estimators.regression_forest import RegressionForest
     from forest.simulate import athey_wager
     from native.comm import world
 
@@ -107,9 +107,9 @@ def _several(a):
 def _fits(a, comm, est_args, data, centering_s, engine):
     import numba
 
-    from forest.causal_forest import CausalForest
+    from forest.estimators.causal_forest import CausalForest
     from forest.profiling import TIMER
-    from forest.tree import unpack_trees
+    from forest.engine.tree import unpack_trees
 
     X, t, y = est_args
     for rep in range(a.repeat):

@@ -56,7 +56,7 @@ class _CpuClock:
 
 def _ours(X, y, threads, trees, cprofile):
     import forest.profiling
-    from forest.gbdt import GBDTClassifier
+    from forest.estimators.gbdt import GBDTClassifier
     from forest.profiling import TIMER
 
     # Phase table in process CPU seconds (all threads): wall time is noise on a shared machine.
@@ -78,7 +78,7 @@ def _ours(X, y, threads, trees, cprofile):
     return est, wall, cpu, TIMER.table()
 
 
-#: Threading settings compared by --ab, as forest.growth_options.EngineOptions fields
+#: Threading settings compared by --ab, as forest.engine.growth_options.EngineOptions fields
 #: (None: the defaults).
 AB_VARIANTS = {"before": dict(gh_hist_split="features", partition_blocks_min_rows=1 << 62, gh_parallel_rows=16384),
                "after": None}
@@ -86,8 +86,8 @@ AB_VARIANTS = {"before": dict(gh_hist_split="features", partition_blocks_min_row
 
 def _ab(X, y, threads, trees, reps):
     """Interleaved fits per AB_VARIANTS; returns {name: [(wall_s, main_thread_cpu_s), ...]}."""
-    from forest.gbdt import GBDTClassifier
-    from forest.growth_options import engine_options
+    from forest.estimators.gbdt import GBDTClassifier
+    from forest.engine.growth_options import engine_options
 
     out = {name: [] for name in AB_VARIANTS}
     for _ in range(reps):

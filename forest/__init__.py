@@ -7,29 +7,44 @@ Numba kernels until an estimator is actually used::
     from forest import CausalForest, InstrumentalForest, RegressionForest, GBDTRegressor, GBDTClassifier
     from forest import Checkpoint, merge_forests    # checkpoint/resume, merging forests
     from forest import TrainingRowsNotice           # training rows passed as data: out of bag
+    from forest import model_io, simulate           # model files; simulated designs with known answers
+
+The package's rooms (``docs/ARCHITECTURE.md``): ``engine/`` (growth, histograms, splits,
+prediction), ``criteria/`` (split criteria), ``estimators/`` (the public estimators),
+``analysis/`` (doubly robust analyses), ``policy/``, ``io/`` (data and model files,
+checkpoints), ``report/`` and ``cli/``.
 """
 import importlib
 
 import histogram  # noqa: F401  (first: sets Numba's cache directory, see histogram._jit_cache)
 
 _EXPORTS = {
-    "CausalForest": "forest.causal_forest",
-    "InstrumentalForest": "forest.instrumental_forest",
-    "RegressionForest": "forest.regression_forest",
-    "GBDTRegressor": "forest.gbdt",
-    "GBDTClassifier": "forest.gbdt",
-    "Checkpoint": "forest.checkpoint",
-    "merge_forests": "forest.merge",
-    "PolicyTree": "forest.policy_tree",
-    "TrainingRowsNotice": "forest.training_rows",
+    "CausalForest": "forest.estimators.causal_forest",
+    "InstrumentalForest": "forest.estimators.instrumental_forest",
+    "RegressionForest": "forest.estimators.regression_forest",
+    "GBDTRegressor": "forest.estimators.gbdt",
+    "GBDTClassifier": "forest.estimators.gbdt",
+    "Checkpoint": "forest.io.checkpoint",
+    "merge_forests": "forest.io.merge",
+    "PolicyTree": "forest.policy.tree",
+    "TrainingRowsNotice": "forest.io.training_rows",
 }
 
-__all__ = sorted(_EXPORTS)
+#: The model-file format, by its short name. The format knows no estimator (each
+#: estimator module registers its class when imported), so this name imports every
+#: estimator module first: ``from forest import model_io`` loads any model file.
+_MODEL_IO = "forest.io.model_io"
+
+__all__ = sorted(_EXPORTS) + ["model_io"]
 
 
 def __getattr__(name):
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name == "model_io":
+        for module in sorted(set(_EXPORTS.values())):
+            importlib.import_module(module)
+        return importlib.import_module(_MODEL_IO)
     raise AttributeError(f"module 'forest' has no attribute {name!r}")
 
 

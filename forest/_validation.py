@@ -28,14 +28,14 @@ import warnings
 
 import numpy as np
 
-from .collective_checks import AgreedError, require_same
+from forest.collective_checks import AgreedError, require_same
 
 # scikit-learn is imported only off the common path. A numpy array of numbers, which
 # scikit-learn's validators would accept unchanged and without a warning, is checked
 # here (the ``_plain_*`` functions: same result, same attributes set); anything else
 # (DataFrames, lists, sparse or complex input, infinities, wrong shapes) goes to
 # scikit-learn, whose messages users know. Importing scikit-learn costs a fresh
-# process about 1 s (see forest.estimator_base); tests/forest/test_estimator_base.py
+# process about 1 s (see forest.estimators.base); tests/forest/test_estimator_base.py
 # compares both paths on the same inputs.
 
 #: numpy kinds taken by the plain path: booleans, signed and unsigned integers, floats.
@@ -99,7 +99,7 @@ def _numeric_dtype(dt):
 def _non_numeric_column(X):
     """``(name, type)`` of the first column of a table that cannot be read as numbers, or None."""
     if _is_arrow(X):
-        from .dataio import is_numeric_type
+        from forest.io.dataio import is_numeric_type
 
         for name, typ in zip(X.column_names, X.schema.types):
             if not is_numeric_type(typ):
@@ -119,8 +119,8 @@ def _non_numeric_column(X):
 def _plain_table(estimator, X, reset, min_samples):
     """``validate_data``'s result for a pyarrow Table of numbers it would take silently, else None.
 
-    Columns of :func:`forest.dataio.is_numeric_type` become float64 with NaN for nulls
-    (:func:`forest.dataio.feature_block`, the tools' own conversion); with ``reset``
+    Columns of :func:`forest.io.dataio.is_numeric_type` become float64 with NaN for nulls
+    (:func:`forest.io.dataio.feature_block`, the tools' own conversion); with ``reset``
     the column names become ``feature_names_in_``, otherwise they must equal it
     exactly (``forest-predict`` passes such tables, so scoring need not import
     scikit-learn).
@@ -133,7 +133,7 @@ def _plain_table(estimator, X, reset, min_samples):
     if not isinstance(X, pa.Table) or X.num_columns == 0 or X.num_rows < max(min_samples, 1):
         return None
 
-    from .dataio import feature_block, is_numeric_type
+    from forest.io.dataio import feature_block, is_numeric_type
 
     names = list(X.column_names)
     if not all(is_numeric_type(t) for t in X.schema.types) or len(set(names)) != len(names):
@@ -157,7 +157,7 @@ def validate_features(estimator, X, *, reset, min_samples=1):
 
     Parameters
     ----------
-    estimator : forest.estimator_base.EstimatorBase
+    estimator : forest.estimators.base.EstimatorBase
         ``reset=True`` records ``n_features_in_`` and ``feature_names_in_`` on it;
         ``reset=False`` checks ``X`` against them.
     X : array-like, pandas.DataFrame or pyarrow.Table, shape (n, d)
@@ -207,7 +207,7 @@ def fit_features(estimator, X, binned=None, feature_names=None, *, min_samples=1
 
     Parameters
     ----------
-    estimator : forest.estimator_base.EstimatorBase
+    estimator : forest.estimators.base.EstimatorBase
     X : array-like, pandas.DataFrame or pyarrow.Table, shape (n, d), or None
         ``None`` only with ``binned``.
     binned : tuple (BinMapper, ndarray), optional
@@ -304,7 +304,7 @@ def check_target(values, name, n_rows, *, estimator, dtype=np.float64, multi_out
         The argument's name, used in every message.
     n_rows : int
         Rows of ``X`` on this rank.
-    estimator : forest.estimator_base.EstimatorBase
+    estimator : forest.estimators.base.EstimatorBase
         For the message when ``values`` is None.
     dtype : numpy dtype, "numeric" or None, default float64
         "numeric" keeps integer and boolean values (treatment codes); None keeps

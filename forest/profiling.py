@@ -9,7 +9,7 @@ Traces (off by default): :class:`FitTrace` records, for one fit, the sequence of
 phase intervals (name, start, seconds), the collectives the engine issued
 (``native.stats.CollectiveEvent``: operation, algorithm, bytes, rank count) and the
 tree / iteration boundaries (pass the trace as the estimator's ``progress``
-callback). ``forest.cost_model`` calibrates its per-phase costs from such traces.
+callback). ``forest.cli.cost_model`` calibrates its per-phase costs from such traces.
 Off, tracing costs one attribute test per phase entry.
 """
 import time

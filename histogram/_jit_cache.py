@@ -1,8 +1,8 @@
 """Where Numba keeps its compiled kernels: one cache directory per source version.
 
 Numba invalidates a cached function only when *its own* source file changes. Our
-kernels call across modules (``forest.local_growth`` inlines the causal gain of
-``forest.causal_criterion``, the growers call ``histogram.cpu_kernels``), so editing
+kernels call across modules (``forest.engine.local_growth`` inlines the causal gain of
+``forest.criteria.causal``, the growers call ``histogram.cpu_kernels``), so editing
 a callee's file would leave its callers' cached machine code running the old
 callee: wrong splits with no error. Keying the cache directory by a hash of every
 source file of the three packages makes any change start from an empty cache (one

@@ -42,7 +42,7 @@ from numba.np.arrayobj import _empty_nd_impl, _parse_shape
 _COMMON = {"cache": True, "no_cfunc_wrapper": True}
 
 #: Options of a function only compiled code calls: neither the Python nor the C wrapper
-#: (:func:`compiled_only`; forest.compiled_criterion compiles criterion pieces with them).
+#: (:func:`compiled_only`; forest.criteria.compiled compiles criterion pieces with them).
 WRAPPERLESS = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 
 #: Names of the compiled-only helpers that were called from Python in this process.

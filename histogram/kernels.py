@@ -59,7 +59,7 @@ def build_histograms(binned, channels, rows, node_starts, n_bins, backend="auto"
                                       out=out)
     if backend == "cuda":
         # One-shot: uploads the codes on every call. A fit's level loop holds a
-        # histogram.cuda_kernels.CudaHistogramContext instead (forest.hist_builder).
+        # histogram.cuda_kernels.CudaHistogramContext instead (forest.engine.hist_builder).
         from .cuda_kernels import build_histograms_cuda
         if identity:
             rows = np.arange(binned.shape[1], dtype=ROW_INDEX_DTYPE)

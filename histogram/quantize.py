@@ -142,7 +142,7 @@ def quantize(channels, gids, seed, stream, scale, levels, out=None):
     Parameters
     ----------
     channels : ndarray of float64, shape (n, 2K)
-        ``[g_0 .. g_{K-1}, h_0 .. h_{K-1}]`` per row (:class:`forest.criteria.NewtonCriterion`).
+        ``[g_0 .. g_{K-1}, h_0 .. h_{K-1}]`` per row (:class:`forest.criteria.basic.NewtonCriterion`).
     gids : ndarray of int64, shape (n,)
         Global row ids (the noise's counters).
     seed, stream : int

@@ -8,7 +8,7 @@ draws what ``-np 1`` draws.
 This module is the one home of the hash. The mixer is SplitMix64's finaliser
 (:func:`mix64`) applied to ``id * golden + key``, with ``key = mix64(seed * golden +
 stream)``. The scalar functions are Numba ``njit`` so kernels elsewhere
-(:mod:`forest.subsample`, :mod:`forest.mtry`) inline them; :func:`hash64` and
+(:mod:`forest.engine.subsample`, :mod:`forest.engine.mtry`) inline them; :func:`hash64` and
 :func:`uniform` are the array versions for NumPy callers; :func:`hash64_reference`
 is the slow NumPy reference tests compare them with.
 """

@@ -22,5 +22,7 @@ check        the check-mode handshake (same collective, sizes, dtypes on all ran
 watchdog     the default watchdog: a dead or stalled rank ends the job, not hangs it.
 settings     ``HISTFOREST_*`` environment settings.
 threads      ``ThreadWorld``: p ranks as threads of one process (tests, experiments).
-errors       mismatch errors and ``abort_on_uncaught``.
+errors       mismatch errors, ``abort_on_uncaught`` and ``job_guard`` (the public face of the
+             leaf modules ``exceptions`` and ``abort``).
+activity     what a rank's main thread is blocked on (written by ``comm``, read by ``watchdog``).
 """

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from .algorithms.bruck import bruck_allgather
-from .errors import CollectiveMismatchError, CollectiveTimeoutError
+from .exceptions import CollectiveMismatchError, CollectiveTimeoutError
 from .settings import flag, positive_number
 from .stats import STATS
 from .transport import TAG_CHECK, ExchangeTimeout

@@ -11,31 +11,8 @@ import time
 
 import numpy as np
 
-
-class Activity:
-    """What this rank's main thread is doing in MPI, for :mod:`native.watchdog`.
-
-    Written only by the thread that runs the collectives, read by the watchdog
-    thread (plain attribute reads and writes; no lock is needed for a status report).
-
-    Attributes
-    ----------
-    seq : int
-        Public collectives entered so far on this communicator.
-    op : str
-        Name of the latest one.
-    token : int
-        Blocking MPI calls started so far (changes whenever the thread gets anywhere).
-    peers : tuple of int or None
-        Ranks the current blocking call waits for (``(-1,)``: all of them), ``None``
-        when the thread is not blocked in MPI.
-    """
-
-    def __init__(self):
-        self.seq = 0
-        self.op = "-"
-        self.token = 0
-        self.peers = None
+from .abort import install_abort_hook
+from .activity import Activity  # noqa: F401 (part of the seam: ``comm.activity`` holds one)
 
 
 class Communicator:
@@ -425,7 +402,7 @@ def world():
 
     The first call under ``mpirun`` (size > 1) also starts the watchdog
     (:mod:`native.watchdog`: a rank that dies or stalls ends the job with an error)
-    and installs :func:`native.errors.abort_on_uncaught`, unless the program has its
+    and installs :func:`native.errors.abort_on_uncaught`'s hook, unless the program has its
     own ``sys.excepthook``: an exception that escapes on one rank ends the whole job.
 
     Returns
@@ -450,7 +427,5 @@ def world():
             # Under mpirun an uncaught exception on one rank would leave the others
             # blocked in their next collective forever; abort the job with the
             # rank's traceback instead (a hook the program installed itself is kept).
-            from .errors import abort_on_uncaught
-
-            abort_on_uncaught(_WORLD)
+            install_abort_hook(_WORLD)
     return _WORLD

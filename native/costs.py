@@ -2,7 +2,7 @@
 
 This module is the one home of collective costs: ``algorithm="auto"`` in
 :mod:`native.collectives` picks the cheapest algorithm with it, and the fit-time model
-(:mod:`forest.cost_model`, ``forest-train --plan``) prices the collectives of a fit
+(:mod:`forest.cli.cost_model`, ``forest-train --plan``) prices the collectives of a fit
 with it.
 
 Model

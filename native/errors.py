@@ -6,33 +6,9 @@ exception anywhere into ``MPI_Abort`` with the rank's traceback, which the launc
 propagates to every rank within seconds; :func:`job_guard` does the same for a block
 of code and also catches ``sys.exit`` with a non-zero status.
 """
-import contextlib
-import sys
-import traceback
-
-
-class CollectiveMismatchError(RuntimeError):
-    """Ranks called different collectives, sizes or dtypes (raised on every rank)."""
-
-
-class CollectiveTimeoutError(CollectiveMismatchError):
-    """In check mode, a rank never arrived at the collective the others are in."""
-
-
-def _world(comm):
-    if comm is None:
-        from .comm import world
-
-        comm = world()
-    return comm
-
-
-def _abort_with_traceback(comm, etype, value, tb):
-    lines = "".join(traceback.format_exception(etype, value, tb)).rstrip().splitlines()
-    # comm.abort prefixes the first line; prefix the rest so interleaved output from
-    # several ranks stays attributable.
-    body = "\n".join([lines[-1]] + [f"[rank {comm.rank}] {line}" for line in lines])
-    comm.abort(f"uncaught exception, aborting all ranks: {body}", code=1)
+from .abort import guard, install_abort_hook
+from .comm import world
+from .exceptions import CollectiveMismatchError, CollectiveTimeoutError  # noqa: F401 (re-exported)
 
 
 def abort_on_uncaught(comm=None):
@@ -58,21 +34,9 @@ def abort_on_uncaught(comm=None):
     callable
         The installed hook.
     """
-    comm = _world(comm)
-    previous = getattr(sys.excepthook, "_histforest_previous", sys.excepthook)
-
-    def hook(etype, value, tb):
-        if comm.size <= 1:
-            previous(etype, value, tb)
-            return
-        _abort_with_traceback(comm, etype, value, tb)
-
-    hook._histforest_previous = previous
-    sys.excepthook = hook
-    return hook
+    return install_abort_hook(world() if comm is None else comm)
 
 
-@contextlib.contextmanager
 def job_guard(comm=None):
     """Context manager: if its body fails on any rank, end the whole MPI job.
 
@@ -87,14 +51,4 @@ def job_guard(comm=None):
     comm : native.comm.Communicator, optional
         Defaults to :func:`native.comm.world`.
     """
-    comm = _world(comm)
-    try:
-        yield comm
-    except SystemExit as exc:
-        if comm.size > 1 and exc.code not in (None, 0):
-            comm.abort(f"exited with status {exc.code!r}, aborting all ranks", code=1)
-        raise
-    except BaseException as exc:
-        if comm.size > 1:
-            _abort_with_traceback(comm, type(exc), exc, exc.__traceback__)
-        raise
+    return guard(world() if comm is None else comm)

@@ -10,7 +10,7 @@ were.
 Tracing (off by default): :meth:`CollectiveStats.start_trace` makes every public
 collective append one :class:`CollectiveEvent` (operation, algorithm, buffer bytes,
 rank count, start time, bytes this rank sent in it); the trace-driven cost model
-(``forest.cost_model``) reads these sequences. Off, it costs one attribute test per
+(``forest.cli.cost_model``) reads these sequences. Off, it costs one attribute test per
 call.
 """
 import time

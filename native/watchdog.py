@@ -2,7 +2,7 @@
 
 Under ``mpirun`` every rank of the world communicator runs a small daemon thread
 (:func:`start`, called by :func:`native.comm.world`). The main thread's blocking MPI
-calls note whom they wait for (:class:`native.comm.Activity`: two attribute writes
+calls note whom they wait for (:class:`native.activity.Activity`: two attribute writes
 per message); the watchdog thread looks at that note every :data:`TICK_S` seconds and,
 while no wait has lasted long, only answers its peers' questions.
 
@@ -52,6 +52,8 @@ import time
 
 import numpy as np
 
+from .activity import Activity
+from .check import OPS
 from .settings import flag, positive_number
 
 ENV = "HISTFOREST_WATCHDOG"
@@ -83,14 +85,10 @@ def setting(name):
 
 
 def _op_code(op):
-    from .check import OPS
-
     return OPS.index(op) if op in OPS else -1
 
 
 def _op_name(code):
-    from .check import OPS
-
     return OPS[int(code)] if 0 <= int(code) < len(OPS) else "-"
 
 
@@ -120,8 +118,6 @@ class Watchdog:
     """
 
     def __init__(self, comm, probe, stall, silent):
-        from .comm import Activity
-
         self.comm = comm
         self.channel = comm.private_channel()
         self.probe = probe

@@ -44,7 +44,7 @@ def rng():
 
 
 def _model_contents(est):
-    from forest import model_io
+    from forest.io import model_io
 
     header, arrays = model_io.dumps_header_and_arrays(est)
     return header["params"], header["state"], [(a.dtype.str, a.shape, a.tobytes()) for a in arrays]

@@ -26,10 +26,10 @@ _RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID"
 
 
 def __getattr__(name):
-    # forest.dataio.feature_input under the tools' usual import, loaded on use: this
+    # forest.io.dataio.feature_input under the tools' usual import, loaded on use: this
     # module stays light (numpy-free) for a start-up that only parses arguments.
     if name == "feature_input":
-        from forest.dataio import feature_input
+        from forest.io.dataio import feature_input
 
         return feature_input
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -142,9 +142,10 @@ def model_feature_names(est, header):
 
 
 #: The estimators a model file read by forest-predict / forest-report may hold.
-ESTIMATORS = (("forest.causal_forest", "CausalForest"), ("forest.instrumental_forest", "InstrumentalForest"),
-              ("forest.regression_forest", "RegressionForest"),
-              ("forest.gbdt", "GBDTRegressor"), ("forest.gbdt", "GBDTClassifier"))
+ESTIMATORS = (("forest.estimators.causal_forest", "CausalForest"),
+              ("forest.estimators.instrumental_forest", "InstrumentalForest"),
+              ("forest.estimators.regression_forest", "RegressionForest"),
+              ("forest.estimators.gbdt", "GBDTRegressor"), ("forest.estimators.gbdt", "GBDTClassifier"))
 
 
 def load_model(path):
@@ -158,12 +159,12 @@ def load_model(path):
     -------
     header : dict
     estimator : CausalForest, RegressionForest, GBDTRegressor or GBDTClassifier
-        Checked as a whole on load (:mod:`forest.model_checks`); a file holding
+        Checked as a whole on load (:mod:`forest.io.model_checks`); a file holding
         anything else (a bare tree or bin mapper) is refused.
     """
     import importlib
 
-    from forest import model_io
+    from forest.io import model_io
 
     classes = tuple(getattr(importlib.import_module(m), c) for m, c in ESTIMATORS)
     return model_io.read_header(path), model_io.load(path, expect=classes)
@@ -196,7 +197,7 @@ def check_not_input(out, inputs, flag="--out", data=None):
     flag : str
         The option that named ``out``, for the message.
     data : str, optional
-        The data argument as given (see :func:`forest.dataio.resolve_paths`): an output
+        The data argument as given (see :func:`forest.io.dataio.resolve_paths`): an output
         in that directory, or matching that glob, is refused too, since a later run on
         the same data argument would take it for data (or fail on its schema).
     """
@@ -210,7 +211,7 @@ def check_not_input(out, inputs, flag="--out", data=None):
 def check_not_in_data(out, data, flag="--out"):
     """Raise ``ValueError`` when ``out`` lies in the data directory or matches the data glob ``data``.
 
-    Mirrors :func:`forest.dataio.resolve_paths`: a directory means the files in it, a
+    Mirrors :func:`forest.io.dataio.resolve_paths`: a directory means the files in it, a
     glob (that is not itself a file) the files it matches.
     """
     import fnmatch
@@ -294,7 +295,7 @@ def plan_source(comm, spec, numeric, keep=(), require_rows=True, out=None):
 
     Returns
     -------
-    source : forest.dataio.DataSource
+    source : forest.io.dataio.DataSource
     numeric : list of str
     run : (int, int)
         This rank's ``(first row group, stop row group)``.
@@ -303,7 +304,7 @@ def plan_source(comm, spec, numeric, keep=(), require_rows=True, out=None):
     n_local : int
         Rows this rank holds.
     """
-    from forest import dataio
+    from forest.io import dataio
     from native import collectives as col
 
     plan, message = None, None
@@ -340,14 +341,14 @@ def load_rows(comm, spec, numeric, keep=(), require_rows=True, out=None):
 
     Returns
     -------
-    source : forest.dataio.DataSource
+    source : forest.io.dataio.DataSource
     numeric : list of str
         The columns read as float64.
-    shard : forest.dataio.Shard
+    shard : forest.io.dataio.Shard
     offset : int
         Global row id of this rank's first row.
     """
-    from forest import dataio
+    from forest.io import dataio
 
     source, names, run, offset, _ = plan_source(comm, spec, numeric, keep, require_rows, out=out)
     shard, message = guarded(dataio.read_shard, source, run, numeric=names, keep=keep)

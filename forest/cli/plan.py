@@ -1,7 +1,7 @@
 """``forest-train --plan`` and the memory check every ``forest-train`` run makes first.
 
 From the data's footers only (row counts, schema, column statistics; no row is read),
-the rank count, the model and its parameters, :mod:`forest.cost_model` estimates the
+the rank count, the model and its parameters, :mod:`forest.cli.cost_model` estimates the
 fit time, the peak memory of each rank and the bytes each collective phase sends.
 ``--plan`` prints that and stops. Without it, ``forest-train`` compares the memory
 estimate with what a rank may use (the cgroup limit or ``MemAvailable``, whichever is
@@ -39,8 +39,8 @@ def _column_int_range(source, column):
 
 
 def workload(args, params, source, features):
-    """The :class:`forest.cost_model.Workload` of a ``forest-train`` run."""
-    from forest.cost_model import Workload
+    """The :class:`forest.cli.cost_model.Workload` of a ``forest-train`` run."""
+    from forest.cli.cost_model import Workload
 
     n_treatments, n_classes = 1, 2
     if args.model == "causal":
@@ -64,7 +64,7 @@ def check_settings():
     CLIError
         One line naming the malformed variable (every rank raises the same).
     """
-    from forest.cost_model import core_speed_setting
+    from forest.cli.cost_model import core_speed_setting
     from native import costs
 
     try:
@@ -77,7 +77,7 @@ def check_settings():
 def cluster(comm):
     """Where this job runs: this host's cores, the job's node layout, the described network
     and core speed (``HISTFOREST_NET_*``, ``HISTFOREST_CORE_SPEED``)."""
-    from forest.cost_model import Cluster, core_speed_setting
+    from forest.cli.cost_model import Cluster, core_speed_setting
     from native import costs
     from native.topology import topology
 
@@ -152,7 +152,7 @@ def available_memory(comm):
 # ----------------------------------------------------------------------------- plan
 def estimate(args, params, source, features, comm):
     """The cost model's prediction for this run (every rank computes the same)."""
-    from forest import cost_model
+    from forest.cli import cost_model
 
     return cost_model.predict(workload(args, params, source, features), comm.size, cluster(comm))
 
@@ -166,7 +166,7 @@ def _fmt_bytes(n):
 
 def report(pred, work, comm, avail):
     """The text ``--plan`` prints."""
-    from forest import cost_model
+    from forest.cli import cost_model
 
     consts = cost_model.calibration()
     where = cluster(comm)
@@ -187,7 +187,7 @@ def report(pred, work, comm, avail):
         lines.append("  collectives: none (one rank)")
     lines.append("  compute phases:   " + ", ".join(f"{k} {v:.1f} s" for k, v in
                                                    sorted(pred.phases.items(), key=lambda kv: -kv[1]) if v >= 0.05))
-    lines.append(f"  model: forest/cost_model.py; constants from `{consts.get('command', 'defaults (not calibrated)')}`"
+    lines.append(f"  model: forest/cli/cost_model.py; constants from `{consts.get('command', 'defaults (not calibrated)')}`"
                  f" on {consts.get('host', '?')} ({consts.get('date', '?')})"
                  + ("" if where.core_speed == 1.0 else f"; cores at {where.core_speed:g}x its speed "
                     f"({cost_model.ENV_CORE_SPEED})"))

@@ -19,7 +19,7 @@ Costs (``--costs COL ...`` per row, or ``--cost-per-arm C ...`` constants) are g
 every action, or for every action but action 0 (which then costs nothing). Without a
 budget they are in reward units and the tree maximises reward minus cost. With
 ``--budget B`` they are in budget units: the allocation of DATA's rows under B (the
-greedy of :func:`forest.allocation.allocate` on the effect estimates; with
+greedy of :func:`forest.policy.allocation.allocate` on the effect estimates; with
 ``--rewards`` and no ``--effects``, on the per-row reward differences, which are
 noisy and so overstate the price) prices the budget at ``lambda``, the ROI of the
 last option it could not afford, and the tree maximises ``reward - lambda * cost``.
@@ -112,8 +112,8 @@ def _resolve(args):
 
 def _load_causal(path, treatment, outcome):
     """The causal model, its feature names and the treatment/outcome columns to read."""
-    from forest import model_io
-    from forest.causal_forest import CausalForest
+    from forest.io import model_io
+    from forest.estimators.causal_forest import CausalForest
 
     header = model_io.read_header(path)
     est = model_io.load(path, expect=CausalForest)
@@ -175,7 +175,7 @@ def _check_rows(shard, finite, nonneg, features, offset):
     """This rank's first data problem, or None."""
     import numpy as np
 
-    from forest.dataio import bad_values
+    from forest.io.dataio import bad_values
 
     for name in finite:
         message = bad_values(name, shard.columns[name], offset)
@@ -210,14 +210,14 @@ def _body(argv):
     import numpy as np
     import pyarrow as pa
 
-    from forest import model_io
-    from forest import report as rep
+    from forest.io import model_io
+    from forest.report import summary as rep
     from forest._validation import as_columns
-    from forest.allocation import allocate, cost_curves
+    from forest.policy.allocation import allocate, cost_curves
     import warnings
 
-    from forest.policy_tree import PolicyTree
-    from forest.training_rows import TrainingRowsNotice
+    from forest.policy.tree import PolicyTree
+    from forest.io.training_rows import TrainingRowsNotice
     from native import collectives as col
     from native.stats import STATS
 
@@ -255,7 +255,7 @@ def _body(argv):
         if str(source.types.get(t_col, "")).startswith(("int", "uint", "bool")):
             t = t.astype(np.int64)  # integer treatments are arms, as in forest-train
         # Collective: the training rows (as trained) get out-of-bag effects and scores,
-        # rows that are partly training rows are refused (forest.training_rows).
+        # rows that are partly training rows are refused (forest.io.training_rows).
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TrainingRowsNotice)    # said below, once, in the tool's words
             scored, message = guarded(lambda: est.score_rows(Xc, t, shard.columns[y_col], comm=comm))
@@ -342,7 +342,7 @@ def main(argv=None):
 
 def is_policy_model(path):
     """Whether ``path`` is a policy model file (False for anything unreadable: the caller reports it)."""
-    from forest import model_io
+    from forest.io import model_io
 
     try:
         return model_io.read_header(path).get("estimator", "").endswith(".PolicyTree")
@@ -354,7 +354,7 @@ def predict(model_path, data, out, keep=(), interval=False):
     """``forest-predict`` for a policy model: ``action`` (and ``allocated`` under a budget) per row.
 
     Every rank reads its rows, routes them through the tree and, when the model holds
-    a budget, joins a distributed :func:`forest.allocation.allocate` of that budget over
+    a budget, joins a distributed :func:`forest.policy.allocation.allocate` of that budget over
     all rows of DATA, with the effects of each action taken from the row's leaf
     (its mean reward minus action 0's) and the costs from the model's cost columns or
     constants, and the effects from the model's ``node_rewards`` (each node's mean reward
@@ -371,10 +371,10 @@ def predict(model_path, data, out, keep=(), interval=False):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from forest import model_io
-    from forest.allocation import allocate
-    from forest.cli.predict import gather_to_parquet
-    from forest.policy_tree import PolicyTree
+    from forest.io import model_io
+    from forest.policy.allocation import allocate
+    from forest.cli.output import gather_to_parquet
+    from forest.policy.tree import PolicyTree
 
     if interval:
         raise CLIError("--interval needs a causal model; this is a policy model")
@@ -440,9 +440,9 @@ def report(model_path, html=None, as_json=False, data=None):
 
     import numpy as np
 
-    from forest import model_io
-    from forest import report as rep
-    from forest.policy_tree import PolicyTree
+    from forest.io import model_io
+    from forest.report import summary as rep
+    from forest.policy.tree import PolicyTree
 
     if data is not None:
         raise CLIError("--data is not used for a policy model (its cost curves were evaluated by forest-policy)")

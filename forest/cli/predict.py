@@ -1,7 +1,7 @@
 """``forest-predict``: predict a model file on sharded data, keeping the input row order.
 
 Every rank loads the model, reads its own contiguous run of row groups
-(:mod:`forest.dataio`) one at a time and predicts it in slices of at most
+(:mod:`forest.io.dataio`) one at a time and predicts it in slices of at most
 :data:`PREDICT_BATCH_ROWS` rows, so a rank holds one row group of input and one
 slice of float features and predictions, never its whole share. Rank 0 appends its
 predictions to the output parquet file as it goes; every other rank appends its own
@@ -18,9 +18,9 @@ import time
 
 from forest.cli.common import (CLIError, Parser, agree, check_not_input, check_unique, feature_input, guarded,
                                load_model, model_feature_names, plan_source, run_tool, world)
+from forest.cli.output import ParquetOutput, Spill, receive_in_rank_order, send_spill
 
 PROG = "forest-predict"
-_TAG = 7421  # point-to-point tag of the output hand-over to rank 0
 
 #: Rows predicted at once: bounds a rank's float feature slice and its predictions.
 PREDICT_BATCH_ROWS = 65_536
@@ -75,10 +75,10 @@ def prediction_columns(est, X, interval, alpha, is_causal):
     name = "tau" if is_causal else "prediction"
     out = {}
 
-    from forest.report import column_names
+    from forest.report.summary import column_names
 
     def put(prefix, arr):
-        # One column per entry of the trailing axes (forest.report.column_names: effects
+        # One column per entry of the trailing axes (forest.report.summary.column_names: effects
         # of a categorical treatment named by arm, tau_2 = arm 2 minus the control).
         arr = np.asarray(arr)
         flat = arr.reshape(arr.shape[0], int(np.prod(arr.shape[1:], dtype=np.int64)))  # also for 0 rows
@@ -105,202 +105,6 @@ def _probe_columns(est, names, interval, alpha, is_causal):
                               is_causal)
 
 
-def _table_bytes(table):
-    import numpy as np
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return np.frombuffer(sink.getvalue(), dtype=np.uint8)
-
-
-def _table_from(buf):
-    import pyarrow as pa
-
-    return pa.ipc.open_stream(pa.py_buffer(buf.tobytes())).read_all()
-
-
-class _ParquetOutput:
-    """Rank 0's output: a parquet file under a temporary name, renamed when complete.
-
-    After the first failed write, later writes are skipped (the error is kept), so
-    rank 0 still drains every other rank's messages.
-    """
-
-    def __init__(self, path, schema):
-        import os
-        import tempfile
-
-        import pyarrow.parquet as pq
-
-        self.path, self.schema, self.error = path, schema, None
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-        os.close(fd)
-        self._writer = pq.ParquetWriter(self.tmp, schema)
-
-    def write(self, table):
-        import pyarrow as pa
-
-        if self.error is not None or table.num_rows == 0:
-            return
-        try:
-            self._writer.write_table(table.cast(self.schema))
-        except (OSError, pa.ArrowException) as exc:
-            self.error = f"cannot write {self.path!r}: {exc}"
-
-    def finish(self):
-        """Close and rename into place; returns the error message or None."""
-        import os
-
-        try:
-            self._writer.close()
-            if self.error is None:
-                os.chmod(self.tmp, 0o666 & ~_umask())
-                os.replace(self.tmp, self.path)
-        except OSError as exc:
-            self.error = self.error or f"cannot write {self.path!r}: {exc}"
-        finally:
-            self.discard()
-        return self.error
-
-    def discard(self):
-        import os
-
-        try:
-            self._writer.close()
-        except Exception:  # noqa: BLE001 - closing after a failed write may fail again
-            pass
-        if os.path.exists(self.tmp):
-            os.unlink(self.tmp)
-
-
-class _Spill:
-    """A rank's predictions in a temporary Arrow IPC stream file until rank 0 takes them."""
-
-    def __init__(self, schema):
-        import os
-        import tempfile
-
-        import pyarrow as pa
-
-        self.schema = schema
-        fd, self.path = tempfile.mkstemp(prefix="forest-predict-", suffix=".arrows")
-        os.close(fd)
-        self._sink = pa.OSFile(self.path, "wb")
-        self._writer = pa.ipc.new_stream(self._sink, schema)
-
-    def write(self, table):
-        if table.num_rows:
-            self._writer.write_table(table.cast(self.schema))
-
-    def batches(self):
-        """Close for writing; yield the spilled record batches in order."""
-        import pyarrow as pa
-
-        self._writer.close()
-        self._sink.close()
-        with pa.memory_map(self.path) as source:
-            yield from pa.ipc.open_stream(source)
-
-    def discard(self):
-        import os
-
-        try:
-            self._writer.close()
-            self._sink.close()
-        except Exception:  # noqa: BLE001 - closing after a failed write may fail again
-            pass
-        if os.path.exists(self.path):
-            os.unlink(self.path)
-
-
-def _receive_in_rank_order(comm, output):
-    """Rank 0: append every other rank's batches, rank by rank, until each one's end mark."""
-    import numpy as np
-
-    size = np.zeros(1, dtype=np.int64)
-    for r in range(1, comm.size):
-        while True:
-            comm.recv(size, r, _TAG)
-            if size[0] < 0:
-                break
-            buf = np.empty(int(size[0]), dtype=np.uint8)
-            comm.recv(buf, r, _TAG)
-            output.write(_table_from(buf))
-
-
-def _send_spill(comm, spill):
-    """Ranks > 0: send the spilled batches to rank 0, then the end mark (size -1)."""
-    import numpy as np
-    import pyarrow as pa
-
-    if spill is not None:
-        for batch in spill.batches():
-            buf = _table_bytes(pa.Table.from_batches([batch]))
-            comm.send(np.array([buf.size], dtype=np.int64), 0, _TAG)
-            comm.send(buf, 0, _TAG)
-    comm.send(np.array([-1], dtype=np.int64), 0, _TAG)
-
-
-class _Drain:
-    """Stands in for rank 0's output when it could not be opened: takes and drops rows."""
-
-    def __init__(self, error):
-        self.error = error
-
-    def write(self, table):
-        pass
-
-    def finish(self):
-        return self.error
-
-    def discard(self):
-        pass
-
-
-def gather_to_parquet(comm, table, path):
-    """Write every rank's ``table`` to ``path`` in rank order (collective; atomic rename).
-
-    For outputs small enough to hold per rank (policy decisions); ``forest-predict``'s
-    own rows stream through :class:`_Spill` instead. Rank 0 drains every other rank's
-    message even after a write error, so no rank is left blocked in its send.
-
-    Returns
-    -------
-    str or None
-        On rank 0 the error message if writing failed; None elsewhere.
-    """
-    import numpy as np
-    import pyarrow as pa
-
-    if comm.rank != 0:
-        buf = _table_bytes(table)
-        comm.send(np.array([buf.size], dtype=np.int64), 0, _TAG)
-        comm.send(buf, 0, _TAG)
-        comm.send(np.array([-1], dtype=np.int64), 0, _TAG)
-        return None
-    try:
-        sink = _ParquetOutput(path, table.schema)
-    except (OSError, pa.ArrowException) as exc:
-        sink = _Drain(f"cannot write {path!r}: {exc}")
-    try:
-        sink.write(table)
-        _receive_in_rank_order(comm, sink)
-        return sink.finish()
-    finally:
-        sink.discard()
-
-
-def _umask():
-    import os
-
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _body(argv):
     args = build_parser().parse_args(argv)
     if not 0.0 < args.alpha < 1.0:
@@ -316,7 +120,7 @@ def _body(argv):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from forest import model_io
+    from forest.io import model_io
     from native import collectives as col
 
     comm = world()
@@ -357,14 +161,14 @@ def _body(argv):
     start = time.perf_counter()
 
     def _open():
-        return _ParquetOutput(args.out, schema) if comm.rank == 0 else _Spill(schema)
+        return ParquetOutput(args.out, schema) if comm.rank == 0 else Spill(schema)
 
     sink, message = guarded(_open)
     agree(comm, message)
 
     def _predict():
         # One row group at a time, predicted in slices: only a slice's float features exist at once.
-        from forest import dataio
+        from forest.io import dataio
 
         rows, seconds = 0, 0.0
         wanted = list(dict.fromkeys(list(names) + list(args.keep)))
@@ -387,10 +191,10 @@ def _body(argv):
         counts, message = guarded(_predict)
         agree(comm, message)
         if comm.rank == 0:
-            _receive_in_rank_order(comm, sink)
+            receive_in_rank_order(comm, sink)
             message = sink.finish()
         else:
-            _send_spill(comm, sink)
+            send_spill(comm, sink)
             message = None
         agree(comm, message)
     finally:

@@ -12,7 +12,7 @@ observed treatment is confounded). The tool runs on one process: it reads the wh
 
 Which rows: ``--data`` may be held-out rows, or the model's training data as it was
 trained (same rows, same order, recognised by the fingerprint the model file records:
-:mod:`forest.training_rows`). On training rows every figure that depends on the
+:mod:`forest.io.training_rows`). On training rows every figure that depends on the
 predictions (their distribution, the Qini curve, the average effects, calibration,
 linear projection, RATE) uses out-of-bag estimates, as grf does: a forest's own
 prediction for a training row has seen that row's outcome, and treated as held out
@@ -65,7 +65,7 @@ def open_data(data, names, meta, html=None, targets=True):
     """
     import numpy as np
 
-    from forest import dataio
+    from forest.io import dataio
 
     source = dataio.open_source(data)
     if html is not None:
@@ -84,9 +84,9 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     """Compute the report of model file ``path``.
 
     The sections fit the model: importances sorted by the measure the model itself
-    reports (:func:`forest.report.primary_importance`); with ``data``, the
+    reports (:func:`forest.report.summary.primary_importance`); with ``data``, the
     distribution and partial dependence of what the model predicts
-    (:func:`forest.report.summarised_quantity`: effects, class probabilities or
+    (:func:`forest.report.summary.summarised_quantity`: effects, class probabilities or
     predictions) and, for a causal model whose data holds the binary training
     treatment and the outcome, the Qini curve.
 
@@ -105,7 +105,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     Returns
     -------
     report : dict
-        JSON-able after :func:`forest.report.to_json`.
+        JSON-able after :func:`forest.report.summary.to_json`.
     figures : dict of str -> str
         base64 PNG images (empty unless ``want_figures``).
     text : str
@@ -113,7 +113,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     """
     import numpy as np
 
-    from forest import report as rep
+    from forest.report import summary as rep
 
     if html is not None:
         check_not_input(html, [path], "--html")
@@ -231,10 +231,10 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
 
 
 def _held_out_ranking(est, rows, shard, meta):
-    """:class:`forest.report_analysis.HeldOutRanking` of the training rows (a forest refitted on half)."""
+    """:class:`forest.report.analysis.HeldOutRanking` of the training rows (a forest refitted on half)."""
     import numpy as np
 
-    from forest.report_analysis import HeldOutRanking
+    from forest.report.analysis import HeldOutRanking
 
     col = meta.get("cluster")
     clusters = shard.columns[col] if est.sampling_.get("clusters", False) else None
@@ -258,20 +258,20 @@ def _targets(est, shard, meta):
 
 
 def recognise_rows(est, rows, shard, meta):
-    """How the data's rows relate to the model's training rows (:mod:`forest.training_rows`).
+    """How the data's rows relate to the model's training rows (:mod:`forest.io.training_rows`).
 
     Parameters
     ----------
     est : fitted estimator
     rows : model input (the data's feature columns)
-    shard : forest.dataio.Shard
+    shard : forest.io.dataio.Shard
         Every row of the data (the report runs on one process).
     meta : dict
         The model file's metadata (target column names).
 
     Returns
     -------
-    forest.training_rows.RowMatch or None
+    forest.io.training_rows.RowMatch or None
         None for a model that cannot tell (gradient boosting keeps no out-of-bag state).
     """
     from native.comm import SelfCommunicator
@@ -311,11 +311,11 @@ def training_oob(est, shard, meta):
 
 def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects, ranking=None,
                   ranking_error=None):
-    """Average effects, calibration, BLP and RATE on the data (:mod:`forest.report_analysis`)."""
+    """Average effects, calibration, BLP and RATE on the data (:mod:`forest.report.analysis`)."""
     import warnings
 
-    from forest.report_analysis import analysis_report
-    from forest.training_rows import TrainingRowsNotice
+    from forest.report.analysis import analysis_report
+    from forest.io.training_rows import TrainingRowsNotice
 
     clusters = shard.columns.get(meta.get("cluster")) if meta.get("cluster") else None
     with warnings.catch_warnings():
@@ -341,9 +341,9 @@ def _body(argv):
     from forest.cli import policy
     if policy.is_policy_model(args.model):  # policy trees: the tree, its value and cost curves
         return policy.report(args.model, html=args.html, as_json=args.json, data=args.data)
-    from forest import report as rep
-    from forest.dataio import DataError
-    from forest.model_io import check_writable
+    from forest.report import summary as rep
+    from forest.io.dataio import DataError
+    from forest.io.model_io import check_writable
 
     try:
         if args.html is not None:
@@ -353,7 +353,7 @@ def _body(argv):
     except (ValueError, DataError) as exc:  # ModelFormatError, DataError, check_not_input, check_writable
         raise CLIError(str(exc).strip().splitlines()[0]) from None
     if args.html:
-        from forest.report_html import report_page
+        from forest.report.html import report_page
 
         page = report_page(report, figures, f"histforest report: {report['model']} ({args.model})", text=text)
         try:

@@ -1,11 +1,11 @@
 """``forest-train``: fit an estimator on sharded parquet/CSV data, under ``mpirun`` or alone.
 
-Every rank reads its own row groups (:mod:`forest.dataio`), checks them, agrees
+Every rank reads its own row groups (:mod:`forest.io.dataio`), checks them, agrees
 with the others on the first error (:mod:`forest.cli.common`), bins its features
 row group by row group (:mod:`histogram.binning_stream`; no float64 copy of all
 features is ever made), then calls the estimator's ``fit`` with the codes, its
 targets and the world communicator; every rank ends with the same model and rank 0
-writes it atomically (:mod:`forest.model_io`).
+writes it atomically (:mod:`forest.io.model_io`).
 
 Heavy imports (numpy, Numba, MPI, the estimators) happen inside :func:`main` after
 the arguments are parsed, so ``forest-train --help`` answers at once.
@@ -22,11 +22,11 @@ PROG = "forest-train"
 
 #: ``--model`` choices -> (module, class).
 MODELS = {
-    "causal": ("forest.causal_forest", "CausalForest"),
-    "instrumental": ("forest.instrumental_forest", "InstrumentalForest"),
-    "regression": ("forest.regression_forest", "RegressionForest"),
-    "gbdt-regressor": ("forest.gbdt", "GBDTRegressor"),
-    "gbdt-classifier": ("forest.gbdt", "GBDTClassifier"),
+    "causal": ("forest.estimators.causal_forest", "CausalForest"),
+    "instrumental": ("forest.estimators.instrumental_forest", "InstrumentalForest"),
+    "regression": ("forest.estimators.regression_forest", "RegressionForest"),
+    "gbdt-regressor": ("forest.estimators.gbdt", "GBDTRegressor"),
+    "gbdt-classifier": ("forest.estimators.gbdt", "GBDTClassifier"),
 }
 
 #: Models fitted as ``fit(X, t, y, ...)`` (``--treatment``), and those that also take ``z`` (``--instrument``).
@@ -254,11 +254,11 @@ def _validate_shard(args, shard, offset, labels=()):
     """This rank's data problems as one message (or None), plus its treatment values.
 
     ``labels`` (a classifier's outcome, read as it is) are converted into
-    ``shard.columns`` here by :func:`forest.dataio.class_labels`, which also checks them.
+    ``shard.columns`` here by :func:`forest.io.dataio.class_labels`, which also checks them.
     """
     import numpy as np
 
-    from forest.dataio import bad_values, class_labels
+    from forest.io.dataio import bad_values, class_labels
 
     for name in labels:
         shard.columns[name], message = class_labels(shard.keep.column(name), name, offset)
@@ -341,7 +341,7 @@ def bin_mapper_for(est, comm, checkpoint=None):
             # model records it, and a resumed run takes it from the checkpoint.
             est.set_params(random_state=seed)
     else:
-        from forest.regression_forest import check_forest_params
+        from forest.estimators.regression_forest import check_forest_params
 
         seed = check_forest_params(est)
     return BinMapper(max_bins=int(est.max_bins), random_state=int(seed))
@@ -377,7 +377,9 @@ def check_checkpoint_path(path, out, data):
     """
     import os
 
-    from forest import dataio, model_io
+    from forest.io import dataio
+
+    from forest.io import model_io
 
     if os.path.realpath(path) == os.path.realpath(out) or (os.path.exists(path) and os.path.exists(out)
                                                            and os.path.samefile(path, out)):
@@ -405,12 +407,12 @@ def check_checkpoint_path(path, out, data):
 
 
 def make_checkpoint(args):
-    """The :class:`forest.checkpoint.Checkpoint` of ``--checkpoint`` (None without it)."""
+    """The :class:`forest.io.checkpoint.Checkpoint` of ``--checkpoint`` (None without it)."""
     if args.checkpoint is None:
         if args.restart:
             raise CLIError("--restart discards a checkpoint: give --checkpoint DIR too")
         return None
-    from forest.checkpoint import Checkpoint
+    from forest.io.checkpoint import Checkpoint
 
     if args.checkpoint_every < 1:
         raise CLIError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
@@ -435,8 +437,10 @@ def _body(argv):
     check_settings()
     t_start = time.perf_counter()
 
-    from forest import dataio, model_io
-    from forest.dataio import DataError
+    from forest.io import dataio
+
+    from forest.io import model_io
+    from forest.io.dataio import DataError
     from forest.profiling import TIMER, phase
     from histogram.binning_stream import StreamingBinFit
     from native import collectives as col
@@ -509,7 +513,7 @@ def _body(argv):
 
     TIMER.reset()
     STATS.reset()
-    from forest.warmup import compile_once_per_node, variants_for
+    from forest.cli.warmup import compile_once_per_node, variants_for
 
     with phase("compile"):
         # Before the progress bar starts: a first run on a machine compiles the
@@ -527,7 +531,7 @@ def _body(argv):
     codes, _ = binned
     progress = TreeProgress(comm.rank == 0 and not args.no_progress, f"{PROG} [{comm.size} rank(s)]")
     t_fit = time.perf_counter()
-    from forest.checkpoint import CheckpointError
+    from forest.io.checkpoint import CheckpointError
 
     try:
         _fit(est, args.model, (mapper, codes), features, shard, args, comm, progress,

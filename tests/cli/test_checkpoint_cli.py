@@ -15,12 +15,12 @@ from cli_helpers import make_table, rank_pid, run_mpi, start_mpi, tool
 # Loading a checkpoint file checks it through the estimators' modules; import them now,
 # so the first poll of a running job's manifest does not spend seconds importing
 # scikit-learn while the job runs past the point where it should be killed.
-import forest.causal_forest  # noqa: F401
-import forest.gbdt  # noqa: F401
-from forest import model_io
-from forest.checkpoint import MANIFEST_NAME, CheckpointManifest, TreeSegment
+import forest.estimators.causal_forest  # noqa: F401
+import forest.estimators.gbdt  # noqa: F401
+from forest.io import model_io
+from forest.io.checkpoint import MANIFEST_NAME, CheckpointManifest, TreeSegment
 from forest.cli import train
-from forest.tree import unpack_trees
+from forest.engine.tree import unpack_trees
 
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpirun")),
                                 reason="mpirun from the mpich wheel is not installed")

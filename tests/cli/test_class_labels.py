@@ -1,4 +1,4 @@
-"""A classifier's outcome column may hold text labels (forest.dataio.class_labels): forest-train
+"""A classifier's outcome column may hold text labels (forest.io.dataio.class_labels): forest-train
 reads them as the Python classifier takes them, at any rank count, and forest-predict writes them."""
 import os
 
@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_helpers import run_mpi, tool
-from forest import dataio, model_io
+from forest.io import dataio
+from forest.io import model_io
 from forest.cli import train
 
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_helpers import make_table, run_mpi, tool
-from forest import dataio
+from forest.io import dataio
 from forest.cli import policy, predict, report, train
 from forest.collective_checks import RankInputError
 
@@ -375,6 +375,6 @@ def test_parameter_given_twice_is_refused(files, tmp_path, capsys, extra, patter
 def test_demo_default_tree_count_yields_to_param(tmp_path):
     out = str(tmp_path / "demo.model")
     assert train.main(["--demo", "--param", "n_estimators=3", "--no-progress", "--out", out]) == 0
-    from forest import model_io
+    from forest.io import model_io
 
     assert model_io.load(out).n_estimators == 3

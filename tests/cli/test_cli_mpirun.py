@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_helpers import make_table, run_mpi, tool
-from forest import model_io
+from forest.io import model_io
 from forest.cli import train
 
 def causal(n_trees=4):

@@ -58,7 +58,7 @@ def test_good_parameters_are_accepted(small_parquet, tmp_path):
     out = str(tmp_path / "m.model")
     assert train.main([small_parquet, "--out", out] + CAUSAL + ["--max-features", "sqrt", "--param", "honest=false",
                                                                 "--param", "alpha=0.1", "--param", "max_depth=none"]) == 0
-    from forest import model_io
+    from forest.io import model_io
 
     params = model_io.load(out).get_params()
     assert params["max_features"] == "sqrt" and params["honest"] is False and params["alpha"] == 0.1
@@ -68,7 +68,7 @@ def test_good_parameters_are_accepted(small_parquet, tmp_path):
 def test_quantized_option_trains_a_quantized_model(small_parquet, tmp_path):
     out = str(tmp_path / "q.model")
     assert train.main([small_parquet, "--out", out] + GBDT + ["--quantized", "--quantized-bins", "8"]) == 0
-    from forest import model_io
+    from forest.io import model_io
 
     params = model_io.load(out).get_params()
     assert params["quantized"] is True and params["quantized_bins"] == 8
@@ -159,8 +159,8 @@ def test_report_refuses_to_write_its_page_over_an_input(data_and_model, tmp_path
 
 
 def test_predict_and_report_refuse_a_file_that_is_not_an_estimator(tmp_path, capsys):
-    from forest import model_io
-    from forest.tree import Tree
+    from forest.io import model_io
+    from forest.engine.tree import Tree
 
     tree = Tree(1)
     tree.add_node(0, 1.0, [0.0])

@@ -20,7 +20,7 @@ def test_plan_prints_the_estimate_and_writes_nothing(small_parquet, tmp_path, ca
     assert code == 0 and not os.path.exists(out)
     assert "plan: causal on 400 rows x 3 features" in text, text
     for label in ("fit time", "peak memory", "memory available", "collectives: none (one rank)",
-                  "model: forest/cost_model.py"):
+                  "model: forest/cli/cost_model.py"):
         assert label in text, text
 
 
@@ -77,7 +77,7 @@ def test_cgroup_limit_counts_when_smaller(monkeypatch):
 
 
 def test_workload_reads_arms_and_classes_from_footers(tmp_path):
-    from forest.dataio import open_source
+    from forest.io.dataio import open_source
 
     rng = np.random.default_rng(0)
     n = 300

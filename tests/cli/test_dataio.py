@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from forest import dataio
-from forest.dataio import DataError
+from forest.io import dataio
+from forest.io.dataio import DataError
 
 
 def _write(path, n, row_group_size, seed=0, extra=None):

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from forest import model_io
+from forest.io import model_io
 from forest.cli import predict, report, train
 
 from cli_helpers import make_table

@@ -8,10 +8,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_helpers import make_table, run_mpi, tool
-from forest import PolicyTree, model_io
-from forest.causal_forest import CausalForest
+from forest import PolicyTree
+from forest.io import model_io
+from forest.estimators.causal_forest import CausalForest
 from forest.cli import policy, predict, report, train
-from forest.policy_simulate import xor_design
+from forest.policy.simulate import xor_design
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()

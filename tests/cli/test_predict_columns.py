@@ -3,7 +3,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from forest import CausalForest, model_io
+from forest import CausalForest
+
+from forest.io import model_io
 from forest.cli import predict
 from native.comm import SelfCommunicator
 
@@ -35,7 +37,7 @@ def test_several_arms_and_outcomes_get_one_column_each(tmp_path):
     one = CausalForest(12, nuisance_estimators=6, random_state=0).fit(table, t + 5, y, comm=SelfCommunicator())
     assert set(predict.prediction_columns(one, table, False, 0.05, True)) == {"tau_6", "tau_7"}
     # forest-report labels them by the same rule
-    from forest import report
+    from forest.report import summary as report
 
     labels, values = report.summarised_quantity(cf)[1](table)
     assert labels == ["tau_1_0", "tau_1_1", "tau_2_0", "tau_2_1"] and values.shape == (n, 4)

@@ -1,4 +1,4 @@
-"""The forest-report HTML page (forest.report_html): sections, readings, rows, escaping, self-containment."""
+"""The forest-report HTML page (forest.report.html): sections, readings, rows, escaping, self-containment."""
 import base64
 import copy
 import html
@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from forest import report_html
-from forest.report_html import report_page
+from forest.report import html as report_html
+from forest.report.html import report_page
 
 #: A 1x1 PNG: the page embeds whatever base64 text the report renders.
 PNG = base64.b64encode(bytes.fromhex(
@@ -126,10 +126,16 @@ def test_analysis_parts_appear_only_when_present():
 
 
 def test_rows_sentence_is_highlighted_and_named_in_each_analysis():
-    page = report_page(make_report("out-of-bag"), FIGURES, "report")
+    report = make_report("out-of-bag")
+    page = report_page(report, FIGURES, "report")
     assert '<div class="rowsbox">These are out-of-bag rows.</div>' in page
-    for anchor in ("predictions", "qini", "average-effects", "calibration", "best-linear-projection", "rate"):
+    for anchor in ("predictions", "average-effects", "calibration", "best-linear-projection"):
         assert "Rows: the training rows, out-of-bag estimates" in _section(page, anchor), anchor
+    # Qini and RATE on training rows rank a hashed half by a forest refitted on the other half
+    report["analysis"]["rate_ranking"] = {"rank_rows": 251, "fit_rows": 249, "how": "..."}
+    page = report_page(report, FIGURES, "report")
+    for anchor in ("qini", "rate"):
+        assert "Rows: 251 of the training rows" in _section(page, anchor) and "other 249" in _section(page, anchor)
     page = report_page(make_report("held-out"), FIGURES, "report")
     assert "Rows: held-out rows (500 rows)." in _section(page, "calibration")
     # partial dependence predicts made-up rows: never out of bag, whatever the data are
@@ -245,7 +251,7 @@ def test_bad_figure_text_is_dropped():
 
 
 def test_json_round_trip_and_flat_pdp_means():
-    from forest.report import to_json
+    from forest.report.summary import to_json
 
     report = to_json(make_report())
     report["partial_dependence"]["features"]["<b>x</b>"]["mean"] = [1.5, 2.0, 3.5]
@@ -270,8 +276,8 @@ def test_real_report_renders(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from forest import model_io
-    from forest.causal_forest import CausalForest  # a submodule: plain `pytest` finds tests/forest as `forest`
+    from forest.io import model_io
+    from forest.estimators.causal_forest import (CausalForest)  # a submodule: plain `pytest` finds tests/forest as `forest`
     from forest.cli.report import build_report
     from native.comm import SelfCommunicator
 
@@ -298,7 +304,7 @@ def test_real_report_renders(tmp_path):
 
 @pytest.mark.parametrize("sort_by", ["depth_weighted", "gain"])
 def test_importance_rows_follow_the_text_tables_order(sort_by):
-    from forest.report import importance_order
+    from forest.report.summary import importance_order
 
     rng = np.random.default_rng(1)
     imp = {"depth_weighted": rng.integers(0, 3, 12) / 10.0, "gain": rng.integers(0, 3, 12) / 10.0,

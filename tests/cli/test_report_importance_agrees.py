@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from cli_helpers import tool
-from forest import model_io
-from forest import report as rep
-from forest.importance import depth_weighted_importance
-from forest.tree import Tree, pack_trees
+from forest.io import model_io
+from forest.report import summary as rep
+from forest.engine.importance import depth_weighted_importance
+from forest.engine.tree import Tree, pack_trees
 
 
 def _stump(feature):

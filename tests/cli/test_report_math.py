@@ -1,12 +1,12 @@
-"""Importance measures, Qini curve and HTML page of forest.report, against slow references."""
+"""Importance measures, Qini curve and HTML page of forest.report.summary, against slow references."""
 from html.parser import HTMLParser
 import base64
 
 import numpy as np
 import pytest
 
-from forest import report as rep
-from forest.tree import Tree
+from forest.report import summary as rep
+from forest.engine.tree import Tree
 
 
 def _chain_tree(features, gains):

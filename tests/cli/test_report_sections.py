@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from forest import model_io
-from forest import report as rep
+from forest.io import model_io
+from forest.report import summary as rep
 from forest.cli import report
 from forest.cli.report import build_report
 from native.comm import SelfCommunicator
@@ -137,6 +137,6 @@ def test_html_sections_fit_the_model(files, tmp_path):
     page = str(tmp_path / "r.html")
     assert report.main([paths["gbdt-classifier"], "--data", data, "--html", page]) == 0
     html = open(page, encoding="utf-8").read()
-    # one section per analysis, each with its table (forest/report_html.py)
+    # one section per analysis, each with its table (forest/report/html.py)
     assert "<h2>Predicted probability</h2>" in html and "effect" not in html.lower().replace("feature", "")
     assert "<h2>Partial dependence of the predicted probability</h2>" in html and "<table" in html

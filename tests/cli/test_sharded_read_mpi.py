@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_helpers import make_table
-from forest import dataio
+from forest.io import dataio
 from forest.cli.common import load_rows
 from native import collectives as col
 

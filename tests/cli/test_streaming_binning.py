@@ -9,10 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_helpers import make_table
-from forest import dataio, model_io
-from forest.causal_forest import CausalForest
+from forest.io import dataio
+from forest.io import model_io
+from forest.estimators.causal_forest import CausalForest
 from forest.cli import train
-from forest.regression_forest import RegressionForest
+from forest.estimators.regression_forest import RegressionForest
 from histogram.binning import BinMapper
 from histogram.binning_stream import StreamingBinFit
 from native.comm import SelfCommunicator
@@ -53,7 +54,7 @@ def test_estimator_gets_codes_not_float_features(model, small_parquet, tmp_path,
     """The CLI passes X=None plus (mapper, codes); feature blocks are single row groups."""
     calls, blocks = [], []
     real_fit = {cls: cls.fit for cls in (CausalForest, RegressionForest)}
-    from forest.gbdt import GBDTRegressor
+    from forest.estimators.gbdt import GBDTRegressor
     real_fit[GBDTRegressor] = GBDTRegressor.fit
 
     def spy(cls):

@@ -2,7 +2,7 @@
 histforest's kernels during a warm-up step and during a fit; print one line per rank.
 
 usage: compile_probe.py MODE VARIANT
-  MODE "node": forest.warmup.compile_once_per_node on the world, then a GBDT fit on it
+  MODE "node": forest.cli.warmup.compile_once_per_node on the world, then a GBDT fit on it
   MODE "fit":  only the fit (this process alone), e.g. after forest-warmup
 """
 import json
@@ -12,7 +12,7 @@ import numpy as np
 from numba.core import event
 
 import forest  # noqa: F401  (sets the cache directory)
-from forest.warmup import compile_once_per_node
+from forest.cli.warmup import compile_once_per_node
 
 OURS = ("native", "histogram", "forest")
 

@@ -2,7 +2,7 @@
 import numba
 import pytest
 
-from forest import predictor
+from forest.engine import predictor
 
 
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])

@@ -1,5 +1,5 @@
 """Random trees for predictor tests (imported by name: pytest puts this folder on sys.path)."""
-from forest.tree import Tree
+from forest.engine.tree import Tree
 
 
 def random_tree(rng, n_features, n_outputs, thresholds, depth=4, p_stop=0.2):

@@ -5,8 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from forest import allocation as al
-from forest.policy_simulate import budget_design
+from forest.policy import allocation as al
+from forest.policy.simulate import budget_design
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()

@@ -3,8 +3,8 @@ the -np 1 answer at any rank count (run by `make test` with mpirun -np 2, 3, 4).
 import numpy as np
 import pytest
 
-from forest import allocation as al
-from forest.policy_simulate import budget_design
+from forest.policy import allocation as al
+from forest.policy.simulate import budget_design
 from native.blocks import block_range
 from native.comm import SelfCommunicator
 

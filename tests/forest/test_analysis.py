@@ -4,9 +4,11 @@ import json
 import numpy as np
 import pytest
 
-from forest import model_io, simulate
-from forest.analysis_result import EstimateTable, RATEResult
-from forest.causal_forest import CausalForest
+from forest import simulate
+
+from forest.io import model_io
+from forest.analysis.result import EstimateTable, RATEResult
+from forest.estimators.causal_forest import CausalForest
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()
@@ -184,7 +186,7 @@ def test_model_file_keeps_nuisances_not_training_rows(linear, tmp_path):
     assert not hasattr(loaded.outcome_forest_, "oob_prediction_")
     header = model_io.read_header(path)
     # no per-training-row array but the training-row signature's sketch of row hashes (complete below
-    # forest.training_rows.SKETCH_SIZE rows): keys and counts, uint64 and int64
+    # forest.io.training_rows.SKETCH_SIZE rows): keys and counts, uint64 and int64
     per_row = sorted(info["dtype"] for info in header["arrays"].values() if 3000 in info["shape"])
     assert per_row == ["<i8", "<u8"] and len(loaded.training_rows_["keys"]) == 3000
     assert loaded.average_treatment_effect() == (cf.ate_, cf.ate_stderr_)

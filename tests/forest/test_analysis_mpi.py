@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from forest import simulate
-from forest.causal_forest import CausalForest
+from forest.estimators.causal_forest import CausalForest
 from native import collectives as col
 from native.comm import SelfCommunicator
 

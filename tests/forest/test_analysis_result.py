@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from forest.analysis_result import EstimateTable, RATEResult
+from forest.analysis.result import EstimateTable, RATEResult
 
 
 def test_two_sided_t_tests_and_intervals():

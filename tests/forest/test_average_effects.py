@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from forest import simulate
-from forest.average_effects import average_treatment_effect
-from forest.clusters import cluster_layout
-from forest.effect_rows import make_effect_rows
+from forest.analysis.average_effects import average_treatment_effect
+from forest.engine.clusters import cluster_layout
+from forest.analysis.effect_rows import make_effect_rows
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()

@@ -2,8 +2,7 @@
 import numpy as np
 import pytest
 
-from forest.causal_criterion import (CausalChannels, CausalCriterion, pseudo_outcomes_reference,
-                                     split_gain_reference)
+from forest.criteria.causal import CausalChannels, CausalCriterion, pseudo_outcomes_reference, split_gain_reference
 
 
 def _node_histograms(binned, channels, node_of_row, n_nodes, n_bins):

@@ -4,8 +4,8 @@ import pytest
 from sklearn.base import clone
 
 from forest import simulate
-from forest.causal_forest import CausalForest
-from forest.training_rows import TrainingRowsNotice
+from forest.estimators.causal_forest import CausalForest
+from forest.io.training_rows import TrainingRowsNotice
 from native.comm import SelfCommunicator
 from tests.conftest import block_slice
 

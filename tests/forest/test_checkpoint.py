@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from native.comm import SelfCommunicator
-from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest, model_io
-from forest.checkpoint import MANIFEST_NAME, Checkpoint, CheckpointError, CheckpointManifest
-from forest.tree import unpack_trees
+from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest
+from forest.io import model_io
+from forest.io.checkpoint import MANIFEST_NAME, Checkpoint, CheckpointError, CheckpointManifest
+from forest.engine.tree import unpack_trees
 
 from resume_helpers import N, Crash, crash_at, data
 
@@ -179,7 +180,7 @@ def test_gbdt_that_stopped_early_resumes_as_stopped(tmp_path, same_model_file):
 
 
 def test_resumed_causal_forest_reports_the_nuisance_stages(tmp_path, same_model_file):
-    import forest.regression_forest as rf
+    import forest.estimators.regression_forest as rf
 
     calls, real = [], rf.grow_honest_forest
 

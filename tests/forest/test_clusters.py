@@ -2,9 +2,8 @@
 import numpy as np
 import pytest
 
-from forest.clusters import ClusterLayout, cluster_layout, cluster_moments, observation_weights, resolve_clusters
-from forest.subsample import (BOTH, ESTIMATION, OUT, STRUCTURE, UNUSED, tree_row_codes,
-                              tree_row_codes_reference)
+from forest.engine.clusters import ClusterLayout, cluster_layout, cluster_moments, observation_weights, resolve_clusters
+from forest.engine.subsample import BOTH, ESTIMATION, OUT, STRUCTURE, UNUSED, tree_row_codes, tree_row_codes_reference
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()

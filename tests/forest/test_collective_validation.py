@@ -12,9 +12,9 @@ import re
 import numpy as np
 import pytest
 
-from forest.causal_forest import CausalForest
-from forest.gbdt import GBDTClassifier, GBDTRegressor
-from forest.regression_forest import RegressionForest
+from forest.estimators.causal_forest import CausalForest
+from forest.estimators.gbdt import GBDTClassifier, GBDTRegressor
+from forest.estimators.regression_forest import RegressionForest
 from native import collectives as col
 from native.blocks import block_range
 from native.threads import ThreadWorld

@@ -1,14 +1,14 @@
-"""Compiled criterion pieces (forest.compiled_criterion) against the vectorised criteria."""
+"""Compiled criterion pieces (forest.criteria.compiled) against the vectorised criteria."""
 from collections import namedtuple
 
 import numpy as np
 import pytest
 from numba.core.errors import TypingError
 
-from forest import compiled_criterion as cc
-from forest.causal_criterion import CausalCriterion, CausalRecord, CausalScalarRecord
-from forest.criteria import NewtonCriterion, VarianceCriterion
-from forest.splitting import find_best_splits, find_best_splits_reference
+from forest.criteria import compiled as cc
+from forest.criteria.causal import CausalCriterion, CausalRecord, CausalScalarRecord
+from forest.criteria.basic import NewtonCriterion, VarianceCriterion
+from forest.engine.splitting import find_best_splits, find_best_splits_reference
 
 from causal_helpers import causal_rows
 

@@ -1,4 +1,4 @@
-"""The cost model's picture of a fit (forest.cost_model) against traces of real fits.
+"""The cost model's picture of a fit (forest.cli.cost_model) against traces of real fits.
 
 Under mpirun (K = 1..4) a small GBDT and a small regression forest are fitted inside
 ``forest.profiling.FitTrace``; the collectives the engine issued must be the ones
@@ -9,7 +9,7 @@ checked on synthetic constants.
 import numpy as np
 import pytest
 
-from forest import cost_model as cm
+from forest.cli import cost_model as cm
 from forest.profiling import FitTrace
 
 
@@ -31,7 +31,7 @@ def _by_label(steps):
 
 @pytest.mark.mpi
 def test_gbdt_trace_has_the_modeled_collectives(comm, rank_slice):
-    from forest.gbdt import GBDTClassifier
+    from forest.estimators.gbdt import GBDTClassifier
 
     n, f = 6000, 6
     X, y = _data(n, f)
@@ -60,7 +60,7 @@ def test_gbdt_trace_has_the_modeled_collectives(comm, rank_slice):
 
 @pytest.mark.mpi
 def test_forest_trace_has_the_modeled_collectives_and_batches(comm, rank_slice):
-    from forest.regression_forest import RegressionForest
+    from forest.estimators.regression_forest import RegressionForest
 
     n, f = 3000, 5
     X, y = _data(n, f, seed=1)

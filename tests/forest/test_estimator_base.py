@@ -1,4 +1,4 @@
-"""forest.estimator_base: scikit-learn's estimator protocol without importing scikit-learn.
+"""forest.estimators.base: scikit-learn's estimator protocol without importing scikit-learn.
 
 The slow reference of the validators' plain path is scikit-learn itself: the same inputs
 go through both and must come out the same (array, attributes, warnings), and whatever
@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_array, validate_data
 
 from forest import CausalForest, GBDTClassifier, GBDTRegressor, PolicyTree, RegressionForest
 from forest import _validation as V
-from forest.estimator_base import EstimatorBase, check_is_fitted
+from forest.estimators.base import EstimatorBase, check_is_fitted
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -262,7 +262,7 @@ def test_sample_weight_routing_follows_scikit_learns_protocol(tmp_path):
     from sklearn.model_selection import cross_val_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
-    from forest import model_io
+    from forest.io import model_io
 
     X = rng.normal(size=(300, 3))
     y = (X[:, 0] > 0).astype(int)

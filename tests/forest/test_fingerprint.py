@@ -5,8 +5,8 @@ import pytest
 
 from histogram.binning import BinMapper
 from native.comm import SelfCommunicator
-from forest.fingerprint import (content_hash, data_fingerprint, describe_difference, mapper_digest, row_hashes,
-                                row_hashes_reference)
+from forest.io.fingerprint import (content_hash, data_fingerprint, describe_difference, mapper_digest, row_hashes,
+                                   row_hashes_reference)
 
 SELF = SelfCommunicator()
 

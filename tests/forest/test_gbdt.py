@@ -14,8 +14,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from forest.gbdt import GBDTClassifier, GBDTRegressor
-from forest.losses import LogLoss, SoftmaxLoss, SquaredError
+from forest.estimators.gbdt import GBDTClassifier, GBDTRegressor
+from forest.criteria.losses import LogLoss, SoftmaxLoss, SquaredError
 from native import collectives as col
 from native.comm import SelfCommunicator
 

@@ -7,9 +7,9 @@ the same grower must give bit-identical trees.
 import numpy as np
 import pytest
 
-from forest.criteria import Criterion, NewtonCriterion
-from forest.expansion import LeafwiseGrower
-from forest.growth_options import EngineOptions
+from forest.criteria.basic import Criterion, NewtonCriterion
+from forest.engine.expansion import LeafwiseGrower
+from forest.engine.growth_options import EngineOptions
 from histogram.binning import BinMapper
 
 

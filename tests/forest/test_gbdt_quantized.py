@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, r2_score, roc_auc_score
 
-from forest import model_io
-from forest.gbdt import GBDTClassifier, GBDTRegressor
-from forest.int_packing import WireLayout, unpack_histogram
+from forest.io import model_io
+from forest.estimators.gbdt import GBDTClassifier, GBDTRegressor
+from forest.engine.int_packing import WireLayout, unpack_histogram
 from histogram.quantize import pack, unpack
 from native import collectives as col
 from native.blocks import block_range
@@ -203,7 +203,7 @@ def test_fixed_leaf_sums_match_reference(rng, n_threads):
     cut into pieces for the threads (and an empty one)."""
     import numba
 
-    from forest.quantized import _fine_units, fixed_leaf_sums, fixed_leaf_sums_reference
+    from forest.engine.quantized import _fine_units, fixed_leaf_sums, fixed_leaf_sums_reference
 
     n = 150_000
     channels = np.column_stack([rng.normal(size=n), rng.uniform(0, 0.25, size=n)])

@@ -7,7 +7,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from forest.gbdt import GBDTClassifier, GBDTRegressor
+from forest.estimators.gbdt import GBDTClassifier, GBDTRegressor
 
 # No expected failures: every scikit-learn check passes (sample-weight equivalence
 # included: on these small data sets every feature is binned exactly).

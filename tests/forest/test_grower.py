@@ -3,12 +3,12 @@ leaf re-estimation, and identical trees across rank counts (mpi)."""
 import numpy as np
 import pytest
 
-from forest.criteria import NewtonCriterion, VarianceCriterion
-from forest.expansion import LeafwiseGrower, grow_levelwise
-from forest.growth_options import EngineOptions, TreeParams
-from forest.leaf_estimation import reestimate_leaves
-from forest.partition import partition_rows, partition_rows_reference
-from forest.predictor import predict_leaves_binned, predict_values, predict_values_binned
+from forest.criteria.basic import NewtonCriterion, VarianceCriterion
+from forest.engine.expansion import LeafwiseGrower, grow_levelwise
+from forest.engine.growth_options import EngineOptions, TreeParams
+from forest.engine.leaf_estimation import reestimate_leaves
+from forest.engine.partition import partition_rows, partition_rows_reference
+from forest.engine.predictor import predict_leaves_binned, predict_values, predict_values_binned
 from histogram.binning import BinMapper
 from native import collectives as col
 from native.comm import SelfCommunicator
@@ -151,7 +151,7 @@ def test_mtry_restricts_features(rng):
     for x, z in zip(a[:3], b):  # a tree depends on its global index, not the batch
         assert x == z
     assert len({tuple(t.feature) for t in a}) > 1  # mtry makes trees differ
-    from forest.mtry import mtry_feature_mask
+    from forest.engine.mtry import mtry_feature_mask
     for i, t in enumerate(a):
         inner = np.flatnonzero(t.feature >= 0)
         mask = mtry_feature_mask(3, np.full(len(inner), 10 + i), inner, 6, 2)

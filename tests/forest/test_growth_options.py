@@ -4,9 +4,9 @@ import threading
 import numpy as np
 import pytest
 
-from forest.criteria import VarianceCriterion
-from forest.expansion import grow_levelwise
-from forest.growth_options import EngineOptions, TreeParams, current_engine_options, engine_options
+from forest.criteria.basic import VarianceCriterion
+from forest.engine.expansion import grow_levelwise
+from forest.engine.growth_options import EngineOptions, TreeParams, current_engine_options, engine_options
 from histogram.binning import BinMapper
 from native.comm import SelfCommunicator
 

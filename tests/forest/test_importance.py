@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from forest.importance import depth_weighted_importance, gain_importance, split_counts, split_frequencies
-from forest.tree import Tree, pack_trees
+from forest.engine.importance import depth_weighted_importance, gain_importance, split_counts, split_frequencies
+from forest.engine.tree import Tree, pack_trees
 
 
 def _chain_tree(features, gains):

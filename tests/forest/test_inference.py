@@ -3,15 +3,14 @@ import numpy as np
 import pytest
 
 from forest import simulate
-from forest.causal_criterion import CausalChannels
-from forest.inference import _psi, aipw_scores, blb_variance, solve_theta
-from forest.subsample import (BOTH, ESTIMATION, OUT, STRUCTURE, tree_row_codes,
-                              tree_row_codes_reference)
+from forest.criteria.causal import CausalChannels
+from forest.analysis.inference import _psi, aipw_scores, blb_variance, solve_theta
+from forest.engine.subsample import BOTH, ESTIMATION, OUT, STRUCTURE, tree_row_codes, tree_row_codes_reference
 
 
 def _moments(layout, w, y, g):
     ind = np.zeros_like(w)
-    from forest.causal_criterion import CausalCriterion
+    from forest.criteria.causal import CausalCriterion
     ch = CausalCriterion(layout.K, layout.M).make_channels(w, y, g, ind)
     return ch[:, :layout.n_moments].mean(axis=0)
 
@@ -187,8 +186,8 @@ def test_blb_raw_variance_matches_sampling_variance_of_fitted_forests():
     fixed test points. It is about zero if the trees of a group do not share a
     half-sample (e.g. tree order or group hashing broken), which the o-Bayes floor alone
     would hide at this forest size."""
-    from forest.causal_forest import CausalForest
-    from forest.honest_forest import tree_values
+    from forest.estimators.causal_forest import CausalForest
+    from forest.engine.honest_forest import tree_values
     from native.comm import SelfCommunicator
 
     layout = CausalChannels(1, 1)
@@ -280,7 +279,7 @@ def test_oob_effects_falls_back_to_all_trees_where_singular():
         # row 1 is rescued by its all-tree moments, row 2 stays singular
         return np.stack([other, one_arm])
 
-    from forest.inference import oob_effects
+    from forest.analysis.inference import oob_effects
     tau = oob_effects(mbar, layout, all_trees)
     np.testing.assert_array_equal(asked[0], [False, True, True])
     np.testing.assert_allclose(tau[0], solve_theta(good[None], layout)[0][0], rtol=1e-12)
@@ -299,5 +298,5 @@ def test_oob_effects_leaves_regular_rows_alone():
     def never(mask):
         raise AssertionError("no row is singular")
 
-    from forest.inference import oob_effects
+    from forest.analysis.inference import oob_effects
     np.testing.assert_array_equal(oob_effects(mbar.copy(), layout, never), solve_theta(mbar, layout)[0])

@@ -10,10 +10,10 @@ import warnings
 import numpy as np
 import pytest
 
-from forest import model_io
-from forest.causal_forest import CausalForest
-from forest.gbdt import GBDTClassifier, GBDTRegressor
-from forest.regression_forest import RegressionForest
+from forest.io import model_io
+from forest.estimators.causal_forest import CausalForest
+from forest.estimators.gbdt import GBDTClassifier, GBDTRegressor
+from forest.estimators.regression_forest import RegressionForest
 from native.comm import SelfCommunicator
 
 pd = pytest.importorskip("pandas")
@@ -224,7 +224,7 @@ def test_binary_treatment_from_a_nullable_column():
 
 
 def test_integer_treatment_levels():
-    from forest.treatment import AUTO_MAX_LEVELS, MAX_LEVELS
+    from forest.estimators.treatment import AUTO_MAX_LEVELS, MAX_LEVELS
 
     X, _, y = _design()
     rng = np.random.default_rng(4)
@@ -254,7 +254,7 @@ def test_single_valued_treatment():
 
 
 def test_distinct_values_stops_early():
-    from forest.treatment import distinct_values
+    from forest.estimators.treatment import distinct_values
 
     assert list(distinct_values(np.array([3, 1, 3, 2, 1]), 5)) == [1, 2, 3]
     assert len(distinct_values(np.arange(1000.0), 2)) == 3

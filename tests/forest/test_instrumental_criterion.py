@@ -2,10 +2,9 @@
 import numpy as np
 import pytest
 
-from forest.inference import solve_theta
-from forest.instrumental_criterion import (InstrumentalCriterion, pseudo_outcomes_reference,
-                                           split_gain_reference)
-from forest.local_growth import grow_subtrees, grow_subtrees_reference
+from forest.analysis.inference import solve_theta
+from forest.criteria.instrumental import InstrumentalCriterion, pseudo_outcomes_reference, split_gain_reference
+from forest.engine.local_growth import grow_subtrees, grow_subtrees_reference
 
 from test_local_growth import _binned, _compare, _tasks
 

@@ -5,9 +5,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from forest import model_io, simulate
-from forest.causal_forest import CausalForest
-from forest.instrumental_forest import InstrumentalForest
+from forest import simulate
+
+from forest.io import model_io
+from forest.estimators.causal_forest import CausalForest
+from forest.estimators.instrumental_forest import InstrumentalForest
 from native.comm import SelfCommunicator
 from tests.conftest import block_slice
 

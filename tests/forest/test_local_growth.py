@@ -1,10 +1,10 @@
-"""Exact small-node growth (forest.local_growth) against slow references."""
+"""Exact small-node growth (forest.engine.local_growth) against slow references."""
 import numpy as np
 import pytest
 
-from forest.causal_criterion import CausalCriterion
-from forest.criteria import VarianceCriterion
-from forest.local_growth import grow_subtrees, grow_subtrees_reference
+from forest.criteria.causal import CausalCriterion
+from forest.criteria.basic import VarianceCriterion
+from forest.engine.local_growth import grow_subtrees, grow_subtrees_reference
 
 from causal_helpers import causal_rows
 
@@ -240,8 +240,8 @@ def test_shared_specialisation_grows_the_same_subtrees_in_one_kernel(n_rows, siz
     """
     import numba
 
-    from forest import compiled_criterion as cc
-    from forest import local_growth
+    from forest.criteria import compiled as cc
+    from forest.engine import local_growth
 
     rng = np.random.default_rng(8)
     n_features, missing_bin = 3, 10

@@ -2,12 +2,12 @@
 import numpy as np
 import pytest
 
-from forest.causal_criterion import CausalCriterion
-from forest.criteria import VarianceCriterion
-from forest.expansion import grow_levelwise
-from forest.growth_options import EngineOptions, TreeParams
-from forest.leaf_estimation import reestimate_leaves
-from forest.predictor import predict_leaves_binned
+from forest.criteria.causal import CausalCriterion
+from forest.criteria.basic import VarianceCriterion
+from forest.engine.expansion import grow_levelwise
+from forest.engine.growth_options import EngineOptions, TreeParams
+from forest.engine.leaf_estimation import reestimate_leaves
+from forest.engine.predictor import predict_leaves_binned
 from histogram.binning import BinMapper
 from native import collectives as col
 from native.blocks import block_range

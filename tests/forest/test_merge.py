@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 from native.comm import SelfCommunicator
-from forest import CausalForest, GBDTRegressor, RegressionForest, merge_forests, model_io
-from forest.causal_criterion import CausalChannels
-from forest.honest_forest import global_ids, oob_average
-from forest.inference import solve_theta
-from forest.predictor import predict_values
+from forest import CausalForest, GBDTRegressor, RegressionForest, merge_forests
+from forest.io import model_io
+from forest.criteria.causal import CausalChannels
+from forest.engine.honest_forest import global_ids, oob_average
+from forest.analysis.inference import solve_theta
+from forest.engine.predictor import predict_values
 
 SELF = SelfCommunicator()
 N = 500

@@ -8,9 +8,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from forest import model_io
-from forest.model_io import ModelFormatError
-from forest.tree import Tree
+from forest.io import model_io
+from forest.io.model_io import ModelFormatError
+from forest.engine.tree import Tree
 
 
 class Holder:
@@ -184,7 +184,7 @@ def test_file_cannot_name_foreign_classes(tmp_path, rng):
     _rewrite_header(path, lambda h: h.update(estimator="os.system"))
     with pytest.raises(ModelFormatError, match="not a histforest class"):
         model_io.load(path)
-    _rewrite_header(path, lambda h: h.update(estimator="forest.model_io.ModelFormatError"))
+    _rewrite_header(path, lambda h: h.update(estimator="forest.io.model_io.ModelFormatError"))
     with pytest.raises(ModelFormatError, match="not registered"):
         model_io.load(path)
 
@@ -237,8 +237,8 @@ def test_hard_kill_during_write_leaves_target_untouched(tmp_path):
     path = str(tmp_path / "m.hfm")
     code = f"""
 import os, numpy as np
-from forest import model_io
-from forest.tree import Tree
+from forest.io import model_io
+from forest.engine.tree import Tree
 t = Tree(2); t.add_node(0, 1.0, [1.0, 2.0])
 model_io.save(t, {path!r})
 real = np.lib.format.write_array

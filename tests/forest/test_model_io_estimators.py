@@ -4,8 +4,8 @@ import pickle
 import numpy as np
 import pytest
 
-from forest import model_io
-from forest.model_io import ModelFormatError
+from forest.io import model_io
+from forest.io.model_io import ModelFormatError
 from native.comm import SelfCommunicator
 
 
@@ -21,14 +21,14 @@ def _fitted(kind, rng):
     X, t, y = _data(rng)
     comm = SelfCommunicator()
     if kind == "causal":
-        from forest.causal_forest import CausalForest
+        from forest.estimators.causal_forest import CausalForest
 
         return CausalForest(n_estimators=8, nuisance_estimators=4, random_state=1).fit(X, t, y, comm=comm), X
     if kind == "regression":
-        from forest.regression_forest import RegressionForest
+        from forest.estimators.regression_forest import RegressionForest
 
         return RegressionForest(n_estimators=6, random_state=2).fit(X, y, comm=comm), X
-    gbdt = pytest.importorskip("forest.gbdt")
+    gbdt = pytest.importorskip("forest.estimators.gbdt")
     if kind == "gbdt-regressor":
         return gbdt.GBDTRegressor(random_state=0).set_params(**_small_gbdt(gbdt.GBDTRegressor)).fit(
             X, y, comm=comm), X
@@ -66,7 +66,7 @@ def test_model_file_and_pickle_round_trip(kind, rng, tmp_path):
 
 
 def test_wrong_estimator_kind(rng, tmp_path):
-    from forest.causal_forest import CausalForest
+    from forest.estimators.causal_forest import CausalForest
 
     est, _ = _fitted("regression", rng)
     path = str(tmp_path / "m.hfm")

@@ -15,8 +15,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from forest import model_io
-from forest.model_io import HEADER_NAME, ModelFormatError
+from forest.io import model_io
+from forest.io.model_io import HEADER_NAME, ModelFormatError
 from native.comm import SelfCommunicator
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -1,8 +1,8 @@
-"""Per-node feature draws (forest.mtry): compiled draw against the NumPy reference."""
+"""Per-node feature draws (forest.engine.mtry): compiled draw against the NumPy reference."""
 import numpy as np
 import pytest
 
-from forest.mtry import mtry_feature_mask, mtry_feature_mask_reference, mtry_keys, node_mask
+from forest.engine.mtry import mtry_feature_mask, mtry_feature_mask_reference, mtry_keys, node_mask
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 2 ** 40])
@@ -40,7 +40,7 @@ def test_mask_is_a_pure_function():
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 33, 1000])
 def test_stable_order_matches_numpy_stable_argsort(n):
-    from forest.mtry import _stable_order
+    from forest.engine.mtry import _stable_order
 
     rng = np.random.default_rng(n)
     wide = rng.integers(0, 2 ** 63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(1)

@@ -1,9 +1,9 @@
-"""forest.partition kernels against their NumPy references, every code path forced."""
+"""forest.engine.partition kernels against their NumPy references, every code path forced."""
 import numba
 import numpy as np
 import pytest
 
-from forest import partition as P
+from forest.engine import partition as P
 
 
 @pytest.mark.parametrize("path", ["serial", "one_segment_parallel", "segments_parallel"])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from forest import PolicyTree
-from forest.policy_simulate import xor_design
+from forest.policy.simulate import xor_design
 from native.blocks import block_range
 from native.comm import SelfCommunicator
 

@@ -3,9 +3,9 @@ search against a brute-force recursion over row subsets (depths 0-3, ties, missi
 import numpy as np
 import pytest
 
-from forest import policy_exact as pe
-from forest import policy_search as ps
-from forest.honest_forest import fit_binning
+from forest.policy import exact as pe
+from forest.policy import search as ps
+from forest.engine.honest_forest import fit_binning
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()

@@ -3,8 +3,10 @@ standard error, weights, prediction, text, model files and input errors."""
 import numpy as np
 import pytest
 
-from forest import PolicyTree, model_io
-from forest.policy_simulate import xor_design
+from forest import PolicyTree
+
+from forest.io import model_io
+from forest.policy.simulate import xor_design
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()

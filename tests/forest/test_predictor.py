@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from forest.predictor import (accumulate_oob_binned, predict_leaves, predict_leaves_binned, predict_reference, predict_values,
-                              predict_values_binned)
-from forest.tree import Tree, pack_trees
+from forest.engine.predictor import (accumulate_oob_binned, predict_leaves, predict_leaves_binned, predict_reference,
+                                     predict_values, predict_values_binned)
+from forest.engine.tree import Tree, pack_trees
 from random_trees import random_tree
 
 
@@ -69,7 +69,7 @@ def test_accumulate_oob_binned_matches_masked_reference(rng, n_rows):
 def test_oob_binned_batch_walk_equals_blocked_walk_bit_for_bit(rng, monkeypatch, n_rows):
     """The batch route of accumulate_oob_binned (codes as floats against bin thresholds)
     gives the blocked per-tree walk's sums exactly, also for a chunk of a forest's trees."""
-    import forest.predictor as pr
+    import forest.engine.predictor as pr
 
     n_features, n_outputs, missing_bin = 5, 3, 9
     thresholds = [np.sort(rng.normal(size=int(rng.integers(1, 9)))) for _ in range(n_features)]

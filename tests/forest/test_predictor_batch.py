@@ -4,12 +4,12 @@ import numba
 import numpy as np
 import pytest
 
-from forest.inference import _blb_sums, _pairwise_sum, blb_predict, blb_variance
-from forest.causal_criterion import CausalChannels
-from forest.predictor import (accumulate_oob, batch_forest, leaf_value_index, oob_average, predict_leaves,
-                              predict_reference, predict_values, tree_values)
-from forest.routing import (RECORD_MAX_THRESHOLDS, code_rows, encode_records, goes_left_code, goes_left_shifted)
-from forest.tree import Tree, pack_trees
+from forest.analysis.inference import _blb_sums, _pairwise_sum, blb_predict, blb_variance
+from forest.criteria.causal import CausalChannels
+from forest.engine.predictor import (accumulate_oob, batch_forest, leaf_value_index, oob_average, predict_leaves,
+                                     predict_reference, predict_values, tree_values)
+from forest.engine.routing import (RECORD_MAX_THRESHOLDS, code_rows, encode_records, goes_left_code, goes_left_shifted)
+from forest.engine.tree import Tree, pack_trees
 from random_trees import random_tree
 
 
@@ -221,7 +221,7 @@ def test_blb_predict_degenerate_rows(rng):
     idx, values = leaf_value_index(packed, X)
     n_trees = idx.shape[1]
     th, between, within, n_good = (np.empty(400), np.empty(400), np.empty(400), np.empty(400, dtype=np.int64))
-    from forest.inference import _blb_sums_scalar
+    from forest.analysis.inference import _blb_sums_scalar
     _blb_sums_scalar(idx, values, 2, n_trees // 2, th, between, within, n_good, 0, 400)
     ref = _blb_sums(values[idx], layout, 2, n_trees // 2)
     np.testing.assert_array_equal(th, ref[0].ravel())

@@ -4,10 +4,12 @@ missing values, on 1 and 2 threads."""
 import numpy as np
 import pytest
 
-from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest, predictor, simulate
-from forest.inference import blb_variance
-from forest.predictor import predict_reference, tree_values
-from forest.tree import unpack_trees
+from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest, simulate
+
+from forest.engine import predictor
+from forest.analysis.inference import blb_variance
+from forest.engine.predictor import predict_reference, tree_values
+from forest.engine.tree import unpack_trees
 from native.comm import SelfCommunicator
 
 N_TEST = 2500          # above the batch threshold, several row blocks, one parallel chunk set

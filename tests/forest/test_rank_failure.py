@@ -21,7 +21,7 @@ MPIRUN = Path(sys.executable).parent / "mpirun"
 SCRIPT = textwrap.dedent("""
     import numpy as np
     from native.comm import world
-    from forest.{module} import {cls}
+    from forest.estimators.{module} import {cls}
     comm = world()
     rng = np.random.default_rng(0)
     X = rng.uniform(size=(300, 3))

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from forest.global_sort import sort_descending
-from forest.rate import _statistics_reference, check_q, rank_average_treatment_effect, rate_statistics
+from forest.analysis.global_sort import sort_descending
+from forest.analysis.rate import _statistics_reference, check_q, rank_average_treatment_effect, rate_statistics
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from forest.honest_forest import fill_empty_from_parent
-from forest.regression_forest import RegressionForest, resolve_mtry
-from forest.tree import Tree
+from forest.engine.honest_forest import fill_empty_from_parent
+from forest.estimators.regression_forest import RegressionForest, resolve_mtry
+from forest.engine.tree import Tree
 from native.comm import SelfCommunicator
 from tests.conftest import block_slice
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from forest import simulate
-from forest.causal_forest import CausalForest
-from forest.report_analysis import analysis_report
+from forest.estimators.causal_forest import CausalForest
+from forest.report.analysis import analysis_report
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from forest.clusters import cluster_layout
-from forest.robust_ols import robust_ols, robust_ols_reference
+from forest.engine.clusters import cluster_layout
+from forest.analysis.robust_ols import robust_ols, robust_ols_reference
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()

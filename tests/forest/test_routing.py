@@ -1,9 +1,9 @@
-"""The goes-left rule (forest.routing): compiled scalar form against the NumPy form."""
+"""The goes-left rule (forest.engine.routing): compiled scalar form against the NumPy form."""
 import numba
 import numpy as np
 import pytest
 
-from forest.routing import goes_left_code, goes_left_codes, goes_left_value
+from forest.engine.routing import goes_left_code, goes_left_codes, goes_left_value
 
 
 @numba.njit

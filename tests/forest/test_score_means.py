@@ -1,6 +1,6 @@
 import numpy as np
 
-from forest.score_means import average_effect, average_effect_sums
+from forest.analysis.score_means import average_effect, average_effect_sums
 
 
 def test_unit_weights_give_mean_and_classical_stderr():

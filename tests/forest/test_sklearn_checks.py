@@ -22,8 +22,8 @@ from sklearn.utils.estimator_checks import (check_estimator, check_estimator_clo
                                             parametrize_with_checks)
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
-from forest.causal_forest import CausalForest
-from forest.regression_forest import RegressionForest
+from forest.estimators.causal_forest import CausalForest
+from forest.estimators.regression_forest import RegressionForest
 from native.comm import SelfCommunicator
 
 SELF = SelfCommunicator()

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from forest.criteria import NewtonCriterion, VarianceCriterion
-from forest.splitting import find_best_splits, find_best_splits_reference
+from forest.criteria.basic import NewtonCriterion, VarianceCriterion
+from forest.engine.splitting import find_best_splits, find_best_splits_reference
 
 
 def _random_hist(rng, n_nodes, n_features, n_value_bins, crit):

@@ -4,14 +4,16 @@ import warnings
 import numpy as np
 import pytest
 
-from forest import model_io, simulate
-from forest.causal_forest import CausalForest
-from forest.fingerprint import row_hashes_reference
-from forest.instrumental_forest import InstrumentalForest
-from forest.regression_forest import RegressionForest
-from forest.report_analysis import HeldOutRanking
-from forest.training_rows import (SKETCH_SIZE, TrainingRowsNotice, _merge, match_rows, row_keys, training_signature,
-                                  validate_signature)
+from forest import simulate
+
+from forest.io import model_io
+from forest.estimators.causal_forest import CausalForest
+from forest.io.fingerprint import row_hashes_reference
+from forest.estimators.instrumental_forest import InstrumentalForest
+from forest.estimators.regression_forest import RegressionForest
+from forest.report.analysis import HeldOutRanking
+from forest.io.training_rows import (SKETCH_SIZE, TrainingRowsNotice, _merge, match_rows, row_keys, training_signature,
+                                     validate_signature)
 from native import collectives as col
 from native.comm import SelfCommunicator
 from native.threads import ThreadWorld

@@ -4,7 +4,7 @@ import pickle
 import numpy as np
 import pytest
 
-from forest.tree import NODE_FIELDS, Tree, pack_trees, unpack_trees
+from forest.engine.tree import NODE_FIELDS, Tree, pack_trees, unpack_trees
 
 
 def _stump(value_left, value_right, feature=1, thr=0.5):

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from native.comm import SelfCommunicator
-from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest, model_io
-from forest.checkpoint import Checkpoint
+from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest
+from forest.io import model_io
+from forest.io.checkpoint import Checkpoint
 
 from resume_helpers import N, Crash, crash_at, data
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from forest import warmup
+from forest.cli import warmup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -116,7 +116,7 @@ def test_ranks_of_a_node_compile_once_and_the_others_load(tmp_path, nprocs):
 def test_causal_warmup_covers_fits_with_given_nuisance_estimates():
     """A causal forest with its nuisance forests compiles the paired kernel; one given
     ``y_hat`` / ``t_hat`` grows no nuisance forest and needs the causal record alone."""
-    from forest import local_growth
+    from forest.engine import local_growth
 
     assert "causal-given" in warmup.MODEL_VARIANTS["causal"]
     warmup._fit_variant("causal-given")
@@ -130,7 +130,7 @@ def test_causal_warmup_covers_fits_with_given_nuisance_estimates():
 def test_forest_warmup_reaches_the_batch_out_of_bag_walk(monkeypatch):
     """Big forest fits sum out-of-bag values by the batch walk (the kernels predict
     shares); the warm-up's small fits must reach it too, or a big first fit compiles it."""
-    from forest import predictor
+    from forest.engine import predictor
 
     taken = []
     original = predictor._oob_binned_batch

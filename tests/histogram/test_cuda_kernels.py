@@ -44,8 +44,8 @@ SIM_SCRIPT = textwrap.dedent("""
     assert np.allclose(got, ref, rtol=1e-9, atol=1e-12)
 
     # a fit's builder uploads the codes once and reuses them for every level
-    from forest.hist_builder import HistogramBuilder
-    from forest.growth_options import EngineOptions
+    from forest.engine.hist_builder import HistogramBuilder
+    from forest.engine.growth_options import EngineOptions
     builder = HistogramBuilder(binned, 16, 3, EngineOptions(backend="cuda"))
     contexts = set()
     for sizes in ([157], [50, 0, 60], [10, 20, 30, 40]):

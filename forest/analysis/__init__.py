@@ -1,0 +1,1 @@
+"""Doubly robust analyses over per-row scores: average effects, projections, RATE, their results."""

@@ -1,0 +1,1 @@
+"""Split criteria: the compiled-criterion interface and one module per criterion."""

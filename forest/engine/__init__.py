@@ -1,0 +1,1 @@
+"""The growth engine: binned trees, histograms, splits, partitions, sampling, routing and prediction."""

@@ -1,0 +1,1 @@
+"""What crosses the process boundary: data files, model files, checkpoints, fingerprints, merging."""

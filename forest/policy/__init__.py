@@ -1,0 +1,1 @@
+"""Policy learning: exact policy trees, budgeted allocation, simulated policy designs."""

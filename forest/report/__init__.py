@@ -1,0 +1,1 @@
+"""What forest-report computes and draws: importances, predictions, analyses, the HTML page."""
