@@ -141,13 +141,6 @@ def model_feature_names(est, header):
     return None if names is None else [str(n) for n in names]
 
 
-#: The estimators a model file read by forest-predict / forest-report may hold.
-ESTIMATORS = (("forest.estimators.causal_forest", "CausalForest"),
-              ("forest.estimators.instrumental_forest", "InstrumentalForest"),
-              ("forest.estimators.regression_forest", "RegressionForest"),
-              ("forest.estimators.gbdt", "GBDTRegressor"), ("forest.estimators.gbdt", "GBDTClassifier"))
-
-
 def load_model(path):
     """The header and estimator of a model file; ``ModelFormatError`` (one line) otherwise.
 
@@ -162,12 +155,10 @@ def load_model(path):
         Checked as a whole on load (:mod:`forest.io.model_checks`); a file holding
         anything else (a bare tree or bin mapper) is refused.
     """
-    import importlib
-
+    from forest.estimators.kinds import estimator_classes
     from forest.io import model_io
 
-    classes = tuple(getattr(importlib.import_module(m), c) for m, c in ESTIMATORS)
-    return model_io.read_header(path), model_io.load(path, expect=classes)
+    return model_io.read_header(path), model_io.load(path, expect=estimator_classes())
 
 
 def _same_path(a, b):

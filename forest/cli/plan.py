@@ -203,8 +203,14 @@ def plan_or_check(args, params, source, features, comm):
         On every rank, when the memory estimate exceeds what any rank may use (and
         ``--force`` was not given).
     """
-    from forest.cli.common import agree
+    from forest.cli import cost_model
+    from forest.cli.common import CLIError, agree
 
+    if args.model not in cost_model.MODELS:
+        # a kind the cost model does not price yet (forest.estimators.kinds): no plan, no memory check
+        if args.plan:
+            raise CLIError(f"--plan has no cost model for the {args.model!r} model yet")
+        return False
     pred = estimate(args, params, source, features, comm)
     avail = available_memory(comm)
     if args.plan:

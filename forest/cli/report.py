@@ -243,15 +243,12 @@ def _held_out_ranking(est, rows, shard, meta):
                           seed=int(est.sampling_["seed"]))
 
 
-#: The fit's target arguments of each estimator that records its training rows, as metadata keys.
-_TARGET_KEYS = {"CausalForest": ("treatment", "outcome"), "InstrumentalForest": ("treatment", "outcome", "instrument"),
-                "RegressionForest": ("outcome",)}
-
-
 def _targets(est, shard, meta):
-    """The data's columns of the fit's targets (``fit``'s order), or None when any is missing."""
-    keys = _TARGET_KEYS.get(type(est).__name__)
-    cols = [meta.get(k) for k in keys] if keys else None
+    """The data's columns of the fit's targets (``fit``'s order, :mod:`forest.estimators.kinds`), or None."""
+    from forest.estimators.kinds import kind_of
+
+    kind = kind_of(est)
+    cols = [meta.get(role) for role in kind.targets] if kind is not None else None
     if not cols or not all(isinstance(c, str) and c in shard.columns for c in cols):
         return None
     return [shard.columns[c] for c in cols]

@@ -17,21 +17,12 @@ import numpy as np
 
 from forest.cli.common import (CLIError, Parser, agree, check_not_input, check_unique, fit_input_error, guarded,
                                plan_source, run_tool, world)
+from forest.estimators.kinds import KINDS, fit_targets
 
 PROG = "forest-train"
 
-#: ``--model`` choices -> (module, class).
-MODELS = {
-    "causal": ("forest.estimators.causal_forest", "CausalForest"),
-    "instrumental": ("forest.estimators.instrumental_forest", "InstrumentalForest"),
-    "regression": ("forest.estimators.regression_forest", "RegressionForest"),
-    "gbdt-regressor": ("forest.estimators.gbdt", "GBDTRegressor"),
-    "gbdt-classifier": ("forest.estimators.gbdt", "GBDTClassifier"),
-}
-
-#: Models fitted as ``fit(X, t, y, ...)`` (``--treatment``), and those that also take ``z`` (``--instrument``).
-TREATMENT_MODELS = ("causal", "instrumental")
-INSTRUMENT_MODELS = ("instrumental",)
+#: ``--model`` choices: the model kinds (:mod:`forest.estimators.kinds`, the one table of them).
+MODELS = KINDS
 
 #: Named model options -> estimator parameter name (passed only when given).
 PARAM_OPTIONS = (
@@ -186,11 +177,9 @@ def make_estimator(kind, params, given=None):
         An unknown parameter, or a value the estimator's ``_check_params`` refuses
         (the same check ``fit`` runs first), so nothing is read or trained.
     """
-    import importlib
-
-    module, name = MODELS[kind]
+    name = MODELS[kind].class_name
     try:
-        cls = getattr(importlib.import_module(module), name)
+        cls = MODELS[kind].estimator_class()
     except (ImportError, AttributeError) as exc:
         raise CLIError(f"model {kind!r} is not available in this installation ({exc})") from None
     known = cls._get_param_names()
@@ -208,6 +197,14 @@ def make_estimator(kind, params, given=None):
     return est
 
 
+def _models_taking(what):
+    """``"causal and instrumental models"``: the kinds whose ``fit`` takes a role (or ``"clusters"``)."""
+    names = [k.name for k in KINDS.values() if (k.clusters if what == "clusters" else k.takes(what))]
+    if len(names) == 1:
+        return f"{names[0]} model"
+    return ", ".join(names[:-1]) + " and " + names[-1] + " models"
+
+
 def _resolve_columns(args):
     """Fill in demo defaults and check the column options that do not need the data."""
     if args.demo:
@@ -216,7 +213,7 @@ def _resolve_columns(args):
         if args.data is not None:
             raise CLIError("give either DATA or --demo, not both")
         args.data = DEMO_PATH
-        if args.model == "causal":
+        if KINDS[args.model].takes("treatment"):
             args.treatment = args.treatment or DEMO_TREATMENT
         args.outcome = args.outcome or DEMO_OUTCOME
         args.features = args.features or list(DEMO_FEATURES)
@@ -229,16 +226,14 @@ def _resolve_columns(args):
         raise CLIError("no DATA given (a parquet file, directory, glob or CSV file; or --demo)")
     if args.outcome is None:
         raise CLIError("--outcome COL is required")
-    if args.model in TREATMENT_MODELS and args.treatment is None:
-        raise CLIError(f"--treatment COL is required for the {args.model} model")
-    if args.model not in TREATMENT_MODELS and args.treatment is not None:
-        raise CLIError(f"--treatment is only used by the causal and instrumental models, not {args.model!r}")
-    if args.model in INSTRUMENT_MODELS and args.instrument is None:
-        raise CLIError(f"--instrument COL is required for the {args.model} model")
-    if args.model not in INSTRUMENT_MODELS and args.instrument is not None:
-        raise CLIError(f"--instrument is only used by the instrumental model, not {args.model!r}")
-    if args.cluster is not None and args.model not in ("causal", "instrumental", "regression"):
-        raise CLIError(f"--cluster is only used by the causal, instrumental and regression forests, not {args.model!r}")
+    kind = KINDS[args.model]
+    for role in ("treatment", "instrument"):
+        if kind.takes(role) and getattr(args, role) is None:
+            raise CLIError(f"--{role} COL is required for the {args.model} model")
+        if not kind.takes(role) and getattr(args, role) is not None:
+            raise CLIError(f"--{role} is only used by the {_models_taking(role)}, not {args.model!r}")
+    if args.cluster is not None and not kind.clusters:
+        raise CLIError(f"--cluster is only used by the {_models_taking('clusters')}, not {args.model!r}")
     targets = [c for c in (args.treatment, args.instrument, args.outcome, args.weight, args.cluster) if c is not None]
     if len(set(targets)) != len(targets):
         raise CLIError("treatment, instrument, outcome, weight and cluster must be different columns")
@@ -359,13 +354,10 @@ def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_typ
     extra = dict(feature_names=features)  # the model records its feature names (feature_names_in_)
     if args.cluster is not None:
         extra["clusters"] = shard.columns[args.cluster]
-    if kind in INSTRUMENT_MODELS:
-        return est.fit(None, t, y, shard.columns[args.instrument], sample_weight=w, comm=comm, progress=progress,
-                       binned=binned, checkpoint=checkpoint, **extra)
-    if kind == "causal":
-        return est.fit(None, t, y, sample_weight=w, comm=comm, progress=progress, binned=binned, checkpoint=checkpoint,
-                       **extra)
-    return est.fit(None, y, sample_weight=w, comm=comm, progress=progress, binned=binned, checkpoint=checkpoint, **extra)
+    columns = {"treatment": t, "outcome": y,
+               "instrument": shard.columns[args.instrument] if args.instrument else None}
+    return est.fit(None, *fit_targets(KINDS[kind], columns), sample_weight=w, comm=comm, progress=progress,
+                   binned=binned, checkpoint=checkpoint, **extra)
 
 
 def check_checkpoint_path(path, out, data):
@@ -458,7 +450,7 @@ def _body(argv):
 
     # A classifier's outcome may hold text labels: it is read as it is and converted
     # by dataio.class_labels; every other target must be numeric.
-    labels = [args.outcome] if args.model == "gbdt-classifier" else []
+    labels = [args.outcome] if KINDS[args.model].class_labels else []
     numeric_targets = [c for c in targets if c not in labels]
 
     def choose(source):
@@ -545,7 +537,7 @@ def _body(argv):
         text = fit_input_error(exc)
         if text is None:
             raise
-        if args.model == "gbdt-classifier" and "label type" in text:
+        if KINDS[args.model].class_labels and "label type" in text:
             text += f" (--outcome {args.outcome!r} of a gbdt-classifier must hold class labels)"
         raise CLIError(f"{type(est).__name__} refused the input: {text}") from None
     finally:
