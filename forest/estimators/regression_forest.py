@@ -222,6 +222,15 @@ def forest_spec(est, sampling, n_features, value_fn, count_col):
                       batch_size=est.batch_size)
 
 
+def _check_value_width(trees, width):
+    """Refuse to add trees to trees of another leaf layout (a forest of an older histforest)."""
+    widths = {int(t.value.shape[1]) for t in trees}
+    if widths != {width}:
+        raise ValueError("the trees to continue store per-tree leaf means (written by a histforest before the "
+                         "forest-level weighted estimator); they cannot be continued with new trees: refit without "
+                         "warm_start, or restart the checkpoint (Checkpoint(dir, restart=True))")
+
+
 def n_estimators_fitted(packed):
     """Number of trees in a packed forest."""
     return len(packed["tree_offsets"]) - 1
@@ -388,16 +397,28 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
         start, on_batch = continue_forest(stage, earlier, binned=codes, missing_bin=mapper.missing_bin_, gids=gids,
                                           sampling=sampling, n_estimators=int(self.n_estimators), oob=True,
                                           clusters=layout)
+        if start is not None and start.trees:
+            _check_value_width(start.trees, n_out + 2)
         crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
         # Trees grow on the standardised outcome (target_standardisation); values map back.
         channels = crit.make_channels((y2 - shift) / scale, g)
 
         def value_fn(sums):
-            out = np.empty((len(sums), n_out + 1))
-            out[:, :n_out] = crit.node_value(sums) * scale + shift
+            # grf's weighted estimator is forest-level: sum_i alpha_i w_i y_i / sum_i alpha_i w_i with
+            # alpha_i the forest weights (each tree's 1 / leaf rows). So a leaf holds its weighted
+            # mean times its mean weight (sum w y / rows), the rows, and its mean weight (sum w / rows),
+            # and a prediction is the ratio of the trees' sums (forest_ratio). Without weights the
+            # mean weight is exactly 1 and every prediction the mean of the trees' leaf means.
+            out = np.empty((len(sums), n_out + 2))
+            weight = crit.node_weight(sums)
             # A node whose estimation rows all have zero weight knows nothing of y: it
             # counts as empty and takes its parent's value (fill_empty_from_parent).
-            out[:, n_out] = np.where(crit.node_weight(sums) > 0, sums[:, -1], 0.0)
+            rows = np.where(weight > 0, sums[:, -1], 0.0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean_weight = np.where(rows > 0, weight / np.where(rows > 0, rows, 1.0), 0.0)
+            out[:, :n_out] = (crit.node_value(sums) * scale + shift) * mean_weight[:, None]
+            out[:, n_out] = rows
+            out[:, n_out + 1] = mean_weight
             return out
 
         self.n_outputs_ = n_out
@@ -457,10 +478,10 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
         full = None
         if (cnt == 0).any():
             # rows every tree sampled (rare): fall back to the in-sample prediction
-            full = predict_values_binned(self.estimators_, codes, self.bin_mapper_.missing_bin_)[:, :self.n_outputs_] \
-                / n_estimators_fitted(self.estimators_)
+            full = self._forest_ratio(predict_values_binned(self.estimators_, codes, self.bin_mapper_.missing_bin_)
+                                      / n_estimators_fitted(self.estimators_))
         with np.errstate(invalid="ignore", divide="ignore"):
-            oob = acc[:, :self.n_outputs_] / cnt[:, None]
+            oob = self._forest_ratio(acc / cnt[:, None])
         if full is not None:
             oob[cnt == 0] = full[cnt == 0]
         return oob
@@ -490,9 +511,23 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
                                    clusters)
         return self._oob_from_sums(acc, cnt, codes)
 
+    def _forest_ratio(self, mean_values):
+        """Predictions ``(n, n_outputs_)`` from leaf vectors averaged over trees (grf's weighted estimator).
+
+        Leaves hold ``sum w y / rows, rows, sum w / rows``: the prediction is the ratio of the
+        first and the last, the forest-weighted mean ``sum_i alpha_i w_i y_i / sum_i alpha_i w_i``.
+        Forests written before that (``n_outputs_ + 1`` values: the weighted leaf mean and the
+        rows) predict the mean of their trees' leaf means, as they did.
+        """
+        k = self.n_outputs_
+        if mean_values.shape[1] == k + 1:
+            return mean_values[:, :k]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return mean_values[:, :k] / mean_values[:, k + 1:k + 2]
+
     def _predict_raw(self, X):
         n_trees = len(self.estimators_["tree_offsets"]) - 1
-        return predict_values(self.estimators_, X)[:, :self.n_outputs_] / n_trees
+        return self._forest_ratio(predict_values(self.estimators_, X) / n_trees)
 
     def predict(self, X):
         """Forest prediction.
@@ -548,7 +583,7 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
         layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
                                   fitted=self.sampling_.get("clusters", False))
         avg, _ = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
-        avg = avg[:, :self.n_outputs_]
+        avg = self._forest_ratio(avg)
         return avg[:, 0] if self.n_outputs_ == 1 else avg
 
 

@@ -69,6 +69,9 @@ def _check_compatible(forests):
             if not _same(getattr(first, attr), getattr(other, attr)):
                 raise ValueError(f"forests 0 and {i} were fitted on different data ({attr}: "
                                  f"{getattr(first, attr)!r} vs {getattr(other, attr)!r})")
+        if first.estimators_["value"].shape[1] != other.estimators_["value"].shape[1]:
+            raise ValueError(f"forests 0 and {i} store different leaf values (one was written by an older "
+                             f"histforest); refit it to merge them")
         if mapper_digest(first.bin_mapper_) != mapper_digest(other.bin_mapper_):
             raise ValueError(f"forests 0 and {i} use different bin edges: they were not fitted on the same data "
                              f"(or with different max_bins)")

@@ -233,7 +233,11 @@ def check_regression_forest(est):
                             "feature_importances_", "gain_importances_")):
         return
     k = _int(est, "n_outputs_", 1)
-    _check_forest(est, k + 1)  # node values: k means, then the estimation count
+    # node values: k weighted sums over rows, the estimation rows, their mean weight (grf's
+    # forest-level weighted estimator); files of before it: k means, then the rows
+    values = est.estimators_.get("value") if isinstance(est.estimators_, dict) else None
+    width = values.shape[1] if isinstance(values, np.ndarray) and values.ndim == 2 else k + 2
+    _check_forest(est, width if width in (k + 1, k + 2) else k + 2)
     oob = vars(est).get("oob_prediction_")  # a causal forest's nuisance forests drop theirs
     if oob is not None and not (isinstance(oob, np.ndarray) and oob.dtype == np.float64
                                 and (oob.ndim == 1 and k == 1 or oob.ndim == 2 and oob.shape[1] == k)):
