@@ -127,13 +127,28 @@ def robust_ols(comm, X, y, w, layout=None, vcov="HC3"):
     else:
         Minv = XtWX
         values = np.concatenate([s, (Xw[:, :, None] * X[:, None, :]).reshape(n, k * k)], axis=1)
+        # The cluster jackknife leaves one cluster out at a time: with a single cluster among
+        # the rows used nothing is left (numpy would only say "Singular matrix").
+        _, _, n_used = cluster_moments(comm, np.zeros((n, 1)), layout, include=used)
+        if n_used < 2:
+            raise ValueError(f"the rows used lie in {n_used} cluster{'' if n_used == 1 else 's'}: cluster-robust "
+                             f"standard errors need at least two (a subset holding one cluster cannot give them)")
 
         def jackknife_scores(V):
             S = V[:, k:].reshape(-1, k, k)
-            inner = np.linalg.solve(Minv[None] - S, V[:, :k, None])
+            try:
+                inner = np.linalg.solve(Minv[None] - S, V[:, :k, None])
+            except np.linalg.LinAlgError:
+                # NaN, not an exception: only this rank holds the cluster, and every rank
+                # must leave the reduction below; the NaN reaches them all through it.
+                return np.full((len(V), k), np.nan)
             return (Minv @ inner)[:, :, 0]
 
         _, meat, n_cl = cluster_moments(comm, values, layout, transform=jackknife_scores, include=used)
+        if not np.all(np.isfinite(meat)):
+            raise ValueError("leaving one cluster out makes the regression singular (a regressor varies within "
+                             "that cluster only): cluster-robust HC3 errors cannot be computed on these rows; use "
+                             "more clusters or fewer regressors")
     cov = M @ meat @ M
     return OLSFit(coef, 0.5 * (cov + cov.T), n_obs - k, n_obs, n_cl)
 

@@ -158,3 +158,21 @@ def test_layout_and_moments_do_not_depend_on_rank_count(comm, rank_slice):
         np.testing.assert_allclose(a[1], b[1], rtol=1e-10)
         assert a[2] == b[2]
     np.testing.assert_array_equal(codes_dist, codes_ref[:, sl])
+
+
+def test_a_single_cluster_is_said_in_words():
+    """grf parity (issue 38): a subset holding one cluster is refused with what is wrong, not 'Singular matrix'."""
+    from forest import simulate
+    from forest.estimators.causal_forest import CausalForest
+
+    d = simulate.linear_confounded(400, d=3, seed=5)
+    labels = np.arange(400) // 40
+    cf = CausalForest(n_estimators=8, nuisance_estimators=4, max_bins=16, random_state=0).fit(
+        d.X, d.t, d.y, clusters=labels, comm=SelfCommunicator())
+    with pytest.raises(ValueError, match="lie in 1 cluster: cluster-robust standard errors need at least two"):
+        cf.best_linear_projection(d.X[:, :1], subset=labels == 3, comm=SelfCommunicator())
+    with pytest.raises(ValueError, match="at least two clusters"):
+        cf.average_treatment_effect(subset=labels == 3, comm=SelfCommunicator())
+    with pytest.raises(ValueError, match="at least two distinct labels"):     # held-out rows of one cluster
+        cf.test_calibration(X=d.X[labels == 3] + 10.0, t=d.t[labels == 3], y=d.y[labels == 3],
+                            clusters=labels[labels == 3], comm=SelfCommunicator())
