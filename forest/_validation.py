@@ -178,6 +178,9 @@ def validate_features(estimator, X, *, reset, min_samples=1):
     TypeError
         Sparse input (not supported: ``X.toarray()`` converts it).
     """
+    categorical = _categorical_features(estimator, X, reset, min_samples)
+    if categorical is not None:
+        return categorical
     plain = _plain_features(estimator, X, reset, min_samples)
     if plain is None:
         plain = _plain_table(estimator, X, reset, min_samples)
@@ -188,6 +191,73 @@ def validate_features(estimator, X, *, reset, min_samples=1):
         raise ValueError(f"X column {column[0]!r} is not numeric (type {column[1]}); encode it as numbers first")
     return _validate_data(estimator, X, reset=reset, dtype=np.float64, order="C", ensure_all_finite="allow-nan",
                           ensure_min_samples=min_samples)
+
+
+def _categorical_features(estimator, X, reset, min_samples):
+    """``validate_features``'s result when categorical columns are involved, else None.
+
+    At fit (``reset``) with categorical columns (:func:`forest.io.feature_table.categorical_mask`
+    of the estimator's ``categorical_features``): the matrix with this rank's local
+    category codes, the categories pending for :func:`agreed_features`, which builds the
+    coder from every rank's. At predict with a fitted coder: the coded matrix.
+    """
+    from forest.io import feature_table as ft
+
+    if reset:
+        for name in ("category_coder_", "_pending_categories"):
+            if hasattr(estimator, name):
+                delattr(estimator, name)
+        spec = getattr(estimator, "categorical_features", None)
+        n_features = ft.n_columns(X)
+        if spec is None or n_features == 0:
+            estimator.is_categorical_ = np.zeros(max(n_features, 0), dtype=bool)
+            return None
+        mask = ft.categorical_mask(spec, X, n_features)
+        estimator.is_categorical_ = mask
+        if not mask.any():
+            return None
+        matrix, summaries = ft.fit_columns(X, mask)
+        _check_rows(estimator, matrix, min_samples)
+        estimator.n_features_in_ = n_features
+        names = ft.column_names(X)
+        if names is not None:
+            estimator.feature_names_in_ = np.asarray(names, dtype=object)
+        elif hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+        estimator._pending_categories = (mask, summaries, matrix)
+        return matrix
+    coder = getattr(estimator, "category_coder_", None)
+    if coder is None:
+        return None
+    names = getattr(estimator, "feature_names_in_", None)
+    matrix = ft.predict_columns(X, coder, None if names is None else list(names), int(estimator.n_features_in_))
+    _check_rows(estimator, matrix, min_samples)
+    return matrix
+
+
+def _check_rows(estimator, matrix, min_samples):
+    if matrix.shape[0] < max(min_samples, 0):
+        raise ValueError(f"Found array with {matrix.shape[0]} sample(s) (shape={matrix.shape}) while a minimum of "
+                         f"{min_samples} is required by {type(estimator).__name__}.")
+
+
+def finish_categories(estimator, summaries):
+    """Build the fitted category coder from every rank's categories (after the input exchange).
+
+    Every rank calls this with the same ``summaries`` (:func:`feature_summary` shared
+    them) and gets the same coder; this rank's pending matrix is recoded in place.
+    """
+    pending = getattr(estimator, "_pending_categories", None)
+    if pending is None:
+        return
+    from forest.io import feature_table as ft
+
+    mask, local, matrix = pending
+    del estimator._pending_categories
+    names = getattr(estimator, "feature_names_in_", None)
+    estimator.category_coder_ = ft.finish_fit(matrix, mask, local, [s["categories"] for s in summaries],
+                                              int(getattr(estimator, "max_bins", 255)),
+                                              None if names is None else [str(n) for n in names])
 
 
 def _check_feature_names(feature_names, n_features):
@@ -251,7 +321,7 @@ def fit_features(estimator, X, binned=None, feature_names=None, *, min_samples=1
     return X, (mapper, codes), int(n_rows)
 
 
-def agreed_features(summaries):
+def agreed_features(summaries, estimator=None):
     """Check that every rank's ``X`` has the same features; used after ``collective_checks``.
 
     Parameters
@@ -259,15 +329,27 @@ def agreed_features(summaries):
     summaries : list of dict
         Each with ``features`` (``n_features_in_``) and ``names`` (``feature_names_in_``
         as a list, or None), as shared by :func:`feature_summary`.
+    estimator : optional
+        The estimator being fitted: its categorical columns' coder is built from every
+        rank's categories (:func:`finish_categories`).
     """
     require_same(summaries, "features", lambda d: f"X has {d} features")
     require_same(summaries, "names", lambda names: f"X has columns {names}" if names else "X has no column names")
+    require_same(summaries, "categorical", lambda cols: f"X has categorical columns {cols}" if cols
+                 else "X has no categorical column")
+    if estimator is not None:
+        finish_categories(estimator, summaries)
 
 
 def feature_summary(est):
-    """``features`` and ``names`` of a just-validated estimator, for :func:`agreed_features`."""
+    """``features``, ``names`` and categorical columns (with their categories) of a just-validated
+    estimator, for :func:`agreed_features` and :func:`finish_categories`."""
     names = getattr(est, "feature_names_in_", None)
-    return dict(features=int(est.n_features_in_), names=None if names is None else [str(n) for n in names])
+    pending = getattr(est, "_pending_categories", None)
+    mask = getattr(est, "is_categorical_", None)
+    return dict(features=int(est.n_features_in_), names=None if names is None else [str(n) for n in names],
+                categorical=[] if mask is None else np.flatnonzero(mask).tolist(),
+                categories=None if pending is None else pending[1])
 
 
 def _exact_integers(values):

@@ -82,6 +82,10 @@ class BinMapper:
         True where every distinct value of the feature got its own bin.
     n_samples_fit_ : int
         Number of rows (over all ranks) in the binning sample.
+    categorical_ : ndarray of bool, shape (n_features,)
+        Features holding category codes (:mod:`histogram.categories`): their value bins
+        are the codes themselves, one bin per code (``fit(categorical=...)`` checks
+        it). All False unless given; kept in the state only when some is True.
     """
 
     def __init__(self, max_bins=MAX_VALUE_BINS, subsample=200_000, random_state=0):
@@ -90,7 +94,7 @@ class BinMapper:
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, comm=None):
+    def fit(self, X, comm=None, categorical=None):
         """Find global bin thresholds from the rows of all ranks.
 
         Every rank of ``comm`` must call ``fit`` (it runs collectives) with its own
@@ -103,12 +107,38 @@ class BinMapper:
             float64. NaN means missing; +/-inf are ordinary values.
         comm : native.comm.Communicator or None
             ``None`` means :func:`native.comm.world`.
+        categorical : array-like of bool, shape (n_features,), optional
+            Features holding category codes ``0 .. K-1`` (every code present over all
+            ranks, ``K <= max_bins``): exact bins put each code in its own bin.
 
         Returns
         -------
         self
         """
         self._validate_params()
+        self._fit_numbers(X, comm)
+        self.mark_categorical(categorical)
+        return self
+
+    def mark_categorical(self, categorical):
+        """Record which features hold category codes, checking that each code has its own bin.
+
+        Raises
+        ------
+        ValueError
+            A categorical feature whose bins are not its codes (an internal error: the
+            category coder hands codes ``0 .. K-1`` with ``K <= max_bins``).
+        """
+        mask = np.zeros(self.n_features_in_, dtype=bool) if categorical is None \
+            else np.asarray(categorical, dtype=bool).copy()
+        for f in np.flatnonzero(mask):
+            t = self.bin_thresholds_[f]
+            if not (self.is_exact_[f] and np.array_equal(t, np.arange(len(t)) + 0.5)):
+                raise ValueError(f"feature {f} is categorical but its values are not the codes 0..K-1 "
+                                 f"with K <= max_bins={self.max_bins}")
+        self.categorical_ = mask
+
+    def _fit_numbers(self, X, comm):
         X = _as_float_matrix(X)
         if comm is None:
             from native.comm import world
@@ -131,7 +161,7 @@ class BinMapper:
             # exact; sending more would only cost bytes.
             return np.unique(missed)[: self.max_bins + 1]
 
-        return self._fit_from_sample(comm, local_sample, n_features, use_all, local_missed)
+        self._fit_from_sample(comm, local_sample, n_features, use_all, local_missed)
 
     def _global_layout(self, comm, n_features, n_local):
         """This rank's global row offset and the global row count (one collective).
@@ -406,6 +436,9 @@ class BinMapper:
                 state[k] = int(v)
             else:
                 state[k] = v
+        categorical = getattr(self, "categorical_", None)
+        if categorical is not None and categorical.any():
+            state["categorical_"] = categorical.copy()
         return state
 
     @classmethod
@@ -468,6 +501,12 @@ class BinMapper:
         thresholds = array("thresholds_flat_", X_DTYPE, (int(offsets[-1]),))
         if np.isnan(thresholds).any() or (thresholds == np.inf).any():
             raise ValueError("bin mapper thresholds_flat_ holds NaN or +inf")
+        if "categorical_" in state:
+            cats = array("categorical_", bool, (n_features,))
+            for f in np.flatnonzero(cats):
+                t = thresholds[offsets[f]:offsets[f + 1]]
+                if not np.array_equal(t, np.arange(len(t)) + 0.5):
+                    raise ValueError(f"bin mapper feature {f} is categorical but its bins are not its codes")
         rising = np.diff(thresholds) > 0
         cut = offsets[1:-1]
         rising[cut[(cut > 0) & (cut < thresholds.shape[0])] - 1] = True  # no order across features
@@ -490,6 +529,8 @@ class BinMapper:
         bm.threshold_offsets_ = np.ascontiguousarray(bm.threshold_offsets_, dtype=np.int64)
         bm.n_bins_non_missing_ = np.asarray(bm.n_bins_non_missing_, dtype=np.int64)
         bm.is_exact_ = np.asarray(bm.is_exact_, dtype=bool)
+        bm.categorical_ = np.asarray(state["categorical_"], dtype=bool).copy() if "categorical_" in state \
+            else np.zeros(int(bm.n_features_in_), dtype=bool)
         if bm.threshold_offsets_.shape[0] != bm.n_features_in_ + 1 or \
                 bm.threshold_offsets_[-1] != bm.thresholds_flat_.shape[0]:
             raise ValueError("BinMapper.from_state: threshold offsets do not match thresholds")

@@ -124,4 +124,6 @@ class StreamingBinFit:
             return np.setdiff1d(seen, sample_values, assume_unique=True)[:cap]
 
         use_all = mapper._uses_all_rows(n_global)
-        return mapper._fit_from_sample(comm, local_sample, self.n_features, use_all, local_missed)
+        mapper._fit_from_sample(comm, local_sample, self.n_features, use_all, local_missed)
+        mapper.mark_categorical(None)
+        return mapper

@@ -92,6 +92,31 @@ class Criterion:
         """
         return None
 
+    def category_keys(self, stats, parent):
+        """Sort keys of categories (:mod:`forest.engine.categorical_split`).
+
+        The default evaluates the compiled ``bin_key`` piece, so both search paths sort
+        by one rule.
+
+        Parameters
+        ----------
+        stats : ndarray of float64, shape (N, F, B, C)
+            Per-category channel sums of ``F`` features at ``N`` nodes.
+        parent : ndarray of float64, shape (N, C)
+            The nodes' channel sums.
+
+        Returns
+        -------
+        ndarray of float64, shape (N, F, B)
+        """
+        compiled = self.compiled()
+        if compiled is None:
+            raise ValueError(f"{type(self).__name__} has no rule to order categories; categorical features "
+                             "need a criterion with one")
+        stats = np.asarray(stats, dtype=np.float64)
+        n, f, b, c = stats.shape
+        return compiled.keys_of(stats.reshape(n, f * b, c), parent).reshape(n, f, b)
+
     def _check_stats(self, stats):
         stats = np.asarray(stats, dtype=np.float64)
         if stats.shape[-1] != self.n_channels:
@@ -129,7 +154,8 @@ class NewtonCriterion(Criterion):
         Fewest total hessian per child.
     """
 
-    def __init__(self, n_outputs=1, l2_regularization=0.0, min_samples_leaf=1, min_child_weight=1e-3):
+    def __init__(self, n_outputs=1, l2_regularization=0.0, min_samples_leaf=1, min_child_weight=1e-3,
+                 cat_smooth=10.0):
         if n_outputs < 1:
             raise ValueError(f"n_outputs must be >= 1, got {n_outputs}")
         if l2_regularization < 0:
@@ -139,6 +165,17 @@ class NewtonCriterion(Criterion):
         self.l2_regularization = float(l2_regularization)
         self.min_samples_leaf = max(int(min_samples_leaf), 1)
         self.min_child_weight = float(min_child_weight)
+        self.cat_smooth = float(cat_smooth)
+
+    def category_keys(self, stats, parent):
+        """Category keys of boosting: ``G / (H + cat_smooth)`` summed over outputs (LightGBM's
+        order; the smoothing keeps a category of few rows from sorting to an end on noise).
+
+        Parameters and result as :meth:`Criterion.category_keys`.
+        """
+        stats = np.asarray(stats, dtype=np.float64)
+        k = self.n_outputs
+        return (stats[..., :k] / (stats[..., k:] + self.cat_smooth)).sum(axis=-1)
 
     @staticmethod
     def make_channels(gradient, hessian, out=None):
@@ -379,4 +416,16 @@ def variance_gains_rows(p, lefts, rights, consts, out, row, n):
         out[row, i] = g
 
 
-register(VarianceRecord, prepare=variance_prepare, gains=variance_gains_rows)
+def variance_bin_key(p, stats, i, consts):
+    """Category sort key of :class:`VarianceCriterion`: its weighted mean outcome (summed over
+    targets). With one target, sorting by the mean makes the best prefix the best subset
+    (Fisher 1958), so the categorical search is exact."""
+    w = stats[i, 0]
+    key = 0.0
+    if w > 0:
+        for t in range(p.n_targets):
+            key += stats[i, 1 + t] / w
+    return key
+
+
+register(VarianceRecord, prepare=variance_prepare, gains=variance_gains_rows, bin_key=variance_bin_key)

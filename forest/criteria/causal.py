@@ -306,8 +306,23 @@ def _scalar_right_exhausted(p, n_r, cum, parent):
     return arm_r < p.min_samples_leaf or n_r - arm_r < p.min_samples_leaf
 
 
+def _scalar_bin_key(p, stats, i, consts):
+    """Category sort key: the category's mean GRF pseudo-outcome ``sum g rho / sum g`` under the
+    node's ``wbar, ybar, tau_P``. The gain is a variance reduction of ``rho``, so sorting by
+    its mean scans the subsets a regression on ``rho`` would rank best."""
+    g = stats[i, 0]
+    if not g > 0:
+        return 0.0
+    wb = consts[0]
+    yb = consts[1]
+    tau = consts[2]
+    cross = stats[i, 3] - yb * stats[i, 1] - wb * stats[i, 2] + wb * yb * g
+    spread = stats[i, 4] - 2.0 * wb * stats[i, 1] + wb * wb * g
+    return (cross - tau * spread) / g
+
+
 register(CausalScalarRecord, prepare=causal_prepare, gains=_scalar_gains_piece, sides_ok=_scalar_sides_ok,
-         right_exhausted=_scalar_right_exhausted)
+         right_exhausted=_scalar_right_exhausted, bin_key=_scalar_bin_key)
 
 
 def _general_offsets(K, M):
@@ -544,8 +559,26 @@ def _general_right_exhausted(p, n_r, cum, parent):
     return done
 
 
+def _general_bin_key(p, stats, i, consts):
+    """Category sort key: the category's mean pseudo-outcome ``P s / sum g``, its components
+    (treatments x outcomes) summed. One order cannot serve several components at once; the
+    sum keeps categories that move every arm the same way together (the scan is then a
+    heuristic, as LightGBM's for several outputs)."""
+    g = stats[i, 0]
+    if not g > 0:
+        return 0.0
+    o_floor, o_valid, o_q, o_p = _general_offsets_jit(p.K, p.M)
+    nm = _n_moments(p)
+    key = 0.0
+    for r in range(p.K * p.M):
+        base = o_p + r * nm
+        for c in range(nm):
+            key += consts[base + c] * stats[i, c]
+    return key / g
+
+
 register(CausalRecord, prepare=causal_prepare_general, gains=causal_gains_general, sides_ok=_general_sides_ok,
-         right_exhausted=_general_right_exhausted)
+         right_exhausted=_general_right_exhausted, bin_key=_general_bin_key)
 
 
 def _safe_div(num, den):

@@ -36,6 +36,14 @@ All are Numba-compilable functions whose first argument is the record ``p``:
     Whether no later candidate of a left-to-right scan can pass: the right side,
     which only shrinks as the scan moves on, already fails those count constraints.
     Default: false.
+``bin_key(p, stats, i, consts)`` (optional; needed for categorical features)
+    The sort key of one category (row ``i`` of ``stats``, its channel sums in the
+    node, positive weight) given the node constants of ``prepare``: a node's
+    categories are scanned in increasing key order, so a category subset that goes
+    left is a prefix of that order (:mod:`forest.engine.categorical_split`). It should
+    be the per-category estimate whose squared deviations the criterion rewards:
+    the mean outcome (variance), the mean GRF pseudo-outcome (causal, instrumental).
+    Default: 0 for every category (their code order: what integer codes would give).
 
 and, as plain numbers on the :class:`CompiledCriterion` it returns from its
 ``compiled()`` method: ``weight_channel`` (the channel ``node_weight`` reads; growth
@@ -103,7 +111,7 @@ from numba.extending import overload
 
 from histogram.jit import WRAPPERLESS, kernel
 
-_Pieces = namedtuple("_Pieces", ["prepare", "gains", "sides_ok", "right_exhausted"])
+_Pieces = namedtuple("_Pieces", ["prepare", "gains", "sides_ok", "right_exhausted", "bin_key"])
 
 #: Record class -> its pieces (plain Python functions; the overloads below compile each
 #: once per signature, with :data:`_PIECE_OPTIONS`).
@@ -125,7 +133,11 @@ def _never_exhausted(p, n_r, cum, parent):
     return False
 
 
-def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=None):
+def _code_order_key(p, stats, i, consts):
+    return 0.0
+
+
+def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=None, bin_key=None):
     """Register a criterion's compiled pieces under its parameter-record class.
 
     Parameters
@@ -136,11 +148,12 @@ def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=Non
     prepare, gains : callable
         Numba-compilable functions (jitted or plain), see the module docstring, with
         the entry points' argument names (Numba's overloads require them).
-    sides_ok, right_exhausted : callable, optional
+    sides_ok, right_exhausted, bin_key : callable, optional
     """
     if not (isinstance(record_class, type) and issubclass(record_class, tuple) and hasattr(record_class, "_fields")):
         raise TypeError(f"record_class must be a namedtuple class, got {record_class!r}")
-    pieces = _Pieces(_py(prepare), _py(gains), _py(sides_ok or _sides_always), _py(right_exhausted or _never_exhausted))
+    pieces = _Pieces(_py(prepare), _py(gains), _py(sides_ok or _sides_always), _py(right_exhausted or _never_exhausted),
+                     _py(bin_key or _code_order_key))
     for name, piece in zip(_Pieces._fields, pieces):
         # Here rather than as a typing error deep inside the first kernel compile.
         expected = tuple(inspect.signature(globals()[name]).parameters)
@@ -186,6 +199,11 @@ def right_exhausted(p, n_r, cum, parent):
     return _REGISTRY[type(p)].right_exhausted(p, n_r, cum, parent)
 
 
+def bin_key(p, stats, i, consts):
+    """Sort key of the category in row ``i`` of ``stats`` (see the module docstring)."""
+    return _REGISTRY[type(p)].bin_key(p, stats, i, consts)
+
+
 #: How Numba compiles a piece behind the overloads: as histogram.jit.compiled_only does,
 #: without the Python and C wrappers nothing calls (a compile unit costs less without them).
 _PIECE_OPTIONS = WRAPPERLESS
@@ -209,6 +227,11 @@ def _ov_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
 @overload(right_exhausted, jit_options=_PIECE_OPTIONS)
 def _ov_right_exhausted(p, n_r, cum, parent):
     return _pieces(p).right_exhausted
+
+
+@overload(bin_key, jit_options=_PIECE_OPTIONS)
+def _ov_bin_key(p, stats, i, consts):
+    return _pieces(p).bin_key
 
 
 # ---------------------------------------------------------------------- one specialisation for two criteria
@@ -333,14 +356,32 @@ def call_kernel(kernel, *args):
         return kernel(*args)
 
 
+def _paired_bin_key(p, stats, i, consts):
+    key = 0.0
+    if p.which == 0:
+        key = bin_key(p.first, stats, i, consts)
+    else:
+        key = bin_key(p.second, stats, i, consts)
+    return key
+
+
 register(PairedRecord, prepare=_paired_prepare, gains=_paired_gains, sides_ok=_paired_sides_ok,
-         right_exhausted=_paired_right_exhausted)
+         right_exhausted=_paired_right_exhausted, bin_key=_paired_bin_key)
 
 
 @kernel
 def _eval_gains(p, lefts, rights, parent, consts, out):
     prepare(p, parent, consts)
     gains(p, lefts, rights, consts, out, 0, lefts.shape[0])
+
+
+@kernel
+def _eval_keys(p, stats, parent, consts, out):
+    # stats (N, B, C), parent (N, C): keys of every bin of every node, empty or not.
+    for n in range(stats.shape[0]):
+        prepare(p, parent[n], consts)
+        for b in range(stats.shape[1]):
+            out[n, b] = bin_key(p, stats[n], b, consts)
 
 
 class CompiledCriterion:
@@ -386,6 +427,26 @@ class CompiledCriterion:
         call_kernel(_eval_gains, self.record, lefts, rights, np.ascontiguousarray(parent, dtype=np.float64),
                     np.zeros(self.n_consts), out)
         return out[0]
+
+    def keys_of(self, stats, parent):
+        """Compiled category sort keys (the ``bin_key`` piece) of every bin of every node.
+
+        Parameters
+        ----------
+        stats : array-like, shape (N, B, C)
+            Per-category channel sums of each node.
+        parent : array-like, shape (N, C)
+            The nodes' channel sums.
+
+        Returns
+        -------
+        ndarray of float64, shape (N, B)
+        """
+        stats = np.ascontiguousarray(stats, dtype=np.float64)
+        out = np.empty(stats.shape[:2])
+        call_kernel(_eval_keys, self.record, stats, np.ascontiguousarray(parent, dtype=np.float64),
+                    np.zeros(self.n_consts), out)
+        return out
 
     def __call__(self, left, right, parent):
         """Gain of one candidate from NumPy vectors."""

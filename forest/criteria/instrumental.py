@@ -262,8 +262,23 @@ def _gains_piece(p, lefts, rights, consts, out, row, n):
                                     rights[i, 8], zb, wb, yb, tau, inv_d, floor, valid, m_leaf, pen)
 
 
+def _iv_bin_key(p, stats, i, consts):
+    """Category sort key: the category's mean pseudo-outcome ``sum g rho / sum g`` under the
+    node's ``zbar, wbar, ybar, tau_P`` (the sum the gain squares, per unit weight)."""
+    g = stats[i, 0]
+    if not g > 0:
+        return 0.0
+    zb = consts[0]
+    wb = consts[1]
+    yb = consts[2]
+    tau = consts[3]
+    s = (stats[i, 4] - yb * stats[i, 1] - zb * stats[i, 3] + zb * yb * g
+         - tau * (stats[i, 5] - wb * stats[i, 1] - zb * stats[i, 2] + zb * wb * g)) * consts[4]
+    return s / g
+
+
 register(InstrumentalRecord, prepare=instrumental_prepare, gains=_gains_piece, sides_ok=_scalar_sides_ok,
-         right_exhausted=_scalar_right_exhausted)
+         right_exhausted=_scalar_right_exhausted, bin_key=_iv_bin_key)
 
 
 # ---------------------------------------------------------------------- the criterion

@@ -19,6 +19,9 @@ class BinInfo:
     bin_thresholds : list of ndarray of float64
         ``bin_thresholds[f]`` has shape ``(n_bins_non_missing[f] - 1,)``; value bin
         ``b`` holds ``thresholds[b-1] < x <= thresholds[b]``.
+    categorical : array-like of bool, shape (n_features,), optional
+        Features whose value bins are categories (split by category subsets,
+        :mod:`forest.engine.categorical_split`); none when omitted.
 
     Attributes
     ----------
@@ -28,12 +31,15 @@ class BinInfo:
         (feature, bin) pairs maps to raw thresholds in one lookup.
     """
 
-    def __init__(self, n_bins, missing_bin, n_bins_non_missing, bin_thresholds):
+    def __init__(self, n_bins, missing_bin, n_bins_non_missing, bin_thresholds, categorical=None):
         self.n_bins = int(n_bins)
         self.missing_bin = int(missing_bin)
         self.n_bins_non_missing = np.asarray(n_bins_non_missing, dtype=np.int64)
         self.bin_thresholds = [np.asarray(t, dtype=np.float64) for t in bin_thresholds]
         self.n_features = len(self.n_bins_non_missing)
+        self.categorical = np.zeros(self.n_features, dtype=bool) if categorical is None \
+            else np.asarray(categorical, dtype=bool).copy()
+        self.any_categorical = bool(self.categorical.any())
         width = max([len(t) for t in self.bin_thresholds] + [0]) + 1
         self.threshold_table = np.full((self.n_features, width), np.inf)
         for f, t in enumerate(self.bin_thresholds):
@@ -44,7 +50,8 @@ class BinInfo:
         """From a fitted BinMapper (or anything with the same attributes)."""
         if isinstance(mapper, BinInfo):
             return mapper
-        return cls(mapper.n_bins_, mapper.missing_bin_, mapper.n_bins_non_missing_, mapper.bin_thresholds_)
+        return cls(mapper.n_bins_, mapper.missing_bin_, mapper.n_bins_non_missing_, mapper.bin_thresholds_,
+                   getattr(mapper, "categorical_", None))
 
     def threshold(self, feature, bin_index):
         """Raw threshold of "bin <= bin_index goes left" (``+inf``: every value left)."""

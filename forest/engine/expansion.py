@@ -45,7 +45,7 @@ from forest.engine.partition import partition_rows, partition_segment, sum_chann
 from forest.profiling import phase
 from forest.engine.reducers import make_reducer
 from forest.engine.splitting import REL_TOL, SplitResult, tie_threshold
-from forest.engine.tree import Tree
+from forest.engine.tree import CATEGORICAL_SPLIT, Tree
 from forest.engine.tree_parallel import TreeParallelFinisher
 
 
@@ -183,13 +183,14 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, params=No
             break
         with phase("partition"):
             n_left = partition_rows(rows, scratch, f_lo[split], f_hi[split], binned, res.feature[split],
-                                    res.bin[split], res.missing_left[split].astype(np.uint8), bin_info.missing_bin)
+                                    res.bin[split], res.missing_left[split].astype(np.uint8), bin_info.missing_bin,
+                                    res.cat_bits[split])
         # Record the splits and children (left id, right id = left + 1) in tree order.
         child_depth = depth + 1
         with phase("other"):
             left_ids = record_splits(trees, criterion, f_tree[split], f_node[split], res.left_stats[split],
                                      res.right_stats[split], child_depth, res.feature[split], res.bin[split],
-                                     res.missing_left[split], res.gain[split], bin_info)
+                                     res.missing_left[split], res.gain[split], bin_info, res.cat_bits[split])
         right_ids = left_ids + 1
         lo, hi = f_lo[split], f_hi[split]
         mid = lo + n_left
@@ -311,7 +312,7 @@ class LeafwiseGrower:
         red = self.reducer
         self._fused = getattr(criterion, "numba_search", None) \
             if (not red.scattered and red.f0 == 0 and red.f1 == self.bin_info.n_features
-                and self.bin_info.missing_bin > 0) else None
+                and self.bin_info.missing_bin > 0 and not self.bin_info.any_categorical) else None
         self._nb = np.ascontiguousarray(self.bin_info.n_bins_non_missing, dtype=np.int64)
 
     def _global_bin_rows(self):
@@ -418,7 +419,7 @@ class LeafwiseGrower:
             f, b, ml = int(sp.feature[0]), int(sp.bin[0]), bool(sp.missing_left[0])
             with phase("partition"):
                 n_left = partition_segment(rows, scratch, lo, hi, binned, f, b, ml, info.missing_bin,
-                                           self.engine.partition_blocks_min_rows)
+                                           self.engine.partition_blocks_min_rows, sp.cat_bits[0])
             mid = lo + n_left
             ls, rs = sp.left_stats[0], sp.right_stats[0]
             left_fields = crit.node_summary(ls, shrinkage)
@@ -429,7 +430,12 @@ class LeafwiseGrower:
             l_est = count * lw / tot_w if tot_w > 0 else count / 2
             lid = tree.add_node(depth + 1, *left_fields, count=l_est)
             rid = tree.add_node(depth + 1, *right_fields, count=count - l_est)
-            tree.set_split(node, f, b, info.threshold(f, b), ml, float(sp.gain[0]), lid, rid)
+            if b == CATEGORICAL_SPLIT:
+                tree.set_splits(np.array([node]), np.array([f]), np.array([b]), np.array([np.nan]),
+                                np.array([ml], dtype=np.uint8), np.array([float(sp.gain[0])]), np.array([lid]),
+                                sp.cat_bits[:1])
+            else:
+                tree.set_split(node, f, b, info.threshold(f, b), ml, float(sp.gain[0]), lid, rid)
             n_leaves += 1
             can_l = bool(self._splittable(depth + 1, l_est))
             can_r = bool(self._splittable(depth + 1, count - l_est))

@@ -62,8 +62,11 @@ def global_ids(comm, n_local):
     return np.arange(offset, offset + n_local, dtype=np.int64), int(n_global)
 
 
-def fit_binning(X, max_bins, seed, comm):
+def fit_binning(X, max_bins, seed, comm, categorical=None):
     """Global bin edges and this rank's feature-major codes.
+
+    ``categorical`` (bool, ``(n_features,)``) marks the columns that hold category codes
+    (:meth:`histogram.binning.BinMapper.mark_categorical`).
 
     Returns
     -------
@@ -72,7 +75,7 @@ def fit_binning(X, max_bins, seed, comm):
     """
     with phase("binning"):
         mapper = BinMapper(max_bins=max_bins, random_state=seed)
-        mapper.fit(X, comm=comm)
+        mapper.fit(X, comm=comm, categorical=categorical)
         return mapper, mapper.transform(X)
 
 

@@ -17,36 +17,37 @@ from native.comm import world
 from forest.engine.hist_builder import SERIAL_BUILD_ROWS
 from forest.profiling import phase
 from forest.engine.routing import walk_binned
+from forest.engine.tree import stacked_cat_bits
 
 
 @compiled_only
 def _route_sum_tree(t, binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
-                    missing_bin, out):
+                    missing_bin, cat_bits, out):
     # Sums tree t's rows into the leaf each reaches (rows in the given order);
     # ``left`` / ``right`` are packed ids (tree offset added), as walk_binned expects.
     c = channels.shape[1]
     for i in range(row_starts[t], row_starts[t + 1]):
         r = rows[i]
-        node = walk_binned(binned, r, offsets[t], feature, bin_thr, missing_left, left, right, missing_bin)
+        node = walk_binned(binned, r, offsets[t], feature, bin_thr, missing_left, left, right, missing_bin, cat_bits)
         for k in range(c):
             out[node, k] += channels[r, k]
 
 
 @kernel
 def _route_sum_serial(binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
-                      missing_bin, out):
+                      missing_bin, cat_bits, out):
     for t in range(offsets.shape[0] - 1):
         _route_sum_tree(t, binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
-                        missing_bin, out)
+                        missing_bin, cat_bits, out)
 
 
 @kernel(parallel=True)
 def _route_sum_parallel(binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
-                        missing_bin, out):
+                        missing_bin, cat_bits, out):
     # Trees own disjoint node slices of ``out``: no races.
     for t in numba.prange(offsets.shape[0] - 1):
         _route_sum_tree(t, binned, channels, rows, row_starts, feature, bin_thr, missing_left, left, right, offsets,
-                        missing_bin, out)
+                        missing_bin, cat_bits, out)
 
 
 @kernel
@@ -112,8 +113,9 @@ def reestimate_leaves(trees, binned, channels, tree_rows, value_fn, missing_bin,
             base = np.repeat(offsets[:-1], sizes)
             packed_left = np.where(cat["left"] >= 0, cat["left"] + base, -1)
             packed_right = np.where(cat["right"] >= 0, cat["right"] + base, -1)
+            cat_bits = stacked_cat_bits(trees)
             route_sum(np.asarray(binned), channels, all_rows, row_starts, cat["feature"], cat["bin_threshold"],
-                   cat["missing_left"], packed_left, packed_right, offsets, int(missing_bin), local)
+                   cat["missing_left"], packed_left, packed_right, offsets, int(missing_bin), cat_bits, local)
     with phase("communication"):
         total = col.allreduce(comm, local, algorithm=algorithm) if comm.size > 1 else local
     out = []

@@ -62,12 +62,16 @@ from forest.criteria import compiled as cc
 from forest._validation import check_codes
 from forest.engine.growth_options import current_engine_options
 from forest.engine.mtry import mtry_feature_mask, mtry_keys, node_mask
-from forest.engine.routing import goes_left_code, goes_left_codes
+from forest.engine.routing import goes_left_code, goes_left_codes, goes_left_set
+from forest.engine.categorical_split import halves_to_bits
 from forest.engine.splitting import admissible_jit, first_near_best, hist_candidates
+from forest.engine.tree import CAT_WORDS, CATEGORICAL_SPLIT, cat_bitset
 
-#: Columns of the integer record array.
+#: Columns of the integer record array; ``REC_BITS`` on: a categorical split's category
+#: set (``CAT_WORDS`` uint64 words as 32-bit halves, low first), zero for numeric splits.
 REC_NODE, REC_LEFT, REC_DEPTH, REC_FEATURE, REC_BIN, REC_MISSING_LEFT = range(6)
-N_INT_FIELDS = 6
+REC_BITS = 6
+N_INT_FIELDS = REC_BITS + 2 * CAT_WORDS
 
 #: Below this many rows in a call, the kernel runs on one thread (waking the pool
 #: costs more than the work).
@@ -159,6 +163,72 @@ def _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin,
     return nc
 
 
+@kernel(inline="always")
+def _in_set(bits, code, ml, missing_bin):
+    """Whether a code goes left at a categorical split with bitset ``bits (CAT_WORDS,)``."""
+    if code == missing_bin:
+        return ml
+    return ((bits[code >> 6] >> np.uint64(code & 63)) & np.uint64(1)) != np.uint64(0)
+
+
+@compiled_only
+def _cat_candidates(p, f, in_scan, lo, hi, order, sc, ch, hist, hcnt, slot, n_node, missing_bin, min_rows, parent,
+                    consts, fh, fcnt, keys, perm, ph, pcnt, cum, miss, lefts, rights, cand_bin, cand_dir, cand_left):
+    """Split candidates of categorical feature ``f`` of one node (either mode).
+
+    The node's per-category sums and row counts (from its histogram slot, or summed
+    along the scan order) are permuted into the order of
+    :mod:`forest.engine.categorical_split` (categories with rows by the criterion's
+    ``bin_key``, ties by code, then the empty ones) into ``ph[f]`` / ``pcnt[f]``, whose
+    candidates :func:`forest.engine.splitting.hist_candidates` gives as for any
+    histogram node; ``perm[f, :b + 1]`` are then the categories of threshold ``b``.
+    """
+    c = ch.shape[1]
+    n_codes = missing_bin + 1
+    for b in range(n_codes):
+        fcnt[b] = 0
+        for k in range(c):
+            fh[b, k] = 0.0
+    if in_scan:
+        for i in range(lo, hi):
+            q = order[f, i]
+            code = np.int64(sc[f, i])
+            fcnt[code] += 1
+            for k in range(c):
+                fh[code, k] += ch[q, k]
+    else:
+        for b in range(n_codes):
+            fcnt[b] = hcnt[slot, f, b]
+            for k in range(c):
+                fh[b, k] = hist[slot, f, b, k]
+    npres = 0
+    for b in range(missing_bin):
+        if fcnt[b] > 0:
+            keys[b] = cc.bin_key(p, fh, b, consts)
+            # insertion into the sorted prefix: stable, so equal keys keep code order
+            j = npres
+            while j > 0 and keys[perm[f, j - 1]] > keys[b]:
+                perm[f, j] = perm[f, j - 1]
+                j -= 1
+            perm[f, j] = b
+            npres += 1
+    j = npres
+    for b in range(missing_bin):
+        if fcnt[b] == 0:
+            perm[f, j] = b
+            j += 1
+    for j in range(missing_bin):
+        b = perm[f, j]
+        pcnt[f, j] = fcnt[b]
+        for k in range(c):
+            ph[f, j, k] = fh[b, k]
+    pcnt[f, missing_bin] = fcnt[missing_bin]
+    for k in range(c):
+        ph[f, missing_bin, k] = fh[missing_bin, k]
+    return hist_candidates(p, f, ph, pcnt, True, n_node, 0, missing_bin, min_rows, parent, parent, cum, miss, lefts,
+                           rights, cand_bin, cand_dir, cand_left)
+
+
 @compiled_only
 def _sort_scan(tc, order, sc, m):
     """Stable counting sort of positions ``0..m`` by code, per feature (``sc``: codes in that order)."""
@@ -212,8 +282,8 @@ def _scan_buffers(n_features, ms, c):
 
 
 @kernel
-def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
-                tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
+def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_task_starts, task_node, task_depth,
+                tree_next, tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
     """Grow the subtrees of trees ``t_lo..t_hi``, task after task; fills ``rec_count[t]``.
 
     Tree ``t``'s tasks (subtree roots) are ``tree_task_starts[t]..tree_task_starts[t+1]``,
@@ -235,6 +305,8 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
     order means at most one scan-mode subtree is live at a time. Both sources offer
     the same candidates in the same order; gains, the split rule
     (:func:`forest.engine.splitting.first_near_best`), records and ids are shared.
+    Categorical features (``is_cat``) take their candidates from the node's per-category
+    sums in either mode (:func:`_cat_candidates`) and split by category sets.
     """
     for t in range(t_lo, t_hi):
         next_id = tree_next[t]
@@ -310,7 +382,20 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
             cand_bin = empty((n_features, n_cand_slots), np.int64)
             cand_dir = empty((n_features, n_cand_slots), np.int64)
             cand_end = empty((n_features, n_cand_slots), np.int64)
-            cand_left = empty((n_features, n_cand_slots if hist_task else 0, c), np.float64)
+            n_cat = 0
+            for f in range(n_features):
+                if is_cat[f]:
+                    n_cat += 1
+            cat_f = n_features if n_cat > 0 else 0
+            cat_b = n_codes if n_cat > 0 else 0
+            ph = zeros((cat_f, cat_b, c), np.float64)
+            pcnt = zeros((cat_f, cat_b), np.int64)
+            fh = empty((cat_b, c), np.float64)
+            fcnt = empty(cat_b, np.int64)
+            keys = empty(cat_b, np.float64)
+            perm = empty((cat_f, cat_b), np.int64)
+            bits = zeros(CAT_WORDS, np.uint64)
+            cand_left = empty((n_features, n_cand_slots if hist_task or n_cat > 0 else 0, c), np.float64)
             n_cand = zeros(n_features, np.int64)
             allowed = empty(n_features, np.bool_)
             parent = empty(c, np.float64)
@@ -378,7 +463,11 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
                     n_cand[f] = 0
                     if not allowed[f]:
                         continue
-                    if in_scan:
+                    if is_cat[f]:
+                        nc = _cat_candidates(p, f, in_scan, lo, hi, order, sc, ch, hist, hcnt, slot, n_node,
+                                             missing_bin, min_rows, parent, consts, fh, fcnt, keys, perm, ph, pcnt,
+                                             cum, miss, lefts, rights, cand_bin, cand_dir, cand_left)
+                    elif in_scan:
                         nc = _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin, cum, miss,
                                               lefts, rights, cand_bin, cand_dir, cand_end)
                     else:
@@ -400,7 +489,18 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
                 bf, bj = first_near_best(cand_gain, n_cand, best, gp.rel_tol)
                 b = cand_bin[bf, bj]
                 d = cand_dir[bf, bj]
-                if in_scan:
+                split_cat = is_cat[bf]
+                if split_cat:
+                    for w in range(CAT_WORDS):
+                        bits[w] = 0
+                    for j in range(b + 1):
+                        code = perm[bf, j]
+                        bits[code >> 6] |= np.uint64(1) << np.uint64(code & 63)
+                    for k in range(c):
+                        left[k] = cand_left[bf, bj, k]
+                        right[k] = parent[k] - left[k]
+                    no_missing = pcnt[bf, missing_bin] == 0 or ph[bf, missing_bin, wch] == 0.0
+                elif in_scan:
                     # The chosen children's sums, recomputed in the scan's order (same bits).
                     for k in range(c):
                         cum[k] = 0.0
@@ -432,7 +532,10 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
                 if in_scan:
                     for i in range(lo, hi):
                         q = order[bf, i]
-                        goes_left[q] = goes_left_code(np.int64(tc[bf, q]), b, ml, missing_bin)
+                        if split_cat:
+                            goes_left[q] = _in_set(bits, np.int64(tc[bf, q]), ml, missing_bin)
+                        else:
+                            goes_left[q] = goes_left_code(np.int64(tc[bf, q]), b, ml, missing_bin)
                     n_left = 0
                     for f in range(n_features):
                         # Branchless stable partition: every row is written to both the left
@@ -462,7 +565,9 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
                     nr = 0
                     for i in range(lo, hi):
                         q = pos[i]
-                        if goes_left_code(np.int64(tcb[q, bf]), b, ml, missing_bin):
+                        code = np.int64(tcb[q, bf])
+                        if _in_set(bits, code, ml, missing_bin) if split_cat else goes_left_code(code, b, ml,
+                                                                                                 missing_bin):
                             pos[lo + nl] = q
                             nl += 1
                         else:
@@ -478,8 +583,12 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
                 rec_i[rec, REC_LEFT] = lid
                 rec_i[rec, REC_DEPTH] = depth + 1
                 rec_i[rec, REC_FEATURE] = bf
-                rec_i[rec, REC_BIN] = b
+                rec_i[rec, REC_BIN] = CATEGORICAL_SPLIT if split_cat else b
                 rec_i[rec, REC_MISSING_LEFT] = 1 if ml else 0
+                for w in range(CAT_WORDS):
+                    word = bits[w] if split_cat else np.uint64(0)
+                    rec_i[rec, REC_BITS + 2 * w] = np.int64(word & np.uint64(0xFFFFFFFF))
+                    rec_i[rec, REC_BITS + 2 * w + 1] = np.int64(word >> np.uint64(32))
                 rec_f[rec, 0] = best
                 for k in range(c):
                     rec_f[rec, 1 + k] = left[k]
@@ -543,24 +652,25 @@ def _grow_trees(t_lo, t_hi, binned, channels, rows, task_starts, tree_task_start
 
 
 @kernel(parallel=True)
-def _grow_trees_parallel(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
-                         tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
+def _grow_trees_parallel(binned, is_cat, channels, rows, task_starts, tree_task_starts, task_node, task_depth,
+                         tree_next, tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp):
     # Each tree writes only its own record slice and count: no races.
     for t in numba.prange(tree_next.shape[0]):
-        _grow_trees(t, t + 1, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
-                    tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp)
+        _grow_trees(t, t + 1, binned, is_cat, channels, rows, task_starts, tree_task_starts, task_node, task_depth,
+                    tree_next, tree_index, rec_offsets, rec_i, rec_f, rec_count, p, gp)
 
 
 @kernel(parallel=True)
-def _grow_trees_parallel_paired(binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth,
+def _grow_trees_parallel_paired(binned, is_cat, channels, rows, task_starts, tree_task_starts, task_node, task_depth,
                                 tree_next, tree_index, rec_offsets, rec_i, rec_f, rec_count, which, first, second,
                                 gp):
     # _grow_trees_parallel for a PairedRecord: Numba's parallel loops take flat records
     # but not a record of records, so the pair travels as its parts and is rebuilt
     # inside the loop body.
     for t in numba.prange(tree_next.shape[0]):
-        _grow_trees(t, t + 1, binned, channels, rows, task_starts, tree_task_starts, task_node, task_depth, tree_next,
-                    tree_index, rec_offsets, rec_i, rec_f, rec_count, cc.PairedRecord(which, first, second), gp)
+        _grow_trees(t, t + 1, binned, is_cat, channels, rows, task_starts, tree_task_starts, task_node, task_depth,
+                    tree_next, tree_index, rec_offsets, rec_i, rec_f, rec_count, cc.PairedRecord(which, first, second),
+                    gp)
 
 
 class SubtreeRecords:
@@ -568,10 +678,11 @@ class SubtreeRecords:
 
     Attributes
     ----------
-    ints : ndarray of int64, shape (n_splits, 6)
+    ints : ndarray of int64, shape (n_splits, N_INT_FIELDS)
         Columns ``REC_NODE`` (split node id), ``REC_LEFT`` (left child id; the right
         child is ``left + 1``), ``REC_DEPTH`` (children's depth), ``REC_FEATURE``,
-        ``REC_BIN``, ``REC_MISSING_LEFT``.
+        ``REC_BIN`` (``CATEGORICAL_SPLIT`` for a category set), ``REC_MISSING_LEFT``,
+        then the category set's bits from ``REC_BITS`` (:meth:`cat_bits`).
     floats : ndarray of float64, shape (n_splits, 1 + 2 C)
         Gain, then the left child's channel sums, then the right child's.
     tree_starts : ndarray of int64, shape (n_trees + 1,)
@@ -583,6 +694,10 @@ class SubtreeRecords:
         self.floats = floats
         self.tree_starts = tree_starts
 
+    def cat_bits(self):
+        """ndarray of uint64, shape (n_splits, CAT_WORDS): the splits' category sets."""
+        return halves_to_bits(self.ints[:, REC_BITS:REC_BITS + 2 * CAT_WORDS])
+
 
 def _as_row_bound(x):
     """An int64 row bound from an int or float (``inf``: no bound)."""
@@ -591,7 +706,7 @@ def _as_row_bound(x):
 
 def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, task_depth, tree_next, tree_index,
                   compiled, missing_bin, *, min_samples_split=2.0, max_depth=None, min_gain=0.0, rel_tol=1e-12,
-                  mtry=None, seed=0, hist_rows=None, max_hist_slots=None):
+                  mtry=None, seed=0, hist_rows=None, max_hist_slots=None, categorical=None):
     """Grow the full subtrees of a set of nodes exactly from their rows.
 
     Parameters
@@ -622,6 +737,8 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
         Histograms a task may hold at once (``None``: ``EngineOptions.max_hist_slots``);
         a big node met with all of them live is split by the sorted-code scan instead
         (the same split; tests lower this to reach that path).
+    categorical : array-like of bool, shape (n_features,), optional
+        Features split by category sets (:mod:`forest.engine.categorical_split`).
 
     Returns
     -------
@@ -660,7 +777,10 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
                       float(min_gain), float(rel_tol), 0 if mtry is None else int(mtry), key1, key2,
                       _as_row_bound(engine.hist_rows if hist_rows is None else hist_rows),
                       max(1, int(engine.max_hist_slots if max_hist_slots is None else max_hist_slots)))
-    arrays = (binned, channels, rows, task_starts, tree_task_starts, np.ascontiguousarray(task_node, dtype=np.int64),
+    is_cat = np.zeros(binned.shape[0], dtype=np.bool_) if categorical is None \
+        else np.ascontiguousarray(categorical, dtype=np.bool_)
+    arrays = (binned, is_cat, channels, rows, task_starts, tree_task_starts,
+              np.ascontiguousarray(task_node, dtype=np.int64),
               np.ascontiguousarray(task_depth, dtype=np.int64), tree_next,
               np.ascontiguousarray(tree_index, dtype=np.int64), rec_offsets, rec_i, rec_f, rec_count)
     record = cc.kernel_record(compiled)
@@ -681,17 +801,20 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
 # ---------------------------------------------------------------------- reference
 def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task_node, task_depth, tree_next,
                             tree_index, criterion, n_bins_non_missing, missing_bin, *, min_samples_split=2.0,
-                            max_depth=None, min_gain=0.0, rel_tol=1e-12, mtry=None, seed=0):
+                            max_depth=None, min_gain=0.0, rel_tol=1e-12, mtry=None, seed=0, categorical=None):
     """Slow reference of :func:`grow_subtrees`: per node, a dense per-bin table and the
     vectorised criterion over *every* histogram threshold (no candidate pruning), with
     the tie rule of :func:`forest.engine.splitting.find_best_splits_reference`.
 
     Same parameters (``criterion`` instead of its compiled pieces, plus
     ``n_bins_non_missing (n_features,)``) and result, except that sums come from
-    per-bin tables, so channel sums may differ in the last bits.
+    per-bin tables, so channel sums may differ in the last bits. A categorical feature's
+    categories present in the node are ordered by ``criterion.category_keys`` (ties by
+    code) and every prefix of that order is a candidate set.
     """
     c = channels.shape[1]
     n_features = binned.shape[0]
+    categorical = np.zeros(n_features, bool) if categorical is None else np.asarray(categorical, dtype=bool)
     nb = np.asarray(n_bins_non_missing, dtype=np.int64)
     wch = criterion.compiled().weight_channel
     max_depth = np.iinfo(np.int64).max if max_depth is None else int(max_depth)
@@ -717,33 +840,48 @@ def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task
                     table = np.zeros((missing_bin + 1, c))
                     np.add.at(table, codes, channels[seg])
                     miss = table[missing_bin]
+                    order = None
+                    if categorical[f]:
+                        keys = criterion.category_keys(table[None, None, :missing_bin], pstats[None])[0, 0]
+                        present = np.unique(codes[codes != missing_bin])
+                        order = np.array(sorted(present.tolist(), key=lambda q: (keys[q], q)), dtype=np.int64)
                     for b in range(int(nb[f])):
                         for d in (0, 1):
                             if d == 1 and b == nb[f] - 1:
                                 continue
-                            left_rows = goes_left_codes(codes, b, d == 1, missing_bin)
+                            if order is None:
+                                left_rows = goes_left_codes(codes, b, d == 1, missing_bin)
+                            else:
+                                left_rows = goes_left_set(codes, order[:b + 1], d == 1, missing_bin)
                             if left_rows.all() or not left_rows.any():
                                 continue
                             left = channels[seg[left_rows]].sum(axis=0)
                             right = pstats - left
                             g = float(criterion.gain(left, right, pstats))
-                            cands.append((g, f, b, d, left, right, left_rows, miss))
+                            cands.append((g, f, b, d, left, right, left_rows, miss, order))
                 if not cands:
                     continue
                 best = max(x[0] for x in cands)
                 if not (np.isfinite(best) and best > min_gain):
                     continue
-                for g, f, b, d, left, right, left_rows, miss in cands:
+                for g, f, b, d, left, right, left_rows, miss, order in cands:
                     if g >= best - rel_tol * abs(best):
                         break
                 ml = bool(d)
                 if miss[wch] == 0:
                     ml = bool(left[wch] >= right[wch])
                     codes = binned[f, seg].astype(np.int64)
-                    left_rows = goes_left_codes(codes, b, ml, missing_bin)
+                    left_rows = goes_left_codes(codes, b, ml, missing_bin) if order is None \
+                        else goes_left_set(codes, order[:b + 1], ml, missing_bin)
                 lid = next_id
                 next_id += 2
-                ints[t].append([node, lid, depth + 1, f, b, int(ml)])
+                halves = np.zeros(2 * CAT_WORDS, dtype=np.int64)
+                if order is not None:
+                    word = cat_bitset(order[:b + 1])
+                    halves[0::2] = (word & np.uint64(0xFFFFFFFF)).astype(np.int64)
+                    halves[1::2] = (word >> np.uint64(32)).astype(np.int64)
+                ints[t].append([node, lid, depth + 1, f, CATEGORICAL_SPLIT if order is not None else b, int(ml)]
+                               + halves.tolist())
                 floats[t].append(np.concatenate([[best], left, right]))
                 for child_rows, cid, st in ((seg[~left_rows], lid + 1, right), (seg[left_rows], lid, left)):
                     if st[wch] >= min_samples_split and depth + 1 < max_depth:

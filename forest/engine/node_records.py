@@ -8,6 +8,8 @@ children take consecutive ids (left, right).
 """
 import numpy as np
 
+from forest.engine.tree import CATEGORICAL_SPLIT
+
 
 def node_fields(criterion, stats):
     """``(weight, count, value, objective)`` of nodes with channel sums ``stats`` (k, C)."""
@@ -32,7 +34,7 @@ def add_roots(trees, criterion, stats):
 
 
 def record_splits(trees, criterion, owner, parent_node, left_stats, right_stats, depth, feature, bins, missing_left,
-                  gain, bin_info):
+                  gain, bin_info, cat_bits=None):
     """Append both children of each split and record the splits, tree by tree.
 
     Parameters
@@ -51,6 +53,9 @@ def record_splits(trees, criterion, owner, parent_node, left_stats, right_stats,
     gain : ndarray of float64, shape (n_splits,)
     bin_info : forest.engine.bin_info.BinInfo
         Raw thresholds of the bins.
+    cat_bits : ndarray of uint64, shape (n_splits, CAT_WORDS), optional
+        Category sets of the categorical splits (``bins == CATEGORICAL_SPLIT``; their raw
+        threshold is NaN).
 
     Returns
     -------
@@ -63,7 +68,8 @@ def record_splits(trees, criterion, owner, parent_node, left_stats, right_stats,
     child_depth = np.repeat(np.broadcast_to(np.asarray(depth), (n,)), 2)
     feature = np.asarray(feature, dtype=np.int64)
     bins = np.asarray(bins, dtype=np.int64)
-    thresholds = bin_info.threshold_table[feature, bins]
+    categorical = bins == CATEGORICAL_SPLIT
+    thresholds = np.where(categorical, np.nan, bin_info.threshold_table[feature, np.where(categorical, 0, bins)])
     left_ids = np.empty(n, dtype=np.int64)
     bounds = np.flatnonzero(np.diff(owner)) + 1
     for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [n]])):
@@ -74,6 +80,7 @@ def record_splits(trees, criterion, owner, parent_node, left_stats, right_stats,
         first = tree.append_leaves(weight[s], count[s], value[s], objective[s], child_depth[s])
         lids = first + 2 * np.arange(hi - lo, dtype=np.int64)
         tree.set_splits(np.asarray(parent_node[lo:hi], dtype=np.int64), feature[lo:hi], bins[lo:hi],
-                        thresholds[lo:hi], np.asarray(missing_left[lo:hi], dtype=np.uint8), gain[lo:hi], lids)
+                        thresholds[lo:hi], np.asarray(missing_left[lo:hi], dtype=np.uint8), gain[lo:hi], lids,
+                        None if cat_bits is None else cat_bits[lo:hi])
         left_ids[lo:hi] = lids
     return left_ids

@@ -10,7 +10,8 @@ import numba
 import numpy as np
 
 from histogram.jit import kernel, compiled_only, zeros
-from forest.engine.routing import goes_left_code, goes_left_codes
+from forest.engine.routing import goes_left_code, goes_left_codes, goes_left_set
+from forest.engine.tree import CATEGORICAL_SPLIT, bitset_bins
 
 #: Work (rows over all segments) from which several segments are partitioned in parallel.
 _PARALLEL_MIN_ROWS = 1 << 18
@@ -182,7 +183,49 @@ def _partition_blocks_parallel(rows, scratch, lo, hi, binned, f, thr, ml, missin
     return total_left
 
 
-def partition_rows(rows, scratch, starts, stops, binned, features, bin_thresholds, missing_left, missing_bin):
+@kernel
+def _partition_table(rows, scratch, lo, hi, binned, f, table):
+    # A categorical split: ``table[code]`` (0/1 per code, the missing bin included) says
+    # which side a row takes; branch-free as _partition_one.
+    nl = 0
+    nr = 0
+    codes = binned[f]
+    for i in range(lo, hi):
+        r = rows[i]
+        go = np.int64(table[codes[r]])
+        rows[lo + nl] = r
+        scratch[lo + nr] = r
+        nl += go
+        nr += 1 - go
+    for j in range(nr):
+        rows[lo + nl + j] = scratch[lo + j]
+    return nl
+
+
+def side_table(bits, missing_left, missing_bin):
+    """Per code, 1 when a categorical split with bitset ``bits (CAT_WORDS,)`` sends it left.
+
+    Returns
+    -------
+    ndarray of uint8, shape (missing_bin + 1,)
+    """
+    codes = np.arange(missing_bin, dtype=np.uint64)
+    bits = np.asarray(bits, dtype=np.uint64)
+    table = np.zeros(missing_bin + 1, dtype=np.uint8)
+    table[:missing_bin] = (bits[(codes >> np.uint64(6)).astype(np.int64)] >> (codes & np.uint64(63))) & np.uint64(1)
+    table[missing_bin] = 1 if missing_left else 0
+    return table
+
+
+def _partition_categorical(rows, scratch, starts, stops, binned, features, missing_left, missing_bin, cat_bits,
+                           n_left, which):
+    for s in which:
+        table = side_table(cat_bits[s], missing_left[s], missing_bin)
+        n_left[s] = _partition_table(rows, scratch, int(starts[s]), int(stops[s]), binned, int(features[s]), table)
+
+
+def partition_rows(rows, scratch, starts, stops, binned, features, bin_thresholds, missing_left, missing_bin,
+                   cat_bits=None):
     """Stable in-place partition of node segments of ``rows`` into left | right.
 
     Parameters
@@ -197,6 +240,8 @@ def partition_rows(rows, scratch, starts, stops, binned, features, bin_threshold
     features, bin_thresholds : ndarray of int32, shape (s,)
     missing_left : ndarray of uint8, shape (s,)
     missing_bin : int
+    cat_bits : ndarray of uint64, shape (s, CAT_WORDS), optional
+        Category sets of the categorical splits (``bin_thresholds == CATEGORICAL_SPLIT``).
 
     Returns
     -------
@@ -208,6 +253,16 @@ def partition_rows(rows, scratch, starts, stops, binned, features, bin_threshold
     features = np.ascontiguousarray(features, dtype=np.int32)
     bin_thresholds = np.ascontiguousarray(bin_thresholds, dtype=np.int32)
     missing_left = np.ascontiguousarray(missing_left, dtype=np.uint8)
+    cats = bin_thresholds == CATEGORICAL_SPLIT
+    if cats.any():
+        n_left = np.zeros(len(starts), dtype=np.int64)
+        numeric = np.flatnonzero(~cats)
+        if len(numeric):
+            n_left[numeric] = partition_rows(rows, scratch, starts[numeric], stops[numeric], binned, features[numeric],
+                                             bin_thresholds[numeric], missing_left[numeric], missing_bin)
+        _partition_categorical(rows, scratch, starts, stops, binned, features, missing_left, int(missing_bin),
+                               cat_bits, n_left, np.flatnonzero(cats))
+        return n_left
     n_left = np.zeros(len(starts), dtype=np.int64)
     threads = numba.get_num_threads()
     total = int((stops - starts).sum())
@@ -226,7 +281,7 @@ def partition_rows(rows, scratch, starts, stops, binned, features, bin_threshold
 
 
 def partition_segment(rows, scratch, lo, hi, binned, feature, bin_threshold, missing_left, missing_bin,
-                      parallel_min_rows=None):
+                      parallel_min_rows=None, cat_bits=None):
     """Stable in-place partition of one segment ``rows[lo:hi]``; scalar split arguments.
 
     The boosting grower splits one node at a time; this entry point skips the
@@ -244,6 +299,8 @@ def partition_segment(rows, scratch, lo, hi, binned, feature, bin_threshold, mis
     parallel_min_rows : int, optional
         Segments of this many rows are split across threads by per-thread blocks;
         default :data:`PARALLEL_BLOCKS_MIN_ROWS`.
+    cat_bits : ndarray of uint64, shape (CAT_WORDS,), optional
+        The category set when ``bin_threshold == CATEGORICAL_SPLIT``.
 
     Returns
     -------
@@ -252,6 +309,9 @@ def partition_segment(rows, scratch, lo, hi, binned, feature, bin_threshold, mis
     """
     if not 0 <= lo <= hi <= len(rows) or len(scratch) < hi:
         raise ValueError(f"segment {lo}:{hi} outside rows of length {len(rows)} / scratch of length {len(scratch)}")
+    if bin_threshold == CATEGORICAL_SPLIT:
+        return int(_partition_table(rows, scratch, int(lo), int(hi), binned, int(feature),
+                                    side_table(cat_bits, missing_left, int(missing_bin))))
     threads = numba.get_num_threads()
     if threads > 1 and hi - lo >= (PARALLEL_BLOCKS_MIN_ROWS if parallel_min_rows is None else parallel_min_rows):
         return int(_partition_blocks_parallel(rows, scratch, int(lo), int(hi), binned, int(feature),
@@ -261,14 +321,18 @@ def partition_segment(rows, scratch, lo, hi, binned, feature, bin_threshold, mis
                               int(bool(missing_left)), int(missing_bin)))
 
 
-def partition_rows_reference(rows, starts, stops, binned, features, bin_thresholds, missing_left, missing_bin):
+def partition_rows_reference(rows, starts, stops, binned, features, bin_thresholds, missing_left, missing_bin,
+                             cat_bits=None):
     """NumPy reference of :func:`partition_rows` (returns new rows and left counts)."""
     rows = np.array(rows, copy=True)
     n_left = np.zeros(len(starts), dtype=np.int64)
     for s in range(len(starts)):
         seg = rows[starts[s]:stops[s]]
         codes = binned[features[s], seg].astype(np.int64)
-        left = goes_left_codes(codes, bin_thresholds[s], missing_left[s], missing_bin)
+        if bin_thresholds[s] == CATEGORICAL_SPLIT:
+            left = goes_left_set(codes, bitset_bins(cat_bits[s]), missing_left[s], missing_bin)
+        else:
+            left = goes_left_codes(codes, bin_thresholds[s], missing_left[s], missing_bin)
         rows[starts[s]:stops[s]] = np.concatenate([seg[left], seg[~left]])
         n_left[s] = left.sum()
     return rows, n_left

@@ -38,7 +38,7 @@ from histogram.jit import kernel, empty, zeros
 from forest._validation import check_codes
 from forest.profiling import phase
 from forest.engine.routing import code_rows, encode_records, walk_binned, walk_block, walk_raw
-from forest.engine.tree import Tree, pack_trees
+from forest.engine.tree import CATEGORICAL_SPLIT, Tree, bitset_bins, pack_trees, packed_cat_bits
 
 _PACKED_KEYS = ("feature", "threshold", "bin_threshold", "missing_left", "left", "right", "value", "tree_offsets")
 
@@ -50,85 +50,90 @@ _PARALLEL_MIN_ROWS = 4096
 
 
 @kernel
-def _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, a, b):
+def _leaves_raw(X, feature, bin_threshold, threshold, missing_left, cat_bits, left, right, offsets, out, a, b):
     n_trees = offsets.shape[0] - 1
     for i in range(a, b):
         for t in range(n_trees):
             root = offsets[t]
-            out[i, t] = walk_raw(X, i, root, feature, threshold, missing_left, left, right) - root
+            out[i, t] = walk_raw(X, i, root, feature, bin_threshold, threshold, missing_left, left, right,
+                                 cat_bits) - root
 
 
 @kernel
-def _values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out, a, b):
+def _values_raw(X, feature, bin_threshold, threshold, missing_left, cat_bits, left, right, value, offsets, out, a, b):
     n_trees = offsets.shape[0] - 1
     k = value.shape[1]
     for i in range(a, b):
         for t in range(n_trees):
-            leaf = walk_raw(X, i, offsets[t], feature, threshold, missing_left, left, right)
+            leaf = walk_raw(X, i, offsets[t], feature, bin_threshold, threshold, missing_left, left, right, cat_bits)
             for j in range(k):
                 out[i, j] += value[leaf, j]
 
 
 @kernel
-def _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, missing_bin, out, a, b):
+def _leaves_binned(binned, rows, feature, bin_threshold, missing_left, cat_bits, left, right, offsets, missing_bin, out,
+                   a, b):
     n_trees = offsets.shape[0] - 1
     for r in range(a, b):
         i = rows[r]
         for t in range(n_trees):
             root = offsets[t]
             out[r, t] = walk_binned(binned, i, root, feature, bin_threshold, missing_left, left, right,
-                                     missing_bin) - root
+                                     missing_bin, cat_bits) - root
 
 
 @kernel
-def _values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
-                   out, a, b):
+def _values_binned(binned, rows, feature, bin_threshold, missing_left, cat_bits, left, right, value, offsets,
+                   missing_bin, out, a, b):
     n_trees = offsets.shape[0] - 1
     k = value.shape[1]
     for r in range(a, b):
         i = rows[r]
         for t in range(n_trees):
             leaf = walk_binned(binned, i, offsets[t], feature, bin_threshold, missing_left, left, right,
-                                missing_bin)
+                                missing_bin, cat_bits)
             for j in range(k):
                 out[r, j] += value[leaf, j]
 
 
 @kernel(parallel=True)
-def _par_leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, n_chunks):
+def _par_leaves_raw(X, feature, bin_threshold, threshold, missing_left, cat_bits, left, right, offsets, out,
+                    n_chunks):
     n = X.shape[0]
     chunk = (n + n_chunks - 1) // n_chunks
     for c in numba.prange(n_chunks):
-        _leaves_raw(X, feature, threshold, missing_left, left, right, offsets, out, c * chunk, min(n, (c + 1) * chunk))
-
-
-@kernel(parallel=True)
-def _par_values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out, n_chunks):
-    n = X.shape[0]
-    chunk = (n + n_chunks - 1) // n_chunks
-    for c in numba.prange(n_chunks):
-        _values_raw(X, feature, threshold, missing_left, left, right, value, offsets, out, c * chunk,
+        _leaves_raw(X, feature, bin_threshold, threshold, missing_left, cat_bits, left, right, offsets, out, c * chunk,
                     min(n, (c + 1) * chunk))
 
 
 @kernel(parallel=True)
-def _par_leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, missing_bin, out,
-                       n_chunks):
-    n = rows.shape[0]
+def _par_values_raw(X, feature, bin_threshold, threshold, missing_left, cat_bits, left, right, value, offsets, out,
+                    n_chunks):
+    n = X.shape[0]
     chunk = (n + n_chunks - 1) // n_chunks
     for c in numba.prange(n_chunks):
-        _leaves_binned(binned, rows, feature, bin_threshold, missing_left, left, right, offsets, missing_bin, out,
-                       c * chunk, min(n, (c + 1) * chunk))
+        _values_raw(X, feature, bin_threshold, threshold, missing_left, cat_bits, left, right, value, offsets, out,
+                    c * chunk, min(n, (c + 1) * chunk))
 
 
 @kernel(parallel=True)
-def _par_values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
+def _par_leaves_binned(binned, rows, feature, bin_threshold, missing_left, cat_bits, left, right, offsets, missing_bin,
                        out, n_chunks):
     n = rows.shape[0]
     chunk = (n + n_chunks - 1) // n_chunks
     for c in numba.prange(n_chunks):
-        _values_binned(binned, rows, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
+        _leaves_binned(binned, rows, feature, bin_threshold, missing_left, cat_bits, left, right, offsets, missing_bin,
                        out, c * chunk, min(n, (c + 1) * chunk))
+
+
+@kernel(parallel=True)
+def _par_values_binned(binned, rows, feature, bin_threshold, missing_left, cat_bits, left, right, value, offsets,
+                       missing_bin, out, n_chunks):
+    n = rows.shape[0]
+    chunk = (n + n_chunks - 1) // n_chunks
+    for c in numba.prange(n_chunks):
+        _values_binned(binned, rows, feature, bin_threshold, missing_left, cat_bits, left, right, value, offsets,
+                       missing_bin, out, c * chunk, min(n, (c + 1) * chunk))
 
 
 #: Rows per block of :func:`_oob_binned`.
@@ -136,8 +141,8 @@ _OOB_BLOCK = 2048
 
 
 @kernel
-def _oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin, acc,
-                cnt, a, b):
+def _oob_binned(binned, codes, feature, bin_threshold, missing_left, cat_bits, left, right, value, offsets, missing_bin,
+                acc, cnt, a, b):
     n_trees = offsets.shape[0] - 1
     k = value.shape[1]
     # Blocks of rows, trees outer within a block: one tree's nodes stay in cache while
@@ -149,19 +154,20 @@ def _oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right
             for i in range(a0, b0):
                 if codes[t, i] != 0:  # not out of bag: no walk at all
                     continue
-                leaf = walk_binned(binned, i, root, feature, bin_threshold, missing_left, left, right, missing_bin)
+                leaf = walk_binned(binned, i, root, feature, bin_threshold, missing_left, left, right, missing_bin,
+                                   cat_bits)
                 for j in range(k):
                     acc[i, j] += value[leaf, j]
                 cnt[i] += 1.0
 
 
 @kernel(parallel=True)
-def _par_oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
-                    acc, cnt, n_chunks):
+def _par_oob_binned(binned, codes, feature, bin_threshold, missing_left, cat_bits, left, right, value, offsets,
+                    missing_bin, acc, cnt, n_chunks):
     n = binned.shape[1]
     for c in numba.prange(n_chunks):
-        _oob_binned(binned, codes, feature, bin_threshold, missing_left, left, right, value, offsets, missing_bin,
-                    acc, cnt, c * n // n_chunks, (c + 1) * n // n_chunks)
+        _oob_binned(binned, codes, feature, bin_threshold, missing_left, cat_bits, left, right, value, offsets,
+                    missing_bin, acc, cnt, c * n // n_chunks, (c + 1) * n // n_chunks)
 
 
 #: Rows per block of the batch walk. A block's codes (``ROW_BLOCK`` bytes per used
@@ -338,7 +344,8 @@ def _arrays(packed):
             np.ascontiguousarray(packed["left"], dtype=np.int32),
             np.ascontiguousarray(packed["right"], dtype=np.int32),
             np.ascontiguousarray(packed["value"], dtype=np.float64),
-            np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64))
+            np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64),
+            np.ascontiguousarray(packed_cat_bits(packed)))
 
 
 def _check_X(X, packed):
@@ -382,13 +389,13 @@ def predict_leaves(forest, X):
     """
     packed = as_packed(forest)
     X = _check_X(X, packed)
-    feature, threshold, _, missing_left, left, right, _, offsets = _arrays(packed)
+    feature, threshold, bin_threshold, missing_left, left, right, _, offsets, cat_bits = _arrays(packed)
     out = np.empty((X.shape[0], len(offsets) - 1), dtype=np.int32)
     with phase("prediction"):
         batch = _batch_forest(packed, X)
         if batch is None:
-            run_rows(_leaves_raw, _par_leaves_raw, X.shape[0], X, feature, threshold, missing_left, left, right, offsets,
-                 out)
+            run_rows(_leaves_raw, _par_leaves_raw, X.shape[0], X, feature, bin_threshold, threshold, missing_left,
+                     cat_bits, left, right, offsets, out)
         else:
             _run_batch(batch, X, _LEAVES, leaves_out=out)
     return out
@@ -410,7 +417,7 @@ def predict_values(forest, X, out=None):
     """
     packed = as_packed(forest)
     X = _check_X(X, packed)
-    feature, threshold, _, missing_left, left, right, value, offsets = _arrays(packed)
+    feature, threshold, bin_threshold, missing_left, left, right, value, offsets, cat_bits = _arrays(packed)
     if out is None:
         out = np.zeros((X.shape[0], value.shape[1]), dtype=np.float64)
     elif out.shape != (X.shape[0], value.shape[1]) or out.dtype != np.float64 or not out.flags.c_contiguous:
@@ -418,8 +425,8 @@ def predict_values(forest, X, out=None):
     with phase("prediction"):
         batch = _batch_forest(packed, X)
         if batch is None:
-            run_rows(_values_raw, _par_values_raw, X.shape[0], X, feature, threshold, missing_left, left, right, value,
-                 offsets, out)
+            run_rows(_values_raw, _par_values_raw, X.shape[0], X, feature, bin_threshold, threshold, missing_left,
+                     cat_bits, left, right, value, offsets, out)
         else:
             _run_batch(batch, X, _VALUES, values_out=out)
     return out
@@ -443,11 +450,11 @@ def predict_leaves_binned(forest, binned, missing_bin, rows=None):
     """
     packed = as_packed(forest)
     binned, rows = _check_binned(binned, rows, packed)
-    feature, _, bin_threshold, missing_left, left, right, _, offsets = _arrays(packed)
+    feature, _, bin_threshold, missing_left, left, right, _, offsets, cat_bits = _arrays(packed)
     out = np.empty((rows.shape[0], len(offsets) - 1), dtype=np.int32)
     with phase("prediction"):
         run_rows(_leaves_binned, _par_leaves_binned, rows.shape[0], binned, rows, feature, bin_threshold, missing_left,
-             left, right, offsets, int(missing_bin), out)
+                 cat_bits, left, right, offsets, int(missing_bin), out)
     return out
 
 
@@ -469,14 +476,14 @@ def predict_values_binned(forest, binned, missing_bin, rows=None, out=None):
     """
     packed = as_packed(forest)
     binned, rows = _check_binned(binned, rows, packed)
-    feature, _, bin_threshold, missing_left, left, right, value, offsets = _arrays(packed)
+    feature, _, bin_threshold, missing_left, left, right, value, offsets, cat_bits = _arrays(packed)
     if out is None:
         out = np.zeros((rows.shape[0], value.shape[1]), dtype=np.float64)
     elif out.shape != (rows.shape[0], value.shape[1]) or out.dtype != np.float64 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float64 of shape {(rows.shape[0], value.shape[1])}")
     with phase("prediction"):
         run_rows(_values_binned, _par_values_binned, rows.shape[0], binned, rows, feature, bin_threshold, missing_left,
-             left, right, value, offsets, int(missing_bin), out)
+                 cat_bits, left, right, value, offsets, int(missing_bin), out)
     return out
 
 
@@ -502,7 +509,12 @@ def predict_reference(trees, X):
             node = 0
             while tree.feature[node] >= 0:
                 x = X[i, tree.feature[node]]
-                left = bool(tree.missing_left[node]) if np.isnan(x) else x <= tree.threshold[node]
+                if tree.bin_threshold[node] == CATEGORICAL_SPLIT:
+                    known = not np.isnan(x) and x == int(x) and 0 <= x < 64 * tree.cat_bits.shape[1]
+                    left = int(x) in set(bitset_bins(tree.cat_bits[node])) if known \
+                        else bool(tree.missing_left[node])
+                else:
+                    left = bool(tree.missing_left[node]) if np.isnan(x) else x <= tree.threshold[node]
                 node = tree.left[node] if left else tree.right[node]
             leaves[i, t] = node
             values[i] += tree.value[node]
@@ -529,7 +541,7 @@ def accumulate_oob_binned(forest, binned, missing_bin, codes, acc, cnt):
     """
     packed = as_packed(forest)
     binned, _ = _check_binned(binned, np.zeros(0, dtype=np.int64), packed)
-    feature, _, bin_threshold, missing_left, left, right, value, offsets = _arrays(packed)
+    feature, _, bin_threshold, missing_left, left, right, value, offsets, cat_bits = _arrays(packed)
     n = binned.shape[1]
     codes = np.ascontiguousarray(codes, dtype=np.int8)
     if codes.shape != (len(offsets) - 1, n):
@@ -541,8 +553,8 @@ def accumulate_oob_binned(forest, binned, missing_bin, codes, acc, cnt):
     with phase("prediction"):
         if _oob_binned_batch(packed, binned, int(missing_bin), codes, acc, cnt):
             return
-        run_rows(_oob_binned, _par_oob_binned, n, binned, codes, feature, bin_threshold, missing_left, left, right, value,
-             offsets, int(missing_bin), acc, cnt)
+        run_rows(_oob_binned, _par_oob_binned, n, binned, codes, feature, bin_threshold, missing_left, cat_bits, left,
+                 right, value, offsets, int(missing_bin), acc, cnt)
 
 
 #: Fewest (row, tree) pairs, out of bag or not, for which :func:`accumulate_oob_binned`

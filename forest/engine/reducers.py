@@ -40,7 +40,9 @@ from native.blocks import block_range
 from forest.engine.growth_options import SPLIT_MODES
 from forest.engine.int_packing import unpack_histogram
 from forest.profiling import phase
+from forest.engine.categorical_split import bits_to_halves, halves_to_bits
 from forest.engine.splitting import REL_TOL, SplitResult, find_best_splits
+from forest.engine.tree import CAT_WORDS
 
 
 class LocalReducer:
@@ -135,7 +137,8 @@ class LocalReducer:
         with phase("split"):
             return find_best_splits(hist, parent, criterion, bin_info.n_bins_non_missing[f0:f1], bin_info.missing_bin,
                                     feature_mask=None if feature_mask is None else feature_mask[:, f0:f1],
-                                    parent_count=parent_count, min_gain=min_gain, rel_tol=REL_TOL, feature_offset=f0)
+                                    parent_count=parent_count, min_gain=min_gain, rel_tol=REL_TOL, feature_offset=f0,
+                                    categorical=bin_info.categorical[f0:f1] if bin_info.any_categorical else None)
 
 
 class AllreduceReducer(LocalReducer):
@@ -191,19 +194,24 @@ class ReduceScatterReducer(AllreduceReducer):
     def find(self, hist, parent, criterion, bin_info, feature_mask=None, parent_count=None, min_gain=0.0):
         res = super().find(hist, parent, criterion, bin_info, feature_mask, parent_count, min_gain)
         n, c = res.left_stats.shape
-        rec = np.empty((n, 4 + 2 * c))
+        # A categorical split's category set travels as 32-bit halves (exact in float64).
+        nb = 2 * CAT_WORDS if bin_info.any_categorical else 0
+        rec = np.empty((n, 4 + 2 * c + nb))
         rec[:, 0] = res.gain
         rec[:, 1] = np.where(res.valid, res.feature, self.n_features)
         rec[:, 2] = res.bin
         rec[:, 3] = res.missing_left
         rec[:, 4:4 + c] = res.left_stats
-        rec[:, 4 + c:] = res.right_stats
+        rec[:, 4 + c:4 + 2 * c] = res.right_stats
+        if nb:
+            rec[:, 4 + 2 * c:] = bits_to_halves(res.cat_bits)
         with phase("communication"):
             best = col.allreduce_best(self.comm, rec, rtol=REL_TOL, n_keys=3)  # (feature, bin, missing_left)
         valid = np.isfinite(best[:, 0]) & (best[:, 1] < self.n_features)
         return SplitResult(np.where(valid, best[:, 1], -1).astype(np.int32), best[:, 2].astype(np.int32),
                            best[:, 3] != 0, np.where(valid, best[:, 0], -np.inf),
-                           best[:, 4:4 + c].copy(), best[:, 4 + c:].copy())
+                           best[:, 4:4 + c].copy(), best[:, 4 + c:4 + 2 * c].copy(),
+                           halves_to_bits(best[:, 4 + 2 * c:]) if nb else None)
 
 
 def make_reducer(comm, n_features, split_mode="allreduce", algorithm="auto"):

@@ -7,6 +7,12 @@ A split node ``(feature f, bin threshold b, threshold t, missing_left m)`` sends
 * on raw float features: left when ``x <= t``, and NaN left exactly when ``m``.
 
 The two agree because ``x <= bin_thresholds_[f][b]`` exactly when ``bin(x) <= b``.
+A categorical split (``b == CATEGORICAL_SPLIT``, :mod:`forest.engine.tree`) sends a row
+left when its code's bit is set in the node's bitset ``cat_bits[node]``; a raw
+categorical value *is* its code (:mod:`histogram.categories` encodes categories as
+the integers their bins are), so :func:`goes_left_raw` tests the same bit, and a value
+that is no code of the forest's (an unseen category arrives as NaN) goes where
+missing goes.
 Every kernel that partitions rows or walks trees (:mod:`forest.engine.partition`,
 :mod:`forest.engine.local_growth`, :mod:`forest.engine.predictor`, leaf re-estimation in
 :mod:`forest.engine.leaf_estimation`) calls the Numba functions here, and the slow references call
@@ -32,7 +38,38 @@ def goes_left_value(x, threshold, missing_left):
 
 
 @kernel(inline="always")
-def walk_binned(binned, i, node, feature, bin_threshold, missing_left, left, right, missing_bin):
+def in_bitset(bits, node, code):
+    """Whether value bin ``code`` (0 <= code < 64 * words) is set in ``bits[node]``."""
+    return ((bits[node, code >> 6] >> np.uint64(code & 63)) & np.uint64(1)) != np.uint64(0)
+
+
+@kernel(inline="always")
+def goes_left_split(code, node, bin_threshold, missing_left, cat_bits, missing_bin):
+    """:func:`goes_left_code` for any split: numeric thresholds and category sets.
+
+    ``cat_bits`` is the forest's ``(n_nodes, words)`` bitset array (width 0 without
+    categorical splits, when the categorical branch is never taken).
+    """
+    thr = bin_threshold[node]
+    if thr >= 0:
+        return goes_left_code(code, thr, missing_left[node], missing_bin)
+    if code == missing_bin:
+        return missing_left[node] != 0
+    return in_bitset(cat_bits, node, np.int64(code))
+
+
+@kernel(inline="always")
+def goes_left_raw(x, node, bin_threshold, threshold, missing_left, cat_bits):
+    """:func:`goes_left_value` for any split (a categorical value is its code as a float)."""
+    if bin_threshold[node] >= 0:
+        return goes_left_value(x, threshold[node], missing_left[node])
+    if np.isnan(x) or x < 0.0 or x >= 64.0 * cat_bits.shape[1] or x != np.floor(x):
+        return missing_left[node] != 0
+    return in_bitset(cat_bits, node, np.int64(x))
+
+
+@kernel(inline="always")
+def walk_binned(binned, i, node, feature, bin_threshold, missing_left, left, right, missing_bin, cat_bits):
     """Leaf reached by row ``i`` of feature-major codes ``binned`` from ``node``.
 
     ``left`` / ``right`` hold ids into the same arrays as ``node`` (the packed
@@ -40,7 +77,7 @@ def walk_binned(binned, i, node, feature, bin_threshold, missing_left, left, rig
     """
     while feature[node] >= 0:
         code = np.int32(binned[feature[node], i])
-        if goes_left_code(code, bin_threshold[node], missing_left[node], missing_bin):
+        if goes_left_split(code, node, bin_threshold, missing_left, cat_bits, missing_bin):
             node = left[node]
         else:
             node = right[node]
@@ -48,10 +85,10 @@ def walk_binned(binned, i, node, feature, bin_threshold, missing_left, left, rig
 
 
 @kernel(inline="always")
-def walk_raw(X, i, node, feature, threshold, missing_left, left, right):
+def walk_raw(X, i, node, feature, bin_threshold, threshold, missing_left, left, right, cat_bits):
     """Leaf reached by row ``i`` of raw features ``X`` (n, n_features) from ``node``."""
     while feature[node] >= 0:
-        if goes_left_value(X[i, feature[node]], threshold[node], missing_left[node]):
+        if goes_left_raw(X[i, feature[node]], node, bin_threshold, threshold, missing_left, cat_bits):
             node = left[node]
         else:
             node = right[node]
@@ -74,6 +111,25 @@ def goes_left_codes(codes, bin_threshold, missing_left, missing_bin):
     """
     codes = np.asarray(codes, dtype=np.int64)
     return np.where(codes == missing_bin, bool(missing_left), codes <= bin_threshold)
+
+
+def goes_left_set(codes, left_bins, missing_left, missing_bin):
+    """NumPy version of a categorical split (slow references): code in ``left_bins``.
+
+    Parameters
+    ----------
+    codes : ndarray of int, shape (n,)
+    left_bins : array-like of int
+        The value bins that go left.
+    missing_left : bool
+    missing_bin : int
+
+    Returns
+    -------
+    ndarray of bool, shape (n,)
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    return np.where(codes == missing_bin, bool(missing_left), np.isin(codes, np.asarray(left_bins, dtype=np.int64)))
 
 
 # ---------------------------------------------------------------------------------

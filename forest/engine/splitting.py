@@ -31,6 +31,8 @@ import numpy as np
 
 from histogram.jit import kernel, compiled_only, empty, zeros
 from forest.criteria import compiled as cc
+from forest.engine.categorical_split import left_bitsets, permute_categories
+from forest.engine.tree import CAT_BITS_DTYPE, CAT_WORDS
 
 #: Upper bound on the float64 elements of one candidate block (per chunk of nodes),
 #: which bounds the temporaries of the vectorised search (~64 MiB).
@@ -51,15 +53,18 @@ class SplitResult:
         ``-inf`` where there is no admissible split.
     left_stats, right_stats : ndarray of float64, shape (n_nodes, C)
         Channel sums of the two children.
+    cat_bits : ndarray of uint64, shape (n_nodes, CAT_WORDS)
+        Left categories of categorical splits (``bin == CATEGORICAL_SPLIT``), zero elsewhere.
     """
 
-    def __init__(self, feature, bin, missing_left, gain, left_stats, right_stats):
+    def __init__(self, feature, bin, missing_left, gain, left_stats, right_stats, cat_bits=None):
         self.feature = feature
         self.bin = bin
         self.missing_left = missing_left
         self.gain = gain
         self.left_stats = left_stats
         self.right_stats = right_stats
+        self.cat_bits = np.zeros((len(feature), CAT_WORDS), dtype=CAT_BITS_DTYPE) if cat_bits is None else cat_bits
 
     def __len__(self):
         return len(self.feature)
@@ -77,7 +82,7 @@ class SplitResult:
     def take(self, index):
         """Subset of nodes (``index`` is an int array or bool mask)."""
         return SplitResult(self.feature[index], self.bin[index], self.missing_left[index], self.gain[index],
-                           self.left_stats[index], self.right_stats[index])
+                           self.left_stats[index], self.right_stats[index], self.cat_bits[index])
 
 
 def _check_inputs(hist, parent, n_bins_non_missing, missing_bin, feature_mask):
@@ -307,7 +312,7 @@ def _compiled_search_kernel(p, n_consts, weight_channel, hist, parent, nb, missi
 
 
 def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, feature_mask=None,
-                     parent_count=None, min_gain=0.0, rel_tol=REL_TOL, feature_offset=0):
+                     parent_count=None, min_gain=0.0, rel_tol=REL_TOL, feature_offset=0, categorical=None):
     """Best split of every node, vectorised over nodes, features, bins and directions.
 
     Parameters
@@ -332,6 +337,10 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
     feature_offset : int, default 0
         Added to the returned feature indices (the first global feature of ``hist``,
         when a rank searches only its block of features).
+    categorical : array-like of bool, shape (n_features,), optional
+        Features whose value bins are categories: searched for a category subset
+        (:mod:`forest.engine.categorical_split`), found as ``bin == CATEGORICAL_SPLIT``
+        with the subset in ``cat_bits``.
 
     Returns
     -------
@@ -339,6 +348,17 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
     """
     hist, parent, nb, feature_mask = _check_inputs(hist, parent, n_bins_non_missing, missing_bin, feature_mask)
     n_nodes, n_features, n_bins, n_channels = hist.shape
+    if categorical is not None and np.any(categorical) and n_nodes and n_features:
+        hist = np.ascontiguousarray(hist, dtype=np.float64)
+        permuted, orders, cat_index = permute_categories(
+            hist[:, :, :missing_bin + 1], categorical, lambda stats: criterion.category_keys(stats, parent))
+        if permuted.shape[2] != n_bins:
+            permuted = np.concatenate([permuted, hist[:, :, missing_bin + 1:]], axis=2)
+        result = find_best_splits(permuted, parent, criterion, nb, missing_bin, feature_mask, parent_count, min_gain,
+                                  rel_tol)
+        result.cat_bits, result.bin = left_bitsets(orders, cat_index, result.feature, result.bin)
+        result.feature[result.feature >= 0] += feature_offset
+        return result
     result = SplitResult.empty(n_nodes, n_channels)
     if n_nodes == 0 or n_features == 0:
         return result
@@ -600,41 +620,57 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
 
 
 def find_best_splits_reference(hist, parent, criterion, n_bins_non_missing, missing_bin, feature_mask=None,
-                               parent_count=None, min_gain=0.0, rel_tol=1e-12):
+                               parent_count=None, min_gain=0.0, rel_tol=1e-12, categorical=None):
     """Slow reference of :func:`find_best_splits`: explicit loops and sums.
 
-    Same parameters and result; used only by tests.
+    Same parameters and result; used only by tests. A categorical feature's order is
+    found here by a plain sort of its non-empty categories by the criterion's keys
+    (ties by code), the empty ones after.
     """
     hist, parent, nb, feature_mask = _check_inputs(hist, parent, n_bins_non_missing, missing_bin, feature_mask)
     n_nodes, n_features, n_bins, n_channels = hist.shape
     result = SplitResult.empty(n_nodes, n_channels)
+    categorical = np.zeros(n_features, bool) if categorical is None else np.asarray(categorical, dtype=bool)
     for n in range(n_nodes):
-        cands = []  # (gain, f, b, d, left, right)
+        cands = []  # (gain, f, b, d, left, right, left categories or None)
         for f in range(n_features):
             if feature_mask is not None and not feature_mask[n, f]:
                 continue
             miss = hist[n, f, missing_bin]
+            order = np.arange(missing_bin)
+            if categorical[f]:
+                stats = hist[n, f, :missing_bin]
+                keys = np.asarray(criterion.category_keys(stats[None, None], parent[n:n + 1]))[0, 0]
+                present = [b for b in range(missing_bin) if np.any(stats[b] != 0.0)]
+                absent = [b for b in range(missing_bin) if not np.any(stats[b] != 0.0)]
+                order = np.array(sorted(present, key=lambda b: (keys[b], b)) + absent, dtype=np.int64)
             for b in range(int(nb[f])):
                 for d in (0, 1):
                     if d == 1 and b == nb[f] - 1:
                         continue
-                    left = hist[n, f, : b + 1].sum(axis=0) + (miss if d == 1 else 0.0)
-                    right = hist[n, f, b + 1: missing_bin].sum(axis=0) + (miss if d == 0 else 0.0)
+                    lset = order[: b + 1]
+                    rset = order[b + 1: missing_bin]
+                    left = hist[n, f, lset].sum(axis=0) + (miss if d == 1 else 0.0)
+                    right = hist[n, f, rset].sum(axis=0) + (miss if d == 0 else 0.0)
                     kw = {} if parent_count is None else {"parent_count": float(parent_count[n])}
                     g = float(criterion.gain(left, right, parent[n], **kw))
-                    cands.append((g, f, b, d, left, right))
+                    cands.append((g, f, b, d, left, right, lset if categorical[f] else None))
         if not cands:
             continue
         best = max(c[0] for c in cands)
         if not (np.isfinite(best) and best > min_gain):
             continue
-        for g, f, b, d, left, right in cands:  # already in (f, b, d) order
+        for g, f, b, d, left, right, lset in cands:  # already in (f, b, d) order
             if g >= best - rel_tol * abs(best):
                 break
         ml = bool(d)
         if criterion.node_weight(hist[n, f, missing_bin]) == 0:
             ml = bool(criterion.node_weight(left) >= criterion.node_weight(right))
         result.feature[n], result.bin[n], result.missing_left[n] = f, b, ml
+        if lset is not None:
+            from forest.engine.tree import CATEGORICAL_SPLIT, cat_bitset
+            result.bin[n] = CATEGORICAL_SPLIT
+            result.cat_bits[n] = cat_bitset(lset)
         result.gain[n] = best
         result.left_stats[n], result.right_stats[n] = left, right
     return result

@@ -18,6 +18,15 @@ Fields of every node
     and ``value`` (float64, shape ``(n_nodes, n_outputs)``: the leafNode output vector;
     inner nodes hold the value they would have as leaves, which staged/partial
     prediction and importance reports can use).
+Categorical splits (issue 32)
+    A split on a categorical feature sends a *set* of categories left: its
+    ``bin_threshold`` is :data:`CATEGORICAL_SPLIT` (-1), its raw ``threshold`` is NaN
+    and ``cat_bits[node]`` (uint64, ``CAT_WORDS`` words) holds the set as a bitset
+    over the feature's value bins (bin ``b`` left when bit ``b % 64`` of word
+    ``b // 64`` is set); the missing bin goes by ``missing_left`` as elsewhere. A
+    categorical feature's value bin is its category code (:mod:`histogram.categories`),
+    so the raw and binned walks test the same bit. A forest without categorical
+    splits keeps ``cat_bits`` of width 0 (no memory, no model-file bytes).
 
 ``Tree`` keeps its state as a dict of numpy arrays plus python scalars, so the model
 file code can store it without pickle (``to_arrays`` / ``from_arrays``).
@@ -36,7 +45,9 @@ id out of range reads outside the arrays, a child pointing back up loops forever
     ``depth`` counts edges from the root; ``missing_left`` is 0 or 1; an innerNode's
     ``bin_threshold`` is a value bin of its feature and its raw ``threshold`` is that
     bin's upper edge (``+inf`` for the last value bin, the split "missing vs not"), so
-    raw and binned routing agree; node values are finite.
+    raw and binned routing agree; a categorical split's bitset is a non-empty set of
+    value bins of its feature that leaves at least one value bin or the missing bin
+    right; node values are finite.
 """
 import numpy as np
 
@@ -57,9 +68,45 @@ NODE_FIELDS = {
 
 LEAF = -1
 
+#: ``bin_threshold`` of a categorical split (its category set is in ``cat_bits``).
+CATEGORICAL_SPLIT = -1
+
+#: uint64 words of a categorical split's bitset: one bit per value bin, and a bin axis
+#: has at most 255 value bins (uint8 codes, the missing bin being the 256th).
+CAT_WORDS = 4
+
 #: Fields a packed forest holds besides ``NODE_FIELDS`` (``value`` float64 2-D,
 #: ``tree_offsets`` int64 1-D).
 PACKED_EXTRA = {"value": np.float64, "tree_offsets": np.int64}
+
+#: Optional packed field: ``cat_bits`` uint64 ``(n_nodes, 0 or CAT_WORDS)`` (files written
+#: before categorical features lack it and read as width 0).
+CAT_BITS_DTYPE = np.uint64
+
+
+def cat_bitset(bins, n_words=CAT_WORDS):
+    """Bitset (uint64, ``(n_words,)``) of a set of value bins.
+
+    Parameters
+    ----------
+    bins : array-like of int, shape (k,)
+    n_words : int
+
+    Returns
+    -------
+    ndarray of uint64, shape (n_words,)
+    """
+    out = np.zeros(n_words, dtype=np.uint64)
+    for b in np.asarray(bins, dtype=np.int64).ravel():
+        out[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+    return out
+
+
+def bitset_bins(bits):
+    """Inverse of :func:`cat_bitset`: sorted value bins of a bitset ``(n_words,)``."""
+    bits = np.asarray(bits, dtype=np.uint64)
+    out = [w * 64 + j for w in range(bits.shape[0]) for j in range(64) if (int(bits[w]) >> j) & 1]
+    return np.asarray(out, dtype=np.int64)
 
 
 class Tree:
@@ -83,12 +130,13 @@ class Tree:
     value : ndarray of float64, shape (node_count, n_outputs)
     """
 
-    def __init__(self, n_outputs, capacity=16):
+    def __init__(self, n_outputs, capacity=16, n_cat_words=0):
         self.n_outputs = int(n_outputs)
         self.node_count = 0
         self._capacity = max(int(capacity), 1)
         self._arrays = {name: np.zeros(self._capacity, dtype=dt) for name, dt in NODE_FIELDS.items()}
         self._value = np.zeros((self._capacity, self.n_outputs), dtype=np.float64)
+        self._cat_bits = np.zeros((self._capacity, int(n_cat_words)), dtype=CAT_BITS_DTYPE)
 
     # ------------------------------------------------------------------ building
     def _grow(self, needed):
@@ -104,7 +152,18 @@ class Tree:
         newv = np.zeros((cap, self.n_outputs), dtype=np.float64)
         newv[: self.node_count] = self._value[: self.node_count]
         self._value = newv
+        newb = np.zeros((cap, self._cat_bits.shape[1]), dtype=CAT_BITS_DTYPE)
+        newb[: self.node_count] = self._cat_bits[: self.node_count]
+        self._cat_bits = newb
         self._capacity = cap
+
+    def _widen_cat_bits(self):
+        """Give the tree bitset room (``CAT_WORDS`` words per node) at its first categorical split."""
+        if self._cat_bits.shape[1] == CAT_WORDS:
+            return
+        new = np.zeros((self._capacity, CAT_WORDS), dtype=CAT_BITS_DTYPE)
+        new[:, :self._cat_bits.shape[1]] = self._cat_bits
+        self._cat_bits = new
 
     def add_node(self, depth, weight, value, impurity=0.0, count=None):
         """Append a leaf node and return its id.
@@ -160,10 +219,11 @@ class Tree:
         a["impurity"][new] = impurity
         a["depth"][new] = depth
         self._value[new] = value
+        self._cat_bits[new] = 0
         self.node_count = first + k
         return first
 
-    def set_splits(self, nodes, features, bin_thresholds, thresholds, missing_left, gains, left):
+    def set_splits(self, nodes, features, bin_thresholds, thresholds, missing_left, gains, left, cat_bits=None):
         """Vectorised :meth:`set_split` for children stored in pairs (right = left + 1).
 
         Parameters
@@ -171,7 +231,14 @@ class Tree:
         nodes, features, bin_thresholds, left : ndarray of int, shape (m,)
         thresholds, gains : ndarray of float64, shape (m,)
         missing_left : ndarray of bool or uint8, shape (m,)
+        cat_bits : ndarray of uint64, shape (m, CAT_WORDS), optional
+            Bitsets of the categorical splits (rows of numeric splits are ignored).
         """
+        if cat_bits is not None:
+            cats = np.asarray(bin_thresholds) == CATEGORICAL_SPLIT
+            if cats.any():
+                self._widen_cat_bits()
+                self._cat_bits[np.asarray(nodes)[cats]] = np.asarray(cat_bits, dtype=CAT_BITS_DTYPE)[cats]
         a = self._arrays
         a["feature"][nodes] = features
         a["bin_threshold"][nodes] = bin_thresholds
@@ -254,6 +321,11 @@ class Tree:
     def value(self):
         return self._value[: self.node_count]
 
+    @property
+    def cat_bits(self):
+        """ndarray of uint64, shape (node_count, 0 or CAT_WORDS): categorical splits' bitsets."""
+        return self._cat_bits[: self.node_count]
+
     @value.setter
     def value(self, new):
         new = np.asarray(new, dtype=np.float64)
@@ -264,6 +336,7 @@ class Tree:
         self._capacity = max(self._capacity, self.node_count)
         for name, arr in self._arrays.items():
             self._arrays[name] = arr[: self.node_count].copy()
+        self._cat_bits = self._cat_bits[: self.node_count].copy()
         self._capacity = self.node_count
 
     @property
@@ -287,11 +360,14 @@ class Tree:
         -------
         dict
             Keys: every name of ``NODE_FIELDS``, ``"value"`` (node_count, n_outputs),
-            ``"n_outputs"`` (int).
+            ``"n_outputs"`` (int), and ``"cat_bits"`` (node_count, CAT_WORDS) when the
+            tree has categorical splits.
         """
         state = {name: arr[: self.node_count].copy() for name, arr in self._arrays.items()}
         state["value"] = self._value[: self.node_count].copy()
         state["n_outputs"] = int(self.n_outputs)
+        if self._cat_bits.shape[1]:
+            state["cat_bits"] = self._cat_bits[: self.node_count].copy()
         return state
 
     @classmethod
@@ -317,6 +393,13 @@ class Tree:
                 raise ValueError(f"tree field {name!r} has shape {arr.shape}, expected ({n},)")
             tree._arrays[name][:n] = arr
         tree._value[:n] = value
+        bits = state.get("cat_bits")
+        if bits is not None and np.asarray(bits).size:
+            bits = np.asarray(bits, dtype=CAT_BITS_DTYPE)
+            if bits.shape != (n, CAT_WORDS):
+                raise ValueError(f"tree field 'cat_bits' has shape {bits.shape}, expected ({n}, {CAT_WORDS})")
+            tree._widen_cat_bits()
+            tree._cat_bits[:n] = bits
         tree.node_count = n
         return tree
 
@@ -348,6 +431,8 @@ class Tree:
             raise ValueError(f"tree value has {value.shape[1]} columns but n_outputs is {n_outputs}")
         n = len(state["feature"]) if isinstance(state["feature"], np.ndarray) and state["feature"].ndim == 1 else 0
         packed = {name: state[name] for name in list(NODE_FIELDS) + ["value"]}
+        if "cat_bits" in state:
+            packed["cat_bits"] = state["cat_bits"]
         packed["tree_offsets"] = np.array([0, n], dtype=np.int64)
         validate_packed(packed, n_features, bin_thresholds, what="tree")
 
@@ -366,6 +451,8 @@ class Tree:
         if not isinstance(other, Tree):
             return NotImplemented
         a, b = self.to_arrays(), other.to_arrays()
+        if a.keys() != b.keys():
+            return False
         return all(np.array_equal(a[k], b[k], equal_nan=(np.asarray(a[k]).dtype.kind == "f"))
                    if isinstance(a[k], np.ndarray) else a[k] == b[k] for k in a)
 
@@ -399,7 +486,9 @@ def pack_trees(trees):
     dict
         Every field of ``NODE_FIELDS`` concatenated (shape ``(n_total_nodes,)``), with
         ``left`` / ``right`` rewritten to packed ids (``-1`` stays for leaves);
-        ``"value"`` of shape ``(n_total_nodes, n_outputs)``; ``"tree_offsets"`` int64
+        ``"value"`` of shape ``(n_total_nodes, n_outputs)``; ``"cat_bits"`` uint64 of
+        shape ``(n_total_nodes, CAT_WORDS)`` when any tree has a categorical split
+        (absent otherwise, as in files written before them); ``"tree_offsets"`` int64
         of shape ``(n_trees + 1,)`` (tree ``t`` owns packed nodes
         ``tree_offsets[t]:tree_offsets[t+1]``, its root is ``tree_offsets[t]``).
     """
@@ -420,8 +509,32 @@ def pack_trees(trees):
         child = packed[name]
         packed[name] = np.where(child >= 0, child + shift, child).astype(np.int32)
     packed["value"] = np.ascontiguousarray(np.concatenate([t.value for t in trees], axis=0))
+    if any(t.cat_bits.shape[1] for t in trees):
+        packed["cat_bits"] = stacked_cat_bits(trees)
     packed["tree_offsets"] = offsets
     return packed
+
+
+def stacked_cat_bits(trees):
+    """The trees' ``cat_bits`` concatenated (packed node order), ``(n_nodes, 0)`` when none has any."""
+    if not any(t.cat_bits.shape[1] for t in trees):
+        return np.zeros((sum(t.node_count for t in trees), 0), dtype=CAT_BITS_DTYPE)
+    return np.ascontiguousarray(np.concatenate(
+        [t.cat_bits if t.cat_bits.shape[1] else np.zeros((t.node_count, CAT_WORDS), CAT_BITS_DTYPE)
+         for t in trees], axis=0))
+
+
+def packed_cat_bits(packed):
+    """The packed forest's ``cat_bits``, width 0 when it has none (kernels take this)."""
+    bits = packed.get("cat_bits")
+    if bits is None:
+        return np.zeros((packed["feature"].shape[0], 0), dtype=CAT_BITS_DTYPE)
+    return bits
+
+
+def has_categorical_splits(packed):
+    """Whether any node of a packed forest splits on a category set."""
+    return bool(((packed["bin_threshold"] == CATEGORICAL_SPLIT) & (packed["feature"] >= 0)).any())
 
 
 def unpack_trees(packed):
@@ -440,6 +553,8 @@ def unpack_trees(packed):
             c = state[name].astype(np.int64)
             state[name] = np.where(c >= 0, c - lo, c).astype(np.int32)
         state["value"] = np.asarray(packed["value"][lo:hi])
+        if "cat_bits" in packed:
+            state["cat_bits"] = np.asarray(packed["cat_bits"][lo:hi])
         trees.append(Tree.from_arrays(state))
     return trees
 
@@ -491,6 +606,9 @@ def validate_packed(packed, n_features=None, bin_thresholds=None, n_outputs=None
         arr = packed[name]
         if not isinstance(arr, np.ndarray) or arr.dtype != np.dtype(dt):
             raise ValueError(f"{what}: {name!r} must be a {np.dtype(dt)} array, got {_describe(arr)}")
+    bits = packed.get("cat_bits")
+    if bits is not None and (not isinstance(bits, np.ndarray) or bits.dtype != np.dtype(CAT_BITS_DTYPE)):
+        raise ValueError(f"{what}: 'cat_bits' must be a uint64 array, got {_describe(bits)}")
     feature = packed["feature"]
     if feature.ndim != 1:
         raise ValueError(f"{what}: 'feature' must be 1-D, got shape {feature.shape}")
@@ -498,6 +616,8 @@ def validate_packed(packed, n_features=None, bin_thresholds=None, n_outputs=None
     for name in NODE_FIELDS:
         if packed[name].shape != (n,):
             raise ValueError(f"{what}: {name!r} has shape {packed[name].shape}, expected ({n},) like 'feature'")
+    if bits is not None and bits.shape != (n, CAT_WORDS):
+        raise ValueError(f"{what}: 'cat_bits' has shape {bits.shape}, expected ({n}, {CAT_WORDS})")
     value = packed["value"]
     if value.ndim != 2 or value.shape[0] != n or value.shape[1] < 1:
         raise ValueError(f"{what}: 'value' has shape {value.shape}, expected ({n}, n_outputs >= 1)")
@@ -509,6 +629,36 @@ def validate_packed(packed, n_features=None, bin_thresholds=None, n_outputs=None
         raise ValueError(f"{what}: 'tree_offsets' must rise strictly from 0 to the node count {n} "
                          f"(every tree has a root), got {offsets[:8].tolist()}{'...' if offsets.size > 8 else ''}")
     _check_structure(packed, offsets, n_features, bin_thresholds, what)
+
+
+def validate_categorical(packed, categorical, what="forest"):
+    """Check a packed forest's categorical splits against the features' kinds.
+
+    Parameters
+    ----------
+    packed : dict
+        Already passed :func:`validate_packed`.
+    categorical : ndarray of bool, shape (n_features,) or None
+        Which features are categorical (the bin mapper's ``categorical_``); None: none.
+
+    Raises
+    ------
+    ValueError
+        A categorical split on a numeric feature or a numeric split on a categorical one.
+    """
+    feature = packed["feature"].astype(np.int64)
+    split = feature >= 0
+    is_cat = split & (packed["bin_threshold"] == CATEGORICAL_SPLIT)
+    kinds = np.zeros(int(feature.max(initial=0)) + 1, dtype=bool)
+    if categorical is not None:
+        kinds[:min(len(categorical), len(kinds))] = np.asarray(categorical, dtype=bool)[:len(kinds)]
+    f = np.where(split, feature, 0)
+    bad = split & (is_cat != kinds[f])
+    if bad.any():
+        node = int(np.flatnonzero(bad)[0])
+        kind = "categorical" if is_cat[node] else "numeric"
+        raise ValueError(f"{what}: node {node} makes a {kind} split on feature {feature[node]}, which is "
+                         f"{'categorical' if kinds[feature[node]] else 'numeric'}")
 
 
 def _check_structure(packed, offsets, n_features, bin_thresholds, what):
@@ -560,11 +710,35 @@ def _check_structure(packed, offsets, n_features, bin_thresholds, what):
             fail(bad, lambda i: f"splits on feature {feature[i]}, but the model has {n_features} features")
     bins = packed["bin_threshold"].astype(np.int64)
     threshold = packed["threshold"]
-    bad = split & (bins < 0)
+    categorical = split & (bins == CATEGORICAL_SPLIT)
+    bad = split & (bins < 0) & ~categorical
     if bad.any():
         fail(bad, lambda i: f"bin threshold {bins[i]} is negative")
+    if categorical.any():
+        bits = packed.get("cat_bits")
+        if bits is None:
+            fail(categorical, lambda i: "categorical split without a 'cat_bits' bitset")
+        bad = categorical & ~np.isnan(threshold)
+        if bad.any():
+            fail(bad, lambda i: f"categorical split with a raw threshold {float(threshold[i])!r} (must be NaN)")
+        bad = categorical & ~(bits != 0).any(axis=1)
+        if bad.any():
+            fail(bad, lambda i: "categorical split sends no category left")
+        if bin_thresholds is not None:
+            n_value = np.array([len(t) + 1 for t in bin_thresholds], dtype=np.int64)
+            f = np.where(categorical, feature, 0)
+            f = np.minimum(f, len(n_value) - 1)
+            words = np.arange(bits.shape[1], dtype=np.int64)[None, :] * 64
+            room = np.clip(n_value[f][:, None] - words, 0, 64)
+            allowed = np.where(room >= 64, np.uint64(0xFFFFFFFFFFFFFFFF),
+                               (np.uint64(1) << room.astype(np.uint64)) - np.uint64(1))
+            bad = categorical & ((bits & ~allowed) != 0).any(axis=1)
+            if bad.any():
+                fail(bad, lambda i: f"categorical split sends bins beyond the {n_value[feature[i]]} value bins of "
+                                    f"feature {feature[i]} left")
+    numeric = split & ~categorical
     if bin_thresholds is None:
-        bad = split & np.isnan(threshold)
+        bad = numeric & np.isnan(threshold)
         if bad.any():
             fail(bad, lambda i: "split threshold is NaN")
     else:
@@ -573,8 +747,8 @@ def _check_structure(packed, offsets, n_features, bin_thresholds, what):
         if bad.any():
             fail(bad, lambda i: f"splits on feature {feature[i]}, but the bin mapper has {len(edges)} features")
         f = np.where(split, feature, 0)
-        b = np.where(split, bins, 0)
-        bad = split & (b > edges[f])
+        b = np.where(numeric, bins, 0)
+        bad = numeric & (b > edges[f])
         if bad.any():
             fail(bad, lambda i: f"bin threshold {bins[i]} is not a value bin of feature {feature[i]} "
                                 f"({edges[feature[i]] + 1} value bins)")
@@ -582,7 +756,7 @@ def _check_structure(packed, offsets, n_features, bin_thresholds, what):
         for j, t in enumerate(bin_thresholds):
             table[j, :len(t)] = t
         upper = table[f, b]
-        bad = split & (threshold != upper)
+        bad = numeric & (threshold != upper)
         if bad.any():
             fail(bad, lambda i: f"threshold {float(threshold[i])!r} is not the upper edge {float(upper[i])!r} of its "
                                 f"bin {bins[i]} (feature {feature[i]})")

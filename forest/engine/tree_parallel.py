@@ -67,7 +67,9 @@ class TreeParallelFinisher:
     def _grow(self, binned, channels, rows, starts, t_tree, t_node, t_depth, trees):
         tree_next = np.array([t.node_count for t in trees], dtype=np.int64)
         return grow_subtrees(binned, channels, rows, starts, t_tree, t_node, t_depth, tree_next, self.tree_indices,
-                             self.compiled, self.bin_info.missing_bin, **self.kwargs)
+                             self.compiled, self.bin_info.missing_bin,
+                             categorical=self.bin_info.categorical if self.bin_info.any_categorical else None,
+                             **self.kwargs)
 
     def finish(self, trees, rows, t_tree, t_node, t_depth, t_lo, t_hi, t_count):
         """Grow the subtrees of nodes ``(t_tree, t_node)`` (tree-sorted) owning ``rows[t_lo:t_hi]``."""
@@ -169,6 +171,6 @@ class TreeParallelFinisher:
         owner = np.repeat(np.arange(len(trees)), np.diff(recs.tree_starts))
         lids = record_splits(trees, self.criterion, owner, ints[:, REC_NODE], floats[:, 1:1 + c], floats[:, 1 + c:],
                              ints[:, REC_DEPTH], ints[:, REC_FEATURE], ints[:, REC_BIN], ints[:, REC_MISSING_LEFT],
-                             floats[:, 0], self.bin_info)
+                             floats[:, 0], self.bin_info, recs.cat_bits() if self.bin_info.any_categorical else None)
         if not np.array_equal(lids, ints[:, REC_LEFT]):
             raise RuntimeError("local growth and the trees disagree on node ids")

@@ -95,6 +95,13 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
     nuisance_estimators : int or None, default None
         Trees of each centering forest; ``None`` is ``max(50, n_estimators // 4)``.
     batch_size : int or None, default None
+    categorical_features : "from_dtype", list of str or int, array-like of bool, or None, default "from_dtype"
+        Columns split by category subsets instead of thresholds (README, "Categorical
+        features"): ``"from_dtype"`` takes pandas ``category`` and string columns, object
+        columns of strings and Arrow ``dictionary``/string columns; or name them, give their
+        indices or a boolean mask; ``None``: every column is numeric. A category unseen in
+        training goes where missing values go. ``is_categorical_`` and ``category_coder_``
+        record them.
     random_state : int or None, default None (means 0)
     equalize_cluster_weights : bool, default False
         With ``clusters`` in ``fit`` (grf's rule): trees take ``min(cluster size)``
@@ -149,8 +156,9 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
                  treatment_type="auto", nuisance_estimators=None, batch_size=None, random_state=None,
-                 equalize_cluster_weights=False, warm_start=False):
+                 equalize_cluster_weights=False, warm_start=False, categorical_features="from_dtype"):
         self.n_estimators = n_estimators
+        self.categorical_features = categorical_features
         self.max_samples = max_samples
         self.honest = honest
         self.honesty_fraction = honesty_fraction
@@ -208,7 +216,7 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
                          t_hat=None if t_hat is None else t_hat.shape[1:],
                          moments=moment_sums(g, Y, as_columns(t)), weights=weight_range(g), **feature_summary(self))
         summaries = checks.summaries
-        agreed_features(summaries)
+        agreed_features(summaries, self)
         require_same(summaries, "outputs", lambda s: f"y has shape (n, {s[0]})" if s else "y is 1-D")
         require_same(summaries, "t_shape", lambda s: f"t has shape (n, {s[0]})" if s else "t is 1-D")
         n_global = total(summaries, "rows")

@@ -100,7 +100,9 @@ class _BaseGBDT(EstimatorBase):
                  min_samples_leaf=20, l2_regularization=0.0, min_child_weight=1e-3, min_gain_to_split=0.0,
                  max_bins=255, early_stopping="auto", validation_fraction=0.1, n_iter_no_change=10, tol=1e-7,
                  random_state=None, n_threads=None, backend="auto", split_mode="allreduce", warm_start=False,
-                 quantized=False, quantized_bins=4):
+                 quantized=False, quantized_bins=4, categorical_features="from_dtype", cat_smooth=10.0):
+        self.categorical_features = categorical_features
+        self.cat_smooth = cat_smooth
         self.learning_rate = learning_rate
         self.n_estimators = n_estimators
         self.max_leaf_nodes = max_leaf_nodes
@@ -147,7 +149,9 @@ class _BaseGBDT(EstimatorBase):
                                       "quantized_bins"),
                           optional_ints=("max_leaf_nodes", "max_depth", "n_threads"),
                           reals=("learning_rate", "l2_regularization", "min_child_weight", "min_gain_to_split",
-                                 "validation_fraction", "tol"))
+                                 "validation_fraction", "tol", "cat_smooth"))
+        need(np.isfinite(self.cat_smooth) and self.cat_smooth >= 0,
+             f"cat_smooth must be a finite number >= 0, got {self.cat_smooth!r}")
         need(self.backend in BACKENDS, f"backend must be one of {BACKENDS}, got {self.backend!r}")
         need(self.split_mode in SPLIT_MODES, f"split_mode must be one of {SPLIT_MODES}, got {self.split_mode!r}")
         self._check_random_state()
@@ -250,7 +254,7 @@ class _BaseGBDT(EstimatorBase):
             checks.share(rows=n, labels=np.unique(y) if classifier else None,
                          moments=moment_sums(w, None if classifier else y), **feature_summary(self))
         summaries = checks.summaries
-        agreed_features(summaries)
+        agreed_features(summaries, self)
         check_row_count(self, total(summaries, "rows"), 1, comm.size)
         moments = total(summaries, "moments")
         check_weight_total(moments[0])  # sum |w| = sum w: weights are non-negative
@@ -323,7 +327,8 @@ class _BaseGBDT(EstimatorBase):
         if binned is None:
             with phase("binning"):
                 mapper = self.bin_mapper_ if warm else \
-                    BinMapper(max_bins=int(self.max_bins), random_state=seed).fit(X, comm=comm)
+                    BinMapper(max_bins=int(self.max_bins), random_state=seed).fit(
+                        X, comm=comm, categorical=getattr(self, "is_categorical_", None))
                 codes = mapper.transform(X)
         else:
             mapper, codes = binned
@@ -364,7 +369,8 @@ class _BaseGBDT(EstimatorBase):
         raw = np.tile(self.baseline_, (len(y_tr), 1))
         if trees:
             predict_values_binned(pack_trees(trees), binned_tr, mapper.missing_bin_, out=raw)
-        criterion = NewtonCriterion(k, self.l2_regularization, self.min_samples_leaf, self.min_child_weight)
+        criterion = NewtonCriterion(k, self.l2_regularization, self.min_samples_leaf, self.min_child_weight,
+                                    float(self.cat_smooth))
         grower = LeafwiseGrower(binned_tr, self.bin_mapper_, criterion, max_leaf_nodes=self.max_leaf_nodes,
                                 max_depth=self.max_depth, min_gain=self.min_gain_to_split, comm=comm,
                                 backend=self.backend, split_mode=self.split_mode, quantized=bool(self.quantized))
@@ -539,6 +545,16 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
     n_iter_no_change : int, default 10
     tol : float, default 1e-7
         Relative improvement of the validation loss that counts as progress.
+    categorical_features : "from_dtype", list of str or int, array-like of bool, or None, default "from_dtype"
+        Columns split by category subsets instead of thresholds (README, "Categorical
+        features"): ``"from_dtype"`` takes pandas ``category`` and string columns, object
+        columns of strings and Arrow ``dictionary``/string columns; or name them, give their
+        indices or a boolean mask; ``None``: every column is numeric. A category unseen in
+        training goes where missing values go. ``is_categorical_`` and ``category_coder_``
+        record them.
+    cat_smooth : float, default 10.0
+        Added to a category's hessian sum when categories are ordered for a split
+        (LightGBM's ``cat_smooth``): a category of few rows does not sort to an end on noise.
     random_state : int in [0, 2**32 - 1], RandomState or None
         Seeds binning subsample and validation split (what scikit-learn's
         ``check_random_state`` accepts).

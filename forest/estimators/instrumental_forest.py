@@ -90,6 +90,13 @@ class InstrumentalForest(EffectForestBase):
         Trees of each centering forest (of ``y``, ``t`` and ``z``); ``None`` is
         ``max(50, n_estimators // 4)``.
     batch_size : int or None, default None
+    categorical_features : "from_dtype", list of str or int, array-like of bool, or None, default "from_dtype"
+        Columns split by category subsets instead of thresholds (README, "Categorical
+        features"): ``"from_dtype"`` takes pandas ``category`` and string columns, object
+        columns of strings and Arrow ``dictionary``/string columns; or name them, give their
+        indices or a boolean mask; ``None``: every column is numeric. A category unseen in
+        training goes where missing values go. ``is_categorical_`` and ``category_coder_``
+        record them.
     random_state : int or None, default None (means 0)
     equalize_cluster_weights : bool, default False
         With ``clusters`` in ``fit``: trees take ``min(cluster size)`` rows of each
@@ -125,8 +132,9 @@ class InstrumentalForest(EffectForestBase):
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
                  nuisance_estimators=None, batch_size=None, random_state=None, equalize_cluster_weights=False,
-                 warm_start=False):
+                 warm_start=False, categorical_features="from_dtype"):
         self.n_estimators = n_estimators
+        self.categorical_features = categorical_features
         self.max_samples = max_samples
         self.honest = honest
         self.honesty_fraction = honesty_fraction
@@ -191,7 +199,7 @@ class InstrumentalForest(EffectForestBase):
             checks.share(rows=n, ranges={k: _value_range(v) for k, v in values.items()},
                          overflow=_overflow_sums(g, values["y"], values["t"], values["z"]), **feature_summary(self))
         summaries = checks.summaries
-        agreed_features(summaries)
+        agreed_features(summaries, self)
         n_global = total(summaries, "rows")
         check_row_count(self, n_global, 4, comm.size)
         for name, what in _VARIABLES:

@@ -258,6 +258,13 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
         not report variances).
     batch_size : int or None, default None
         Trees grown together level by level (``None``: chosen from a memory budget).
+    categorical_features : "from_dtype", list of str or int, array-like of bool, or None, default "from_dtype"
+        Columns split by category subsets instead of thresholds (README, "Categorical
+        features"): ``"from_dtype"`` takes pandas ``category`` and string columns, object
+        columns of strings and Arrow ``dictionary``/string columns; or name them, give their
+        indices or a boolean mask; ``None``: every column is numeric. A category unseen in
+        training goes where missing values go. ``is_categorical_`` and ``category_coder_``
+        record them.
     random_state : int or None, default None (means 0)
     equalize_cluster_weights : bool, default False
         With ``clusters`` in ``fit``: trees take ``min(cluster size)`` rows of each
@@ -300,8 +307,10 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, max_bins=255, ci_group_size=1, batch_size=None,
-                 random_state=None, equalize_cluster_weights=False, warm_start=False):
+                 random_state=None, equalize_cluster_weights=False, warm_start=False,
+                 categorical_features="from_dtype"):
         self.n_estimators = n_estimators
+        self.categorical_features = categorical_features
         self.max_samples = max_samples
         self.honest = honest
         self.honesty_fraction = honesty_fraction
@@ -460,7 +469,7 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
             checks.share(rows=n, outputs=y.shape[1:], moments=moment_sums(g, y), y_range=target_range(as_columns(y)),
                          weights=weight_range(g), **feature_summary(self))
         summaries = checks.summaries
-        agreed_features(summaries)
+        agreed_features(summaries, self)
         require_same(summaries, "outputs", lambda s: f"y has shape (n, {s[0]})" if s else "y is 1-D")
         n_global = total(summaries, "rows")
         check_row_count(self, n_global, 2, comm.size)

@@ -67,7 +67,7 @@ def begin_forest(est, X, codes_given, n_features, seed, comm, clustered=False):
     elif codes_given is not None:
         mapper, codes = codes_given
     else:
-        mapper, codes = fit_binning(X, est.max_bins, seed, comm)
+        mapper, codes = fit_binning(X, est.max_bins, seed, comm, getattr(est, "is_categorical_", None))
     return sampling, earlier, mapper, codes
 
 

@@ -28,7 +28,8 @@ from histogram.binning import BinMapper
 from forest.criteria.causal import CausalChannels
 from forest.criteria.instrumental import InstrumentalChannels
 from forest.io.training_rows import validate_signature
-from forest.engine.tree import Tree, pack_trees, validate_packed
+from forest.engine.tree import Tree, pack_trees, validate_categorical, validate_packed
+from histogram.categories import CategoryCoder
 
 
 class ContentMismatch(ValueError):
@@ -122,11 +123,37 @@ def _bin_thresholds(est, n_features):
     BinMapper.validate_state(mapper.get_state())
     if mapper.n_features_in_ != n_features:
         raise ValueError(f"the bin mapper has {mapper.n_features_in_} features, the model {n_features}")
+    _check_categories(est, mapper, n_features)
     return mapper.bin_thresholds_
+
+
+def _check_categories(est, mapper, n_features):
+    """The category coder, the estimator's ``is_categorical_`` and the bin mapper agree."""
+    coder = vars(est).get("category_coder_")
+    marked = np.flatnonzero(getattr(mapper, "categorical_", np.zeros(n_features, bool)))
+    if coder is None:
+        if len(marked):
+            raise ValueError(f"the bin mapper marks features {marked.tolist()} categorical, but the model has no "
+                             "category_coder_")
+        return
+    if not isinstance(coder, CategoryCoder):
+        raise ValueError(f"category_coder_ must be a CategoryCoder, got {type(coder).__name__}")
+    CategoryCoder.validate_state(coder.get_state())
+    if coder.n_features_in_ != n_features or not np.array_equal(coder.columns_, marked):
+        raise ValueError(f"category_coder_ codes features {coder.columns_.tolist()}, the bin mapper marks "
+                         f"{marked.tolist()} categorical")
+    if not np.array_equal(mapper.n_bins_non_missing_[marked], coder.n_codes_):
+        raise ValueError("category_coder_'s code counts differ from the bin mapper's value bins")
+
+
+def _categorical_features(est):
+    mapper = vars(est).get("bin_mapper_")
+    return getattr(mapper, "categorical_", None)
 
 
 def _forest(est, name, n_features, bins, width):
     validate_packed(vars(est)[name], n_features, bins, width, what=name)
+    validate_categorical(vars(est)[name], _categorical_features(est), what=name)
 
 
 # ------------------------------------------------------------------ gradient boosting
@@ -150,6 +177,7 @@ def _check_gbdt(est, n_outputs_of):
     for i, tree in enumerate(trees):
         try:
             tree.validate(n_features, bins)
+            validate_categorical(pack_trees([tree]), _categorical_features(est))
         except ValueError as exc:
             raise ValueError(f"trees_[{i}]: {exc}") from None
         if tree.n_outputs != k:

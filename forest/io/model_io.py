@@ -87,6 +87,7 @@ import zipfile
 import numpy as np
 
 from histogram.binning import BinMapper
+from histogram.categories import CategoryCoder
 
 from forest.engine.tree import Tree
 from forest.io.model_checks import ContentMismatch, check_estimator  # noqa: F401 (ContentMismatch re-exported)
@@ -750,3 +751,4 @@ def _check_restored(obj, header):
 # The pieces of fitted state below the estimators; estimators register themselves.
 register(Tree, name="forest.tree.Tree")
 register(BinMapper)
+register(CategoryCoder)

@@ -98,6 +98,13 @@ class PolicyTree(EstimatorBase):
     exchange : {"auto", "rows", "tables"}, default "auto"
         How ranks share the depth-2/3 search (:mod:`forest.policy.exact`); the tree is
         the same for every choice.
+    categorical_features : "from_dtype", list of str or int, array-like of bool, or None, default "from_dtype"
+        Columns split by category subsets instead of thresholds (README, "Categorical
+        features"): ``"from_dtype"`` takes pandas ``category`` and string columns, object
+        columns of strings and Arrow ``dictionary``/string columns; or name them, give their
+        indices or a boolean mask; ``None``: every column is numeric. A category unseen in
+        training goes where missing values go. ``is_categorical_`` and ``category_coder_``
+        record them.
     random_state : int or None, default None (means 0)
         Seed of the binning sample.
 
@@ -129,8 +136,10 @@ class PolicyTree(EstimatorBase):
         ``fixed_point_exponent``.
     """
 
-    def __init__(self, max_depth=2, *, min_samples_leaf=1, max_bins=None, exchange="auto", random_state=None):
+    def __init__(self, max_depth=2, *, min_samples_leaf=1, max_bins=None, exchange="auto", random_state=None,
+                 categorical_features="from_dtype"):
         self.max_depth = max_depth
+        self.categorical_features = categorical_features
         self.min_samples_leaf = min_samples_leaf
         self.max_bins = max_bins
         self.exchange = exchange
@@ -186,13 +195,18 @@ class PolicyTree(EstimatorBase):
             R = check_rewards(rewards, n)
             g = check_weight(sample_weight, n)
             checks.share(actions=R.shape[1], **feature_summary(self))
-        agreed_features(checks.summaries)
+        agreed_features(checks.summaries, self)
+        if getattr(self, "is_categorical_", np.zeros(0, bool)).any():
+            names = getattr(self, "feature_names_in_", None)
+            cols = [str(names[f]) if names is not None else int(f) for f in np.flatnonzero(self.is_categorical_)]
+            raise ValueError(f"PolicyTree does not split categorical columns yet ({cols}); pass "
+                             "categorical_features=None with numeric codes, or one-hot columns")
         require_same(checks.summaries, "actions", lambda a: f"rewards have {a} actions")
         bytes_before = STATS.bytes_sent
         _, n_global = global_ids(comm, n)
         if n_global == 0:
             raise ValueError("no rows on any rank")
-        mapper, codes = fit_binning(X, bins, seed, comm)
+        mapper, codes = fit_binning(X, bins, seed, comm, getattr(self, "is_categorical_", None))
         missing = np.count_nonzero(codes == mapper.missing_bin_, axis=1).astype(np.int64)
         if comm.size > 1:
             missing = col.allreduce(comm, missing)

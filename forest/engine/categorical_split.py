@@ -1,0 +1,139 @@
+"""Category-subset splits: order a node's categories, scan the order, keep the prefix.
+
+This module owns how a split on a categorical feature is searched in the histogram
+paths (the level-wise search of :mod:`forest.engine.splitting` and the subtree kernel of
+:mod:`forest.engine.local_growth`) and how the chosen subset is written down.
+
+The rule
+    A categorical feature's value bins are its categories (:mod:`histogram.categories`).
+    At a node, the categories holding rows are sorted by the criterion's per-category
+    key (``Criterion.category_keys``, compiled as the ``bin_key`` piece of
+    :mod:`forest.criteria.compiled`: the mean outcome, the mean GRF pseudo-outcome, the
+    gradient over the smoothed hessian), ties by code; categories without rows at the
+    node follow in code order. The node's histogram of that feature is permuted into
+    this order and searched exactly as a numeric feature's (same candidates, missing
+    bin on either side, same tie rule): threshold ``b`` in the permuted order sends the
+    categories ``order[0..b]`` left. For a variance criterion with one target (and a
+    binary outcome) the best subset is a prefix of the mean order (Fisher 1958), so the
+    search is exact; for the causal criteria it is exact for the regression on the
+    pseudo-outcome the gain scores; otherwise (several outputs, boosting's Newton
+    gain) it is LightGBM's sorted scan.
+Writing it down
+    The subset becomes a bitset over value bins (:func:`forest.engine.tree.cat_bitset`)
+    and the node's ``bin_threshold`` :data:`forest.engine.tree.CATEGORICAL_SPLIT`.
+    Categories without rows at the node go right: a category never seen in training
+    arrives as missing (NaN) and follows ``missing_left``.
+Determinism
+    Keys are computed from the reduced (rank-count independent) histograms, the sort
+    is stable, so every rank and rank count chooses the same subset.
+
+:func:`category_orders` and :func:`permute_categories` are the NumPy forms used by the
+level-wise search; :func:`left_bitsets` turns chosen thresholds into bitsets.
+"""
+import numpy as np
+
+from forest.engine.tree import CAT_BITS_DTYPE, CAT_WORDS, CATEGORICAL_SPLIT
+
+
+def category_orders(stats, keys):
+    """Scan order of each node's categories.
+
+    Parameters
+    ----------
+    stats : ndarray of float64, shape (N, F, B, C)
+        Per-category channel sums (value bins only) of ``F`` categorical features.
+    keys : ndarray of float64, shape (N, F, B)
+        The criterion's key of every category.
+
+    Returns
+    -------
+    ndarray of int64, shape (N, F, B)
+        Categories with rows at the node (some channel non-zero) by increasing key,
+        ties by code, then the empty ones in code order.
+    """
+    empty = ~(stats != 0.0).any(axis=-1)
+    keys = np.where(empty | ~np.isfinite(keys), np.inf, keys)
+    codes = np.broadcast_to(np.arange(stats.shape[2]), keys.shape)
+    # lexsort sorts by the last key first: emptiness, then key, then code.
+    flat = np.lexsort((codes.reshape(-1, keys.shape[-1]), keys.reshape(-1, keys.shape[-1]),
+                       empty.reshape(-1, keys.shape[-1])), axis=-1)
+    return flat.reshape(keys.shape).astype(np.int64)
+
+
+def permute_categories(hist, categorical, keys_fn):
+    """Histograms with each categorical feature's value bins in scan order.
+
+    Parameters
+    ----------
+    hist : ndarray of float64, shape (N, F, B + 1, C)
+        Reduced histograms, the last bin the missing one.
+    categorical : ndarray of bool, shape (F,)
+    keys_fn : callable
+        ``keys_fn(stats (N, Fc, B, C)) -> (N, Fc, B)`` category keys.
+
+    Returns
+    -------
+    permuted : ndarray of float64, shape (N, F, B + 1, C)
+        A copy (``hist`` itself when no feature is categorical).
+    orders : ndarray of int64, shape (N, Fc, B)
+        Scan order of each categorical feature (:func:`category_orders`).
+    cat_index : ndarray of int64, shape (Fc,)
+        Which features of ``hist`` they are.
+    """
+    cat_index = np.flatnonzero(np.asarray(categorical, dtype=bool))
+    if len(cat_index) == 0:
+        return hist, np.zeros(hist.shape[:1] + (0, hist.shape[2] - 1), dtype=np.int64), cat_index
+    nv = hist.shape[2] - 1
+    stats = hist[:, cat_index, :nv, :]
+    orders = category_orders(stats, np.asarray(keys_fn(stats), dtype=np.float64))
+    permuted = hist.copy()
+    permuted[:, cat_index, :nv, :] = np.take_along_axis(stats, orders[..., None], axis=2)
+    return permuted, orders, cat_index
+
+
+def left_bitsets(orders, cat_index, feature, bins):
+    """Bitsets of the chosen splits, and their ``bin_threshold`` values.
+
+    Parameters
+    ----------
+    orders, cat_index
+        From :func:`permute_categories`.
+    feature : ndarray of int, shape (N,)
+        Chosen feature per node (index into ``hist``'s features; ``< 0``: no split).
+    bins : ndarray of int, shape (N,)
+        Chosen threshold in the (permuted) bin order.
+
+    Returns
+    -------
+    bits : ndarray of uint64, shape (N, CAT_WORDS)
+        The left categories of categorical splits, zero elsewhere.
+    bin_threshold : ndarray of int32, shape (N,)
+        ``bins``, with :data:`forest.engine.tree.CATEGORICAL_SPLIT` at categorical splits.
+    """
+    n = len(feature)
+    bits = np.zeros((n, CAT_WORDS), dtype=CAT_BITS_DTYPE)
+    out_bins = np.asarray(bins, dtype=np.int32).copy()
+    position = {int(f): j for j, f in enumerate(cat_index)}
+    for node in range(n):
+        j = position.get(int(feature[node]))
+        if j is None:
+            continue
+        chosen = orders[node, j, :int(bins[node]) + 1]
+        np.bitwise_or.at(bits[node], chosen >> 6, np.uint64(1) << (chosen & 63).astype(np.uint64))
+        out_bins[node] = CATEGORICAL_SPLIT
+    return bits, out_bins
+
+
+def bits_to_halves(bits):
+    """uint64 bitsets ``(n, W)`` as int64 32-bit halves ``(n, 2W)`` (exact in float64 records)."""
+    bits = np.asarray(bits, dtype=np.uint64)
+    out = np.empty((bits.shape[0], 2 * bits.shape[1]), dtype=np.int64)
+    out[:, 0::2] = (bits & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    out[:, 1::2] = (bits >> np.uint64(32)).astype(np.int64)
+    return out
+
+
+def halves_to_bits(halves):
+    """Inverse of :func:`bits_to_halves`."""
+    h = np.asarray(halves, dtype=np.int64).astype(np.uint64)
+    return (h[:, 0::2] | (h[:, 1::2] << np.uint64(32))).astype(np.uint64)
