@@ -188,7 +188,11 @@ def validate_features(estimator, X, *, reset, min_samples=1):
         return plain
     column = _non_numeric_column(X)
     if column is not None:
-        raise ValueError(f"X column {column[0]!r} is not numeric (type {column[1]}); encode it as numbers first")
+        if not reset:   # a fitted model without categorical columns (a coder would have taken it above)
+            raise ValueError(f"X column {column[0]!r} holds categories (type {column[1]}), but it was numeric when "
+                             "the model was fitted; pass it as numbers")
+        raise ValueError(f"X column {column[0]!r} is not numeric (type {column[1]}); mark it categorical "
+                         "(categorical_features) or encode it as numbers")
     return _validate_data(estimator, X, reset=reset, dtype=np.float64, order="C", ensure_all_finite="allow-nan",
                           ensure_min_samples=min_samples)
 
@@ -256,7 +260,7 @@ def finish_categories(estimator, summaries):
     del estimator._pending_categories
     names = getattr(estimator, "feature_names_in_", None)
     estimator.category_coder_ = ft.finish_fit(matrix, mask, local, [s["categories"] for s in summaries],
-                                              int(getattr(estimator, "max_bins", 255)),
+                                              int(getattr(estimator, "max_bins", None) or 255),
                                               None if names is None else [str(n) for n in names])
 
 

@@ -70,9 +70,12 @@ def _dtype_is_categorical(X, j):
         t = X.schema.types[j]
         return bool(pa.types.is_dictionary(t) or pa.types.is_string(t) or pa.types.is_large_string(t))
     if _is_pandas(X):
+        import pandas as pd
+
         dt = X.dtypes.iloc[j]
         name = str(dt)
-        if name == "category" or name.startswith("string"):
+        # pandas 3 names its default string dtype "str", earlier ones "string[...]"
+        if name == "category" or isinstance(dt, pd.StringDtype) or name.startswith("string"):
             return True
         if name == "object":
             return _holds_strings(X.iloc[:, j].to_numpy())
