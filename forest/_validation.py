@@ -109,6 +109,8 @@ def _non_numeric_column(X):
         for name, dt in zip(X.columns, X.dtypes):
             if _numeric_dtype(dt):
                 continue
+            if getattr(dt, "kind", "") in "Mm" and getattr(dt, "kind", ""):   # dates and durations
+                return str(name), str(dt)
             try:  # object columns may still hold numbers; scikit-learn accepts those
                 X[name].to_numpy(dtype=np.float64, na_value=np.nan)
             except (TypeError, ValueError):
@@ -181,6 +183,11 @@ def validate_features(estimator, X, *, reset, min_samples=1):
     categorical = _categorical_features(estimator, X, reset, min_samples)
     if categorical is not None:
         return categorical
+    return _numeric_features(estimator, X, reset, min_samples)
+
+
+def _numeric_features(estimator, X, reset, min_samples):
+    """``validate_features`` for a matrix or table of numbers."""
     plain = _plain_features(estimator, X, reset, min_samples)
     if plain is None:
         plain = _plain_table(estimator, X, reset, min_samples)
@@ -211,15 +218,24 @@ def _categorical_features(estimator, X, reset, min_samples):
         for name in ("category_coder_", "_pending_categories"):
             if hasattr(estimator, name):
                 delattr(estimator, name)
+        if hasattr(estimator, "is_categorical_"):
+            del estimator.is_categorical_
         spec = getattr(estimator, "categorical_features", None)
+        table = _is_pandas(X) or _is_arrow(X)
+        if spec is None or (isinstance(spec, str) and not table and not (
+                isinstance(X, np.ndarray) and X.dtype.kind in "OU")):
+            return None     # numbers only: validate_features' own paths (any array-like scikit-learn takes)
+        if not table:
+            X = np.asarray(X)
+            if X.ndim != 2:
+                return None
         n_features = ft.n_columns(X)
-        if spec is None or n_features == 0:
-            estimator.is_categorical_ = np.zeros(max(n_features, 0), dtype=bool)
+        if n_features == 0:
             return None
         mask = ft.categorical_mask(spec, X, n_features)
-        estimator.is_categorical_ = mask
         if not mask.any():
             return None
+        estimator.is_categorical_ = mask
         matrix, summaries = ft.fit_columns(X, mask)
         _check_rows(estimator, matrix, min_samples)
         estimator.n_features_in_ = n_features

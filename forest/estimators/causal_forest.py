@@ -100,8 +100,8 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
         features"): ``"from_dtype"`` takes pandas ``category`` and string columns, object
         columns of strings and Arrow ``dictionary``/string columns; or name them, give their
         indices or a boolean mask; ``None``: every column is numeric. A category unseen in
-        training goes where missing values go. ``is_categorical_`` and ``category_coder_``
-        record them.
+        training goes where missing values go. ``is_categorical_`` and ``category_coder_`` (set when
+        there are categorical columns) record them.
     random_state : int or None, default None (means 0)
     equalize_cluster_weights : bool, default False
         With ``clusters`` in ``fit`` (grf's rule): trees take ``min(cluster size)``

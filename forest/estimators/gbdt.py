@@ -550,8 +550,8 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
         features"): ``"from_dtype"`` takes pandas ``category`` and string columns, object
         columns of strings and Arrow ``dictionary``/string columns; or name them, give their
         indices or a boolean mask; ``None``: every column is numeric. A category unseen in
-        training goes where missing values go. ``is_categorical_`` and ``category_coder_``
-        record them.
+        training goes where missing values go. ``is_categorical_`` and ``category_coder_`` (set when
+        there are categorical columns) record them.
     cat_smooth : float, default 10.0
         Added to a category's hessian sum when categories are ordered for a split
         (LightGBM's ``cat_smooth``): a category of few rows does not sort to an end on noise.

@@ -41,6 +41,19 @@ class ContentMismatch(ValueError):
     """
 
 
+#: Parameters added after model files of their estimators were first written: a file
+#: without one gets its default (the behaviour the older model had: it could not have
+#: been fitted on categorical columns, and ``cat_smooth`` only acts on them).
+ADDED_PARAMS = ("categorical_features", "cat_smooth")
+
+
+def _init_defaults(cls):
+    import inspect
+
+    return {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
 def check_estimator(est, check):
     """Check a restored estimator's parameters and fitted state.
 
@@ -67,6 +80,10 @@ def check_estimator(est, check):
     """
     if check is None:
         return  # a class registered by other code: its own business
+    defaults = _init_defaults(type(est))
+    for name in ADDED_PARAMS:
+        if name in defaults and name not in vars(est):
+            setattr(est, name, defaults[name])   # a file written before the parameter existed
     missing = [p for p in type(est)._get_param_names() if p not in vars(est)]
     if missing:
         raise ContentMismatch(f"it has no parameter {missing[0]!r}")

@@ -103,8 +103,8 @@ class PolicyTree(EstimatorBase):
         features"): ``"from_dtype"`` takes pandas ``category`` and string columns, object
         columns of strings and Arrow ``dictionary``/string columns; or name them, give their
         indices or a boolean mask; ``None``: every column is numeric. A category unseen in
-        training goes where missing values go. ``is_categorical_`` and ``category_coder_``
-        record them.
+        training goes where missing values go. ``is_categorical_`` and ``category_coder_`` (set when
+        there are categorical columns) record them.
     random_state : int or None, default None (means 0)
         Seed of the binning sample.
 

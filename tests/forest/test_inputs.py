@@ -122,10 +122,15 @@ def test_non_numeric_column_is_named(make):
     X, t, y = _design()
     df = _frame(X).assign(city=["Paris", "Oslo", "Rome"] * 100)
     with pytest.raises(ValueError, match="X column 'city' is not numeric"):
-        _fit(make(), df, t, y)
+        _fit(make().set_params(categorical_features=None), df, t, y)
     table = pa.table({"age": X[:, 0], "city": ["Paris", "Oslo", "Rome"] * 100})
     with pytest.raises(ValueError, match="X column 'city' is not numeric"):
-        _fit(make(), table, t, y)
+        _fit(make().set_params(categorical_features=None), table, t, y)
+    # by default a string column is categorical (issue 32); a timestamp is neither
+    assert _fit(make(), table, t, y).is_categorical_.tolist() == [False, True]
+    stamps = pd.DataFrame({"age": X[:, 0], "when": pd.date_range("2020-01-01", periods=300)})
+    with pytest.raises(ValueError, match="X column 'when'"):
+        _fit(make(), stamps, t, y)
     # object columns that hold numbers are fine
     ok = _frame(X).astype({"score": object})
     assert _fit(make(), ok, t, y).n_features_in_ == 3
