@@ -92,7 +92,11 @@ class Criterion:
         """
         return None
 
-    def category_keys(self, stats, parent):
+    def categorical_criterion(self):
+        """The criterion that scores splits of categorical features (the same one by default)."""
+        return self
+
+    def category_keys(self, stats, parent, parent_count=None):
         """Sort keys of categories (:mod:`forest.engine.categorical_split`).
 
         The default evaluates the compiled ``bin_key`` piece, so both search paths sort
@@ -104,6 +108,8 @@ class Criterion:
             Per-category channel sums of ``F`` features at ``N`` nodes.
         parent : ndarray of float64, shape (N, C)
             The nodes' channel sums.
+        parent_count : ndarray, shape (N,), optional
+            The nodes' row counts (unused here).
 
         Returns
         -------
@@ -155,7 +161,7 @@ class NewtonCriterion(Criterion):
     """
 
     def __init__(self, n_outputs=1, l2_regularization=0.0, min_samples_leaf=1, min_child_weight=1e-3,
-                 cat_smooth=10.0):
+                 cat_smooth=10.0, cat_l2=10.0, min_data_per_group=100):
         if n_outputs < 1:
             raise ValueError(f"n_outputs must be >= 1, got {n_outputs}")
         if l2_regularization < 0:
@@ -166,16 +172,39 @@ class NewtonCriterion(Criterion):
         self.min_samples_leaf = max(int(min_samples_leaf), 1)
         self.min_child_weight = float(min_child_weight)
         self.cat_smooth = float(cat_smooth)
+        self.cat_l2 = float(cat_l2)
+        self.min_data_per_group = float(min_data_per_group)
 
-    def category_keys(self, stats, parent):
+    def category_keys(self, stats, parent, parent_count=None):
         """Category keys of boosting: ``G / (H + cat_smooth)`` summed over outputs (LightGBM's
         order; the smoothing keeps a category of few rows from sorting to an end on noise).
 
-        Parameters and result as :meth:`Criterion.category_keys`.
+        With the nodes' row counts, a category of fewer than ``min_data_per_group`` rows
+        (estimated from its share of the node's hessian, as ``min_samples_leaf`` is) gets an
+        infinite key: it is scanned last, after every category with enough rows to be judged
+        (LightGBM leaves such categories out of the sorted scan).
+
+        Parameters and result as :meth:`Criterion.category_keys`; ``parent_count`` (N,).
         """
         stats = np.asarray(stats, dtype=np.float64)
         k = self.n_outputs
-        return (stats[..., :k] / (stats[..., k:] + self.cat_smooth)).sum(axis=-1)
+        keys = (stats[..., :k] / (stats[..., k:] + self.cat_smooth)).sum(axis=-1)
+        if parent_count is not None and self.min_data_per_group > 1:
+            hp = self._hess(np.asarray(parent, dtype=np.float64))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_hess = np.where(hp > 0, np.asarray(parent_count, dtype=np.float64) / hp, 0.0)
+            rows = self._hess(stats) * per_hess.reshape((-1,) + (1,) * (stats.ndim - 2))
+            keys = np.where(rows < self.min_data_per_group, np.inf, keys)
+        return keys
+
+    def categorical_criterion(self):
+        """The criterion that scores categorical splits: ``cat_l2`` more L2 regularisation
+        (LightGBM's ``cat_l2``: a category subset is chosen among many more candidates than a
+        threshold, so its gain is shrunk against that selection)."""
+        if self.cat_l2 == 0.0:
+            return self
+        return NewtonCriterion(self.n_outputs, self.l2_regularization + self.cat_l2, self.min_samples_leaf,
+                               self.min_child_weight, self.cat_smooth, 0.0, self.min_data_per_group)
 
     @staticmethod
     def make_channels(gradient, hessian, out=None):

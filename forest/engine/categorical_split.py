@@ -32,6 +32,7 @@ level-wise search; :func:`left_bitsets` turns chosen thresholds into bitsets.
 """
 import numpy as np
 
+from histogram.jit import kernel
 from forest.engine.tree import CAT_BITS_DTYPE, CAT_WORDS, CATEGORICAL_SPLIT
 
 
@@ -60,6 +61,54 @@ def category_orders(stats, keys):
     return flat.reshape(keys.shape).astype(np.int64)
 
 
+@kernel
+def _permute_kernel(hist, cat_index, keys, out, orders):
+    """:func:`category_orders` and the gather of :func:`permute_categories` in one pass.
+
+    Boosting searches one or two nodes per call, where NumPy's per-call costs (lexsort,
+    take_along_axis, temporaries) were most of the categorical search (measured ~190 us of
+    ~450 us per call on 7 features x 256 bins).
+    """
+    n_nodes = hist.shape[0]
+    nv = hist.shape[2] - 1
+    c = hist.shape[3]
+    kk = np.empty(nv, np.float64)
+    for n in range(n_nodes):
+        for j in range(cat_index.shape[0]):
+            f = cat_index[j]
+            npres = 0
+            for b in range(nv):
+                present = False
+                for k in range(c):
+                    if hist[n, f, b, k] != 0.0:
+                        present = True
+                if present:
+                    key = keys[n, j, b]
+                    if not np.isfinite(key):
+                        key = np.inf
+                    kk[b] = key
+                    # stable insertion: equal keys keep code order
+                    i = npres
+                    while i > 0 and kk[orders[n, j, i - 1]] > key:
+                        orders[n, j, i] = orders[n, j, i - 1]
+                        i -= 1
+                    orders[n, j, i] = b
+                    npres += 1
+            i = npres
+            for b in range(nv):
+                present = False
+                for k in range(c):
+                    if hist[n, f, b, k] != 0.0:
+                        present = True
+                if not present:
+                    orders[n, j, i] = b
+                    i += 1
+            for i in range(nv):
+                b = orders[n, j, i]
+                for k in range(c):
+                    out[n, f, i, k] = hist[n, f, b, k]
+
+
 def permute_categories(hist, categorical, keys_fn):
     """Histograms with each categorical feature's value bins in scan order.
 
@@ -84,10 +133,10 @@ def permute_categories(hist, categorical, keys_fn):
     if len(cat_index) == 0:
         return hist, np.zeros(hist.shape[:1] + (0, hist.shape[2] - 1), dtype=np.int64), cat_index
     nv = hist.shape[2] - 1
-    stats = hist[:, cat_index, :nv, :]
-    orders = category_orders(stats, np.asarray(keys_fn(stats), dtype=np.float64))
+    keys = np.ascontiguousarray(keys_fn(hist[:, cat_index, :nv, :]), dtype=np.float64)
     permuted = hist.copy()
-    permuted[:, cat_index, :nv, :] = np.take_along_axis(stats, orders[..., None], axis=2)
+    orders = np.empty(keys.shape, dtype=np.int64)
+    _permute_kernel(hist, cat_index.astype(np.int64), keys, permuted, orders)
     return permuted, orders, cat_index
 
 

@@ -351,11 +351,18 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
     if categorical is not None and np.any(categorical) and n_nodes and n_features:
         hist = np.ascontiguousarray(hist, dtype=np.float64)
         permuted, orders, cat_index = permute_categories(
-            hist[:, :, :missing_bin + 1], categorical, lambda stats: criterion.category_keys(stats, parent))
+            hist[:, :, :missing_bin + 1], categorical,
+            lambda stats: criterion.category_keys(stats, parent, parent_count=parent_count))
         if permuted.shape[2] != n_bins:
             permuted = np.concatenate([permuted, hist[:, :, missing_bin + 1:]], axis=2)
-        result = find_best_splits(permuted, parent, criterion, nb, missing_bin, feature_mask, parent_count, min_gain,
-                                  rel_tol)
+        cat_criterion = criterion.categorical_criterion() if hasattr(criterion, "categorical_criterion") \
+            else criterion
+        if cat_criterion is criterion:
+            result = find_best_splits(permuted, parent, criterion, nb, missing_bin, feature_mask, parent_count,
+                                      min_gain, rel_tol)
+        else:
+            result = _two_criteria_search(permuted, parent, criterion, cat_criterion, nb, missing_bin, feature_mask,
+                                          parent_count, min_gain, rel_tol, np.asarray(categorical, dtype=bool))
         result.cat_bits, result.bin = left_bitsets(orders, cat_index, result.feature, result.bin)
         result.feature[result.feature >= 0] += feature_offset
         return result
@@ -390,6 +397,28 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
                       min_gain, rel_tol, result, lo)
     result.feature[result.feature >= 0] += feature_offset
     return result
+
+
+def _two_criteria_search(hist, parent, criterion, cat_criterion, nb, missing_bin, feature_mask, parent_count,
+                         min_gain, rel_tol, categorical):
+    """Numeric features scored by ``criterion``, categorical ones by ``cat_criterion``; per node the
+    better of the two, a tie (the split rule's tolerance) to the lower feature index."""
+    n_nodes, n_features = hist.shape[:2]
+    base = np.ones((n_nodes, n_features), dtype=bool) if feature_mask is None else np.asarray(feature_mask, bool)
+    num = find_best_splits(hist, parent, criterion, nb, missing_bin, base & ~categorical[None], parent_count,
+                           min_gain, rel_tol)
+    cat = find_best_splits(hist, parent, cat_criterion, nb, missing_bin, base & categorical[None], parent_count,
+                           min_gain, rel_tol)
+    best = np.maximum(num.gain, cat.gain)
+    with np.errstate(invalid="ignore"):
+        thr = tie_threshold(best, rel_tol)
+        num_ties = num.valid & (num.gain >= thr)
+        cat_ties = cat.valid & (cat.gain >= thr)
+    take_cat = cat_ties & (~num_ties | (cat.feature < num.feature))
+    out = num
+    for name in ("feature", "bin", "missing_left", "gain", "left_stats", "right_stats"):
+        getattr(out, name)[take_cat] = getattr(cat, name)[take_cat]
+    return out
 
 
 def _search_chunk(hist, parent, criterion, valid, missing_bin, feature_mask, parent_count, min_gain, rel_tol,
@@ -640,7 +669,8 @@ def find_best_splits_reference(hist, parent, criterion, n_bins_non_missing, miss
             order = np.arange(missing_bin)
             if categorical[f]:
                 stats = hist[n, f, :missing_bin]
-                keys = np.asarray(criterion.category_keys(stats[None, None], parent[n:n + 1]))[0, 0]
+                pc = None if parent_count is None else np.asarray(parent_count, dtype=np.float64)[n:n + 1]
+                keys = np.asarray(criterion.category_keys(stats[None, None], parent[n:n + 1], parent_count=pc))[0, 0]
                 present = [b for b in range(missing_bin) if np.any(stats[b] != 0.0)]
                 absent = [b for b in range(missing_bin) if not np.any(stats[b] != 0.0)]
                 order = np.array(sorted(present, key=lambda b: (keys[b], b)) + absent, dtype=np.int64)
@@ -653,7 +683,9 @@ def find_best_splits_reference(hist, parent, criterion, n_bins_non_missing, miss
                     left = hist[n, f, lset].sum(axis=0) + (miss if d == 1 else 0.0)
                     right = hist[n, f, rset].sum(axis=0) + (miss if d == 0 else 0.0)
                     kw = {} if parent_count is None else {"parent_count": float(parent_count[n])}
-                    g = float(criterion.gain(left, right, parent[n], **kw))
+                    scorer = criterion.categorical_criterion() if categorical[f] and hasattr(
+                        criterion, "categorical_criterion") else criterion
+                    g = float(scorer.gain(left, right, parent[n], **kw))
                     cands.append((g, f, b, d, left, right, lset if categorical[f] else None))
         if not cands:
             continue

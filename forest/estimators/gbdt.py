@@ -100,9 +100,12 @@ class _BaseGBDT(EstimatorBase):
                  min_samples_leaf=20, l2_regularization=0.0, min_child_weight=1e-3, min_gain_to_split=0.0,
                  max_bins=255, early_stopping="auto", validation_fraction=0.1, n_iter_no_change=10, tol=1e-7,
                  random_state=None, n_threads=None, backend="auto", split_mode="allreduce", warm_start=False,
-                 quantized=False, quantized_bins=4, categorical_features="from_dtype", cat_smooth=10.0):
+                 quantized=False, quantized_bins=4, categorical_features="from_dtype", cat_smooth=10.0,
+                 cat_l2=10.0, min_data_per_group=100):
         self.categorical_features = categorical_features
         self.cat_smooth = cat_smooth
+        self.cat_l2 = cat_l2
+        self.min_data_per_group = min_data_per_group
         self.learning_rate = learning_rate
         self.n_estimators = n_estimators
         self.max_leaf_nodes = max_leaf_nodes
@@ -146,12 +149,14 @@ class _BaseGBDT(EstimatorBase):
                 raise ValueError(msg)
 
         check_param_types(self, ints=("n_estimators", "min_samples_leaf", "max_bins", "n_iter_no_change",
-                                      "quantized_bins"),
+                                      "quantized_bins", "min_data_per_group"),
                           optional_ints=("max_leaf_nodes", "max_depth", "n_threads"),
                           reals=("learning_rate", "l2_regularization", "min_child_weight", "min_gain_to_split",
-                                 "validation_fraction", "tol", "cat_smooth"))
-        need(np.isfinite(self.cat_smooth) and self.cat_smooth >= 0,
-             f"cat_smooth must be a finite number >= 0, got {self.cat_smooth!r}")
+                                 "validation_fraction", "tol", "cat_smooth", "cat_l2"))
+        for name in ("cat_smooth", "cat_l2"):
+            value = getattr(self, name)
+            need(np.isfinite(value) and value >= 0, f"{name} must be a finite number >= 0, got {value!r}")
+        need(self.min_data_per_group >= 1, f"min_data_per_group must be >= 1, got {self.min_data_per_group!r}")
         need(self.backend in BACKENDS, f"backend must be one of {BACKENDS}, got {self.backend!r}")
         need(self.split_mode in SPLIT_MODES, f"split_mode must be one of {SPLIT_MODES}, got {self.split_mode!r}")
         self._check_random_state()
@@ -370,7 +375,7 @@ class _BaseGBDT(EstimatorBase):
         if trees:
             predict_values_binned(pack_trees(trees), binned_tr, mapper.missing_bin_, out=raw)
         criterion = NewtonCriterion(k, self.l2_regularization, self.min_samples_leaf, self.min_child_weight,
-                                    float(self.cat_smooth))
+                                    float(self.cat_smooth), float(self.cat_l2), int(self.min_data_per_group))
         grower = LeafwiseGrower(binned_tr, self.bin_mapper_, criterion, max_leaf_nodes=self.max_leaf_nodes,
                                 max_depth=self.max_depth, min_gain=self.min_gain_to_split, comm=comm,
                                 backend=self.backend, split_mode=self.split_mode, quantized=bool(self.quantized))
@@ -555,6 +560,11 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
     cat_smooth : float, default 10.0
         Added to a category's hessian sum when categories are ordered for a split
         (LightGBM's ``cat_smooth``): a category of few rows does not sort to an end on noise.
+    cat_l2 : float, default 10.0
+        L2 regularisation added to the gain of categorical splits (LightGBM's ``cat_l2``).
+    min_data_per_group : int, default 100
+        Categories with fewer rows in a node are scanned after all others when its
+        categories are ordered (LightGBM's ``min_data_per_group``).
     random_state : int in [0, 2**32 - 1], RandomState or None
         Seeds binning subsample and validation split (what scikit-learn's
         ``check_random_state`` accepts).

@@ -381,7 +381,7 @@ def test_gbdt_categorical_beats_integer_codes():
     logit = 2.5 * good - 1.2 + x[:, 0]
     yb = (rng.random(len(good)) < 1 / (1 + np.exp(-logit))).astype(int)
     tr, te = slice(0, 4000), slice(4000, None)
-    clf = GBDTClassifier(n_estimators=40, max_leaf_nodes=8, random_state=0, early_stopping=False)
+    clf = GBDTClassifier(n_estimators=40, max_leaf_nodes=8, random_state=0, early_stopping=False, min_data_per_group=20)
     clf.fit(X.iloc[tr], yb[tr], comm=SELF)
     codes = X.assign(c=cat.astype(float))
     ints = GBDTClassifier(n_estimators=40, max_leaf_nodes=8, random_state=0, early_stopping=False,
