@@ -431,9 +431,7 @@ class LeafwiseGrower:
             lid = tree.add_node(depth + 1, *left_fields, count=l_est)
             rid = tree.add_node(depth + 1, *right_fields, count=count - l_est)
             if b == CATEGORICAL_SPLIT:
-                tree.set_splits(np.array([node]), np.array([f]), np.array([b]), np.array([np.nan]),
-                                np.array([ml], dtype=np.uint8), np.array([float(sp.gain[0])]), np.array([lid]),
-                                sp.cat_bits[:1])
+                tree.set_split(node, f, b, np.nan, ml, float(sp.gain[0]), lid, rid, sp.cat_bits[0])
             else:
                 tree.set_split(node, f, b, info.threshold(f, b), ml, float(sp.gain[0]), lid, rid)
             n_leaves += 1

@@ -265,8 +265,15 @@ class Tree:
         self._arrays["impurity"][:n] = impurity
         self._value[:n] = np.asarray(value, dtype=np.float64).reshape(n, self.n_outputs)
 
-    def set_split(self, node, feature, bin_threshold, threshold, missing_left, gain, left, right):
-        """Turn leaf ``node`` into an innerNode pointing at ``left`` / ``right``."""
+    def set_split(self, node, feature, bin_threshold, threshold, missing_left, gain, left, right, cat_bits=None):
+        """Turn leaf ``node`` into an innerNode pointing at ``left`` / ``right``.
+
+        ``cat_bits`` (uint64, ``(CAT_WORDS,)``): the category set of a categorical split
+        (``bin_threshold == CATEGORICAL_SPLIT``, ``threshold`` NaN).
+        """
+        if bin_threshold == CATEGORICAL_SPLIT:
+            self._widen_cat_bits()
+            self._cat_bits[node] = np.asarray(cat_bits, dtype=CAT_BITS_DTYPE)
         a = self._arrays
         a["feature"][node] = feature
         a["bin_threshold"][node] = bin_threshold

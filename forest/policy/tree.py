@@ -35,7 +35,7 @@ from forest.engine.predictor import predict_leaves, predict_leaves_binned
 from forest._validation import _check_feature_names, agreed_features, check_weight, feature_summary, validate_features
 from forest.collective_checks import collective_checks, require_same
 from forest.estimators.base import EstimatorBase, check_is_fitted
-from forest.engine.tree import Tree
+from forest.engine.tree import CATEGORICAL_SPLIT, Tree, bitset_bins, cat_bitset
 from forest.io import model_checks, model_io
 
 #: ``max_bins=None`` by depth: the search grows as nb^(depth) per feature tuple.
@@ -57,6 +57,47 @@ def check_rewards(rewards, n):
     if not np.all(np.isfinite(r)):
         raise ValueError("rewards contain NaN or infinite values")
     return r
+
+
+def _category_ranks(mapper, codes, channels, n_actions, comm):
+    """Search order of each categorical feature's categories: ``{feature: rank per code}``.
+
+    The exact search scans thresholds, so a categorical feature is searched over its
+    categories in one order fixed at the root: by the mean reward gap between the two
+    actions with the largest total reward (ties by code). With two actions, the best
+    depth-1 split on the feature is a prefix of this order (the categories where the
+    second action wins), so the search is exact there; deeper, and with more actions, it
+    is the sorted scan of the forests, with one order per feature instead of per node.
+    Sums are of the fixed-point rewards (exact integers), so every rank count finds the
+    same order.
+    """
+    cats = np.flatnonzero(getattr(mapper, "categorical_", np.zeros(codes.shape[0], bool)))
+    if len(cats) == 0:
+        return {}
+    nb = mapper.n_bins_non_missing_
+    width = int(nb[cats].max())
+    sums = np.zeros((len(cats), width, n_actions + 1))
+    for j, f in enumerate(cats):
+        c = codes[f].astype(np.int64)
+        ok = c < nb[f]
+        for k in range(n_actions + 1):
+            sums[j, :, k] = np.bincount(c[ok], weights=channels[ok, k], minlength=width)[:width]
+    if comm.size > 1:
+        sums = col.allreduce(comm, sums)
+    totals = sums[:, :, :n_actions].sum(axis=(0, 1)) / max(len(cats), 1)
+    top = np.argsort(-totals, kind="stable")[:2]
+    out = {}
+    for j, f in enumerate(cats):
+        k = int(nb[f])
+        rows = sums[j, :k, n_actions]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gap = np.where(rows > 0, (sums[j, :k, top[-1]] - sums[j, :k, top[0]]) / np.where(rows > 0, rows, 1),
+                           np.inf)
+        order = np.lexsort((np.arange(k), gap))
+        rank = np.empty(k, dtype=np.int64)
+        rank[order] = np.arange(k)
+        out[int(f)] = rank
+    return out
 
 
 def _node_sums(leaf, n_nodes, columns):
@@ -196,11 +237,6 @@ class PolicyTree(EstimatorBase):
             g = check_weight(sample_weight, n)
             checks.share(actions=R.shape[1], **feature_summary(self))
         agreed_features(checks.summaries, self)
-        if getattr(self, "is_categorical_", np.zeros(0, bool)).any():
-            names = getattr(self, "feature_names_in_", None)
-            cols = [str(names[f]) if names is not None else int(f) for f in np.flatnonzero(self.is_categorical_)]
-            raise ValueError(f"PolicyTree does not split categorical columns yet ({cols}); pass "
-                             "categorical_features=None with numeric codes, or one-hot columns")
         require_same(checks.summaries, "actions", lambda a: f"rewards have {a} actions")
         bytes_before = STATS.bytes_sent
         _, n_global = global_ids(comm, n)
@@ -210,7 +246,6 @@ class PolicyTree(EstimatorBase):
         missing = np.count_nonzero(codes == mapper.missing_bin_, axis=1).astype(np.int64)
         if comm.size > 1:
             missing = col.allreduce(comm, missing)
-        space = policy_exact.SearchSpace(mapper, codes, missing > 0)
 
         A = R.shape[1]
         weighted = g[:, None] * R
@@ -219,9 +254,17 @@ class PolicyTree(EstimatorBase):
         channels = np.empty((n, A + 1))
         channels[:, :A] = policy_exact.fixed_point(weighted, exponent)
         channels[:, A] = 1.0
+        ranks = _category_ranks(mapper, codes, channels, A, comm)
+        search_codes = codes
+        if ranks:
+            search_codes = codes.copy()
+            for f, rank in ranks.items():
+                search_codes[f] = np.append(rank, mapper.missing_bin_).astype(np.uint8)[
+                    np.minimum(codes[f], len(rank))] if len(rank) else codes[f]
+        space = policy_exact.SearchSpace(mapper, search_codes, missing > 0)
         result = policy_exact.exact_search(space, channels, A, depth, min_rows, comm, self.exchange)
 
-        self.tree_ = self._build_tree(space, result.structure(depth), A)
+        self.tree_ = self._build_tree(space, result.structure(depth), A, ranks)
         self.bin_mapper_ = mapper
         self.n_actions_ = A
         self.n_features_in_ = n_features
@@ -237,9 +280,14 @@ class PolicyTree(EstimatorBase):
         return self
 
     @staticmethod
-    def _build_tree(space, structure, n_actions):
-        """A :class:`Tree` with the splits of ``structure`` (node ids in pre-order)."""
+    def _build_tree(space, structure, n_actions, ranks=None):
+        """A :class:`Tree` with the splits of ``structure`` (node ids in pre-order).
+
+        ``ranks`` (categorical feature -> rank of each category code in the search order):
+        a threshold on such a feature's ranks becomes the category set it sends left.
+        """
         tree = Tree(n_actions)
+        ranks = ranks or {}
 
         def add(node, depth):
             me = tree.add_node(depth, 0.0, np.zeros(n_actions))
@@ -248,7 +296,11 @@ class PolicyTree(EstimatorBase):
                 f, bin_threshold, threshold, missing_left = space.split(s, b)
                 lid = add(left, depth + 1)
                 rid = add(right, depth + 1)
-                tree.set_split(me, f, bin_threshold, threshold, missing_left, 0.0, lid, rid)
+                if f in ranks:
+                    tree.set_split(me, f, CATEGORICAL_SPLIT, np.nan, missing_left, 0.0, lid, rid,
+                                   cat_bitset(np.flatnonzero(ranks[f] <= bin_threshold)))
+                else:
+                    tree.set_split(me, f, bin_threshold, threshold, missing_left, 0.0, lid, rid)
             return me
 
         add(structure, 0)
@@ -419,10 +471,13 @@ class PolicyTree(EstimatorBase):
                 return
             name = fname(int(t.feature[node]))
             missing = "missing goes left" if t.missing_left[node] else "missing goes right"
-            cond = (f"{name} is not missing" if not np.isfinite(t.threshold[node])
-                    else f"{name} <= {t.threshold[node]:.{decimals}g}")
-            if not np.isfinite(t.threshold[node]):
-                missing = "missing goes right" if not t.missing_left[node] else "everything goes left"
+            if t.bin_threshold[node] == CATEGORICAL_SPLIT:
+                cond = f"{name} in {{{', '.join(self._category_labels(int(t.feature[node]), t.cat_bits[node]))}}}"
+            else:
+                cond = (f"{name} is not missing" if not np.isfinite(t.threshold[node])
+                        else f"{name} <= {t.threshold[node]:.{decimals}g}")
+                if not np.isfinite(t.threshold[node]):
+                    missing = "missing goes right" if not t.missing_left[node] else "everything goes left"
             lines.append(f"{pad}if {cond}:  ({missing}; {int(t.count[node])} rows)")
             walk(int(t.left[node]), indent + 1)
             lines.append(f"{pad}else:")
@@ -430,6 +485,16 @@ class PolicyTree(EstimatorBase):
 
         walk(0, 0)
         return "\n".join(lines)
+
+
+    def _category_labels(self, feature, bits):
+        """Labels of the categories a categorical split's bitset holds (its codes without a coder)."""
+        coder = getattr(self, "category_coder_", None)
+        codes = bitset_bins(bits)
+        if coder is None or feature not in coder.columns_.tolist():
+            return [str(int(c)) for c in codes]
+        labels = coder.category_names(coder.columns_.tolist().index(feature))
+        return [labels[int(c)] for c in codes]
 
 
 # Model files name it as they always have (forest.io.model_io.register); its restored state's checks.

@@ -399,12 +399,25 @@ def test_gbdt_categorical_beats_integer_codes():
     assert reg.score(X, logit) > 0.9
 
 
-def test_policy_tree_says_it_does_not_split_categories():
+def test_policy_tree_splits_on_a_category_set():
+    """Two actions, the second better exactly on a set of levels: a depth-1 tree finds that set."""
     from forest import PolicyTree
 
-    X, cat, good, x, rng = _design(200, 8)
-    with pytest.raises(ValueError, match="PolicyTree does not split categorical columns"):
-        PolicyTree(max_depth=1).fit(X, rng.normal(size=(200, 2)), comm=SELF)
+    X, cat, good, x, rng = _design(2000, 8, levels=12)
+    rewards = np.column_stack([np.zeros(len(good)), np.where(good, 1.0, -1.0) + rng.normal(scale=0.5, size=len(good))])
+    tree = PolicyTree(max_depth=1).fit(X, rewards, comm=SELF)
+    t = tree.tree_
+    assert t.bin_threshold[0] == CATEGORICAL_SPLIT and t.feature[0] == 1
+    chosen = tree.predict(X)
+    assert np.mean(chosen == good.astype(int)) == 1.0
+    assert "c in {" in tree.export_text()
+    codes = X.assign(c=cat.astype(float))
+    ints = PolicyTree(max_depth=1, categorical_features=None).fit(codes, rewards, comm=SELF)
+    assert ints.objective_ < tree.objective_
+    path_rank = ThreadWorld(3).run(lambda comm: PolicyTree(max_depth=1).fit(
+        X.iloc[comm.rank::3], rewards[comm.rank::3], comm=comm).tree_.cat_bits)
+    for bits in path_rank:
+        np.testing.assert_array_equal(bits, t.cat_bits)
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
