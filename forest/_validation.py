@@ -29,6 +29,7 @@ import warnings
 import numpy as np
 
 from forest.collective_checks import AgreedError, require_same
+from forest.io.feature_table import is_arrow_table, is_pandas_frame
 
 # scikit-learn is imported only off the common path. A numpy array of numbers, which
 # scikit-learn's validators would accept unchanged and without a warning, is checked
@@ -79,14 +80,6 @@ def _plain_features(estimator, X, reset, min_samples):
     return X
 
 
-def _is_pandas(X):
-    return type(X).__module__.startswith("pandas") and hasattr(X, "columns") and hasattr(X, "to_numpy")
-
-
-def _is_arrow(X):
-    return type(X).__module__.startswith("pyarrow") and hasattr(X, "column_names") and hasattr(X, "column")
-
-
 def _numeric_dtype(dt):
     """Whether a pandas column dtype (numpy or extension) holds numbers or booleans."""
     try:
@@ -98,14 +91,14 @@ def _numeric_dtype(dt):
 
 def _non_numeric_column(X):
     """``(name, type)`` of the first column of a table that cannot be read as numbers, or None."""
-    if _is_arrow(X):
+    if is_arrow_table(X):
         from forest.io.dataio import is_numeric_type
 
         for name, typ in zip(X.column_names, X.schema.types):
             if not is_numeric_type(typ):
                 return str(name), str(typ)
         return None
-    if _is_pandas(X):
+    if is_pandas_frame(X):
         for name, dt in zip(X.columns, X.dtypes):
             if _numeric_dtype(dt):
                 continue
@@ -127,7 +120,7 @@ def _plain_table(estimator, X, reset, min_samples):
     exactly (``forest-predict`` passes such tables, so scoring need not import
     scikit-learn).
     """
-    if not _is_arrow(X):
+    if not is_arrow_table(X):
         return None
     import pyarrow as pa
 
@@ -221,7 +214,7 @@ def _categorical_features(estimator, X, reset, min_samples):
         if hasattr(estimator, "is_categorical_"):
             del estimator.is_categorical_
         spec = getattr(estimator, "categorical_features", None)
-        table = _is_pandas(X) or _is_arrow(X)
+        table = is_pandas_frame(X) or is_arrow_table(X)
         if spec is None or (isinstance(spec, str) and not table and not (
                 isinstance(X, np.ndarray) and X.dtype.kind in "OU")):
             return None     # numbers only: validate_features' own paths (any array-like scikit-learn takes)

@@ -29,25 +29,27 @@ from histogram.categories import CategoryCoder, local_categories
 FROM_DTYPE = "from_dtype"
 
 
-def _is_pandas(X):
+def is_pandas_frame(X):
+    """Whether ``X`` is a pandas DataFrame (duck-typed: pandas need not be imported)."""
     return type(X).__module__.startswith("pandas") and hasattr(X, "columns") and hasattr(X, "to_numpy")
 
 
-def _is_arrow(X):
+def is_arrow_table(X):
+    """Whether ``X`` is a pyarrow Table or RecordBatch (duck-typed)."""
     return type(X).__module__.startswith("pyarrow") and hasattr(X, "column_names") and hasattr(X, "column")
 
 
 def column_names(X):
     """Column names of a pandas DataFrame or pyarrow Table (None for arrays)."""
-    if _is_pandas(X):
+    if is_pandas_frame(X):
         return [str(c) for c in X.columns]
-    if _is_arrow(X):
+    if is_arrow_table(X):
         return [str(c) for c in X.column_names]
     return None
 
 
 def n_columns(X):
-    if _is_pandas(X) or _is_arrow(X):
+    if is_pandas_frame(X) or is_arrow_table(X):
         return len(column_names(X))
     shape = np.shape(X)
     return shape[1] if len(shape) == 2 else 0
@@ -55,21 +57,21 @@ def n_columns(X):
 
 def column(X, j):
     """Column ``j`` of a table or a 2-D array (a Series, an Arrow ChunkedArray or a 1-D array)."""
-    if _is_pandas(X):
+    if is_pandas_frame(X):
         return X.iloc[:, j]
-    if _is_arrow(X):
+    if is_arrow_table(X):
         return X.column(j)
     return np.asarray(X, dtype=object)[:, j] if np.asarray(X).dtype.kind == "O" else np.asarray(X)[:, j]
 
 
 def _dtype_is_categorical(X, j):
     """Whether column ``j`` holds categories by its type (the ``"from_dtype"`` rule)."""
-    if _is_arrow(X):
+    if is_arrow_table(X):
         import pyarrow as pa
 
         t = X.schema.types[j]
         return bool(pa.types.is_dictionary(t) or pa.types.is_string(t) or pa.types.is_large_string(t))
-    if _is_pandas(X):
+    if is_pandas_frame(X):
         import pandas as pd
 
         dt = X.dtypes.iloc[j]
@@ -145,9 +147,9 @@ def _numeric_column(X, j, name):
     """Column ``j`` as float64 (NaN missing); a non-numeric column is refused by name."""
     col = column(X, j)
     try:
-        if hasattr(col, "to_numpy") and _is_pandas(X):
+        if hasattr(col, "to_numpy") and is_pandas_frame(X):
             out = col.to_numpy(dtype=np.float64, na_value=np.nan)
-        elif _is_arrow(X):
+        elif is_arrow_table(X):
             import pyarrow as pa
             import pyarrow.compute as pc
 
@@ -186,7 +188,7 @@ def fit_columns(X, mask):
     """
     n_features = len(mask)
     labels = _labels(X, n_features)
-    n = X.num_rows if _is_arrow(X) else len(X)
+    n = X.num_rows if is_arrow_table(X) else len(X)
     matrix = np.empty((n, n_features), dtype=np.float64)
     summaries = []
     for j in range(n_features):
@@ -252,7 +254,7 @@ def predict_columns(X, coder, names_in, n_features):
                          f"expected {[str(n) for n in names_in][:10]}")
     labels = _labels(X, n_features)
     position = {int(f): j for j, f in enumerate(coder.columns_)}
-    n = X.num_rows if _is_arrow(X) else len(X)
+    n = X.num_rows if is_arrow_table(X) else len(X)
     matrix = np.empty((n, n_features), dtype=np.float64)
     for f in range(n_features):
         j = position.get(f)
