@@ -208,6 +208,9 @@ def _categorical_features(estimator, X, reset, min_samples):
     from forest.io import feature_table as ft
 
     if reset:
+        if hasattr(estimator, "category_coder_"):
+            # kept for a warm start's check (finish_categories): trees grown on other codes
+            estimator._previous_coder = estimator.category_coder_
         for name in ("category_coder_", "_pending_categories"):
             if hasattr(estimator, name):
                 delattr(estimator, name)
@@ -352,6 +355,30 @@ def agreed_features(summaries, estimator=None):
                  else "X has no categorical column")
     if estimator is not None:
         finish_categories(estimator, summaries)
+        _check_warm_categories(estimator)
+
+
+def _check_warm_categories(estimator):
+    """A warm start adds trees that read the same codes as the first fit's: same categories, or stop."""
+    previous = getattr(estimator, "_previous_coder", None)
+    if hasattr(estimator, "_previous_coder"):
+        del estimator._previous_coder
+    fitted = any(hasattr(estimator, a) for a in ("estimators_", "trees_", "tree_"))
+    if not (getattr(estimator, "warm_start", False) and fitted):
+        return
+    now = getattr(estimator, "category_coder_", None)
+
+    def same(a, b):
+        if a is None or b is None:
+            return a is None and b is None
+        sa, sb = a.get_state(), b.get_state()
+        return all(np.array_equal(x, y) if isinstance(x, np.ndarray) else
+                   (all(np.array_equal(u, v) for u, v in zip(x, y)) and len(x) == len(y))
+                   if isinstance(x, list) else x == y for x, y in ((sa[k], sb[k]) for k in sa))
+
+    if not same(previous, now):
+        raise AgreedError("warm_start: the categorical columns or their categories differ from the first fit's; "
+                          "the trees read category codes, so fit a new model (warm_start=False)")
 
 
 def feature_summary(est):

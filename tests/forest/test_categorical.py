@@ -464,3 +464,16 @@ def test_categorical_fit_under_mpirun(comm, same_model_file):
     a = g.fit(X.iloc[lo:hi], y[lo:hi], comm=comm).predict(X)
     b = GBDTRegressor(n_estimators=10, random_state=0, early_stopping=False, max_bins=64).fit(X, y, comm=SELF)
     np.testing.assert_allclose(a, b.predict(X), rtol=1e-12, atol=1e-12)
+
+
+def test_warm_start_needs_the_same_categories():
+    X, cat, good, x, rng = _design(600, 13, levels=10)
+    y = 2.0 * good + rng.normal(size=len(good))
+    rf = RegressionForest(n_estimators=4, random_state=1, warm_start=True).fit(X, y, comm=SELF)
+    rf.set_params(n_estimators=8).fit(X, y, comm=SELF)          # the same categories: fine
+    assert len(rf.estimators_["tree_offsets"]) == 9
+    other = X.copy()
+    other["c"] = other["c"].cat.add_categories(["NEW"])
+    other.loc[0, "c"] = "NEW"
+    with pytest.raises(ValueError, match="warm_start"):
+        rf.set_params(n_estimators=12).fit(other, y, comm=SELF)
