@@ -141,6 +141,34 @@ def model_feature_names(est, header):
     return None if names is None else [str(n) for n in names]
 
 
+def categorical_names(est, names):
+    """The model's categorical feature columns (those its ``category_coder_`` codes), in ``names``."""
+    coder = getattr(est, "category_coder_", None)
+    return [] if coder is None else [names[int(f)] for f in coder.columns_]
+
+
+def numeric_columns(source, est, names):
+    """The model's numeric feature columns, refusing one that holds categories in the data.
+
+    A categorical column (dictionary, string) that was numeric when the model was fitted
+    gets one line here, before any row is read (the estimator would refuse each batch).
+
+    Raises
+    ------
+    forest.io.dataio.DataError
+    """
+    from forest.io.dataio import DataError, is_category_type
+
+    cats = set(categorical_names(est, names))
+    schema = source.arrow_schema()
+    for name in names:
+        if name not in cats and name in source.types and is_category_type(schema.field(name).type):
+            raise DataError(f"column {name!r} holds categories ({source.types[name]}) in {source.paths[0]!r}, but "
+                            "it was numeric when the model was fitted; pass it as numbers (or retrain with it in the "
+                            "data as categories)")
+    return [n for n in names if n not in cats]
+
+
 def load_model(path):
     """The header and estimator of a model file; ``ModelFormatError`` (one line) otherwise.
 

@@ -16,8 +16,9 @@ written and the rows per second (slowest rank's prediction, and the whole run).
 import sys
 import time
 
-from forest.cli.common import (CLIError, Parser, agree, check_not_input, check_unique, feature_input, guarded,
-                               load_model, model_feature_names, plan_source, run_tool, world)
+from forest.cli.common import (CLIError, Parser, agree, categorical_names, check_not_input, check_unique,
+                               feature_input, guarded, load_model, model_feature_names, numeric_columns, plan_source,
+                               run_tool, world)
 from forest.cli.output import ParquetOutput, Spill, receive_in_rank_order, send_spill
 
 PROG = "forest-predict"
@@ -98,11 +99,16 @@ def prediction_columns(est, X, interval, alpha, is_causal):
 
 
 def _probe_columns(est, names, interval, alpha, is_causal):
-    """The output columns, by predicting one dummy row: ``{name: array of one value}``."""
+    """The output columns, by predicting one dummy row: ``{name: array of one value}``.
+
+    The row's categorical features are missing (a null reads as missing whatever the
+    categories' type), its numeric ones 0.
+    """
     import pyarrow as pa
 
-    return prediction_columns(est, feature_input(est, pa.table({n: [0.0] for n in names}), names), interval, alpha,
-                              is_causal)
+    cats = set(categorical_names(est, names))
+    row = {n: pa.nulls(1, pa.string()) if n in cats else pa.array([0.0]) for n in names}
+    return prediction_columns(est, feature_input(est, pa.table(row), names), interval, alpha, is_causal)
 
 
 def _body(argv):
@@ -154,7 +160,11 @@ def _body(argv):
         raise CLIError(f"--keep column {clash[0]!r} would clash with an output column "
                        f"(outputs: {', '.join(outputs)})")
 
-    source, _, run, _, _ = plan_source(comm, args.data, names, keep=args.keep, out=args.out)
+    # Categorical features are read as they are (dictionary, string or numbers) and coded
+    # by the model itself (its category_coder_), as for any pyarrow table.
+    source, _, run, _, _ = plan_source(comm, args.data, lambda s: numeric_columns(s, est, names),
+                                       keep=list(dict.fromkeys(list(args.keep) + categorical_names(est, names))),
+                                       out=args.out)
     schema = source.arrow_schema().empty_table().select(list(args.keep)).schema
     for k, v in outputs.items():
         schema = schema.append(pa.field(k, pa.array(v).type))

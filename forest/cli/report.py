@@ -22,8 +22,8 @@ training rows is refused with one line. The report says which rows it used.
 import json
 import sys
 
-from forest.cli.common import (CLIError, Parser, check_not_input, env_rank, feature_input, load_model,
-                               model_feature_names, run_tool)
+from forest.cli.common import (CLIError, Parser, categorical_names, check_not_input, env_rank, feature_input,
+                               load_model, model_feature_names, numeric_columns, run_tool)
 
 PROG = "forest-report"
 
@@ -54,14 +54,16 @@ def _feature_names(est, header):
     return names if names is not None else [f"x{j}" for j in range(getattr(est, "n_features_in_", 0))]
 
 
-def open_data(data, names, meta, html=None, targets=True):
+def open_data(data, names, meta, html=None, targets=True, est=None):
     """Open ``--data`` and read every row: ``(source, shard, X)``; errors are ``DataError``.
 
     ``html`` (the page to write) is refused before any row is read when it names a data
     file or lies among the data (:func:`forest.cli.common.check_not_input`). With
     ``targets`` the training treatment, outcome and cluster columns are read too when
     the data holds them (the causal sections use them; a classifier's outcome, which may
-    hold text labels, is not needed).
+    hold text labels, is not needed). ``X`` holds the model's categorical features (its
+    ``category_coder_``) as their codes, NaN missing or unseen (:func:`model_rows` turns
+    them back into a table the model takes).
     """
     import numpy as np
 
@@ -72,12 +74,41 @@ def open_data(data, names, meta, html=None, targets=True):
         check_not_input(html, source.paths, "--html", data=data)
     extra = [c for c in (meta.get("treatment"), meta.get("instrument"), meta.get("outcome"), meta.get("cluster"))
              if targets and isinstance(c, str) and c in source.columns]
-    dataio.check_columns(source, numeric=names + extra)
+    numeric = names if est is None else numeric_columns(source, est, names)
+    cats = [] if est is None else categorical_names(est, names)
+    dataio.check_columns(source, numeric=numeric + extra, any_type=cats)
     if source.n_rows == 0:
         raise CLIError(f"{data!r} holds no rows (empty file)")
-    shard = dataio.read_shard(source, (0, len(source.groups)), numeric=names + extra)
-    X = np.column_stack([shard.columns[n] for n in names]) if names else np.zeros((shard.n_local, 0))
+    shard = dataio.read_shard(source, (0, len(source.groups)), numeric=numeric + extra, keep=cats)
+    coder = getattr(est, "category_coder_", None)
+    X = np.empty((shard.n_local, len(names)))
+    for j, n in enumerate(names):
+        X[:, j] = shard.columns[n] if n not in cats else _codes(coder, list(coder.columns_).index(j), shard.keep, n)
     return source, shard, X
+
+
+def _codes(coder, j, table, name):
+    """Codes of categorical column ``name`` of ``table`` (NaN missing or unseen); a bad column is named."""
+    try:
+        return coder.encode(j, table.column(name))
+    except ValueError as exc:
+        raise ValueError(f"categorical column {name!r} {exc}") from None
+
+
+def model_rows(est, names, Z):
+    """Rows ``Z`` (ndarray, columns ``names``, categorical ones as codes) as the model takes them.
+
+    A model with feature names takes a table of those columns (categorical ones as
+    category values, :func:`forest.report.summary.category_values`), an older one a matrix.
+    """
+    import pyarrow as pa
+
+    from forest.report.summary import categorical_positions, category_values
+
+    coder = getattr(est, "category_coder_", None)
+    where = categorical_positions(coder)
+    columns = {n: category_values(coder, where[j], Z[:, j]) if j in where else Z[:, j] for j, n in enumerate(names)}
+    return feature_input(est, pa.table(columns), names)
 
 
 def build_report(path, data=None, top=20, want_figures=False, html=None):
@@ -122,7 +153,8 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     names = _feature_names(est, header)
     source = shard = X = None
     if data is not None:
-        source, shard, X = open_data(data, names, meta, html=html, targets=hasattr(est, "training_row_match"))
+        source, shard, X = open_data(data, names, meta, html=html, targets=hasattr(est, "training_row_match"),
+                                     est=est)
     trees = rep.model_trees(est)
     if not trees:
         raise CLIError(f"model file {path!r} holds no trees (is the model fitted?)")
@@ -133,26 +165,27 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         "library_version": header.get("library_version"), "format_version": header.get("format_version"),
         "n_trees": len(trees), "n_training_rows": meta.get("n_rows"),
         "treatment": meta.get("treatment"), "outcome": meta.get("outcome"),
-        "features": names,
+        "features": names, "categorical": categorical_summary(est, names),
         "importance": {k: v for k, v in imp.items()},
         "importance_sorted_by": sort_by, "top": top, "data": data,
     }
     figures = {}
+    coder = getattr(est, "category_coder_", None)
+    labelled = rep.feature_labels(names, coder)
+    n_cat = len(report["categorical"])
     lines = [f"{report['model']} from {path}: {len(trees)} trees, {len(names)} features"
+             + (f" ({n_cat} categorical)" if n_cat else "")
              + (f", trained on {meta['n_rows']} rows" if meta.get("n_rows") else "")
              + f" (histforest {header.get('library_version')}, format {header.get('format_version')})",
              "", f"Feature importance (sorted by {rep.IMPORTANCE_TITLES[sort_by]}):",
-             rep.text_table(names, imp, limit=top, sort_by=sort_by)]
+             rep.text_table(labelled, imp, limit=top, sort_by=sort_by)]
     if want_figures:
-        figures["importance"] = rep.importance_figure(names, imp, limit=top, sort_by=sort_by)
+        figures["importance"] = rep.importance_figure(labelled, imp, limit=top, sort_by=sort_by)
     if data is None:
         return report, figures, "\n".join(lines)
 
-    import pyarrow as pa
-
     def model_input(Z):
-        """Rows ``Z`` (ndarray, columns ``names``) as the model takes them (its feature names)."""
-        return feature_input(est, pa.table({n: Z[:, j] for j, n in enumerate(names)}), names)
+        return model_rows(est, names, Z)
 
     match = recognise_rows(est, model_input(X), shard, meta)
     if match is not None and match.kind == "overlap":
@@ -171,22 +204,25 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         lines += [f"  {label}: mean {summary['mean']:.4g}, sd {summary['std']:.4g}; "
                   + "  ".join(f"{k} {v:.4g}" for k, v in summary["quantiles"].items())]
     order = rep.importance_order(imp, sort_by)[:3]
-    curves = []
-    for j in order:
-        grid, mean = rep.partial_dependence(lambda Z: predict(model_input(Z))[1], X, int(j))
-        curves.append((names[j], grid, mean))
+    curves = pdp_curves(est, names, X, [int(j) for j in order], lambda Z: predict(model_input(Z))[1])
     report["partial_dependence"] = {"what": what, "columns": labels,
-                                    "features": {n: {"grid": g, "mean": m} for n, g, m in curves}}
+                                    "features": {c[0]: dict(grid=c[1], mean=c[2], **({} if c[3] is None else
+                                                                                     {"categories": c[3]}))
+                                                 for c in curves}}
     # Partial dependence evaluates the whole forest at grid values (a summary of the
     # fitted function, not of any row's own outcome): the same on any rows.
     lines += ["", f"Partial dependence of the predicted {what} (whole forest, mean over rows; grid min -> max, "
-                  f"range):"]
-    for n, g, m in curves:
+                  f"range; a categorical feature: one bar per category):"]
+    for n, g, m, cats in curves:
         if m.size:
             m = m.reshape(len(g), -1)
-            lines += [f"  {n}" + (f" {label}" if len(labels) > 1 else "")
-                      + f": {m[0, j]:.4g} -> {m[-1, j]:.4g} (range {np.ptp(m[:, j]):.4g})"
-                      for j, label in enumerate(labels)]
+            for j, label in enumerate(labels):
+                head = f"  {n}" + (f" {label}" if len(labels) > 1 else "")
+                if cats is None:
+                    lines.append(head + f": {m[0, j]:.4g} -> {m[-1, j]:.4g} (range {np.ptp(m[:, j]):.4g})")
+                else:
+                    lines.append(head + f" (categorical; range {np.ptp(m[:, j]):.4g}):")
+                    lines += ["    " + bar for bar in rep.text_bars(cats, m[:, j])]
     if want_figures:
         figures["distribution"] = rep.distribution_figure(values, labels, what)
         if curves:
@@ -228,6 +264,38 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, values, ranking,
                       ranking_error)
     return report, figures, "\n".join(lines)
+
+
+def categorical_summary(est, names):
+    """``{feature: {"levels": k, "categories": [...]}}`` of the model's categorical features."""
+    coder = getattr(est, "category_coder_", None)
+    if coder is None:
+        return {}
+    return {names[int(f)]: {"levels": int(len(coder.categories_[j])), "categories": coder.category_names(j)}
+            for j, f in enumerate(coder.columns_)}
+
+
+def pdp_curves(est, names, X, features, predict):
+    """Partial dependence of ``features``: ``[(name, grid, mean, categories or None), ...]``.
+
+    A categorical feature is set to each of its categories in the data (the most
+    frequent :data:`forest.report.summary.PDP_MAX_CATEGORIES`), named by the model's
+    coder; a numeric one to quantiles of its values.
+    """
+    from forest.report import summary as rep
+
+    coder = getattr(est, "category_coder_", None)
+    where = rep.categorical_positions(coder)
+    curves = []
+    for j in features:
+        if j not in where:
+            grid, mean = rep.partial_dependence(predict, X, j)
+            curves.append((names[j], grid, mean, None))
+            continue
+        grid, mean = rep.partial_dependence(predict, X, j, grid=rep.categorical_grid(X[:, j]))
+        every = coder.category_names(where[j])
+        curves.append((names[j], grid, mean, [every[int(c)] for c in grid]))
+    return curves
 
 
 def _held_out_ranking(est, rows, shard, meta):
@@ -321,7 +389,8 @@ def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_
                                            names, imp["depth_weighted"], clusters=clusters,
                                            want_figures=want_figures, priorities=effects,
                                            rows=report["rows"]["source"], ranking=ranking,
-                                           ranking_error=ranking_error)
+                                           ranking_error=ranking_error,
+                                           model_input=lambda Z: model_rows(est, names, Z))
     report["analysis"] = part
     lines += text
     figures.update(figs)

@@ -62,7 +62,14 @@ def build_parser():
     p.add_argument("--instrument", metavar="COL", help="instrument column (instrumental model)")
     p.add_argument("--outcome", help="outcome column")
     p.add_argument("--features", nargs="+", metavar="COL",
-                   help="feature columns (default: every other numeric column)")
+                   help="feature columns (default: every other column that holds numbers or categories; the "
+                        "columns left out are listed with the reason)")
+    cats = p.add_mutually_exclusive_group()
+    cats.add_argument("--categorical", nargs="+", metavar="COL",
+                      help="also treat these numeric feature columns (e.g. integer codes) as categorical; "
+                           "dictionary and string columns always are")
+    cats.add_argument("--no-categorical", action="store_true",
+                      help="treat no column as categorical: dictionary and string columns are left out")
     p.add_argument("--weight", metavar="COL", help="sample-weight column")
     p.add_argument("--cluster", metavar="COL",
                    help="cluster column (integer labels; causal, instrumental and regression forests): trees "
@@ -242,6 +249,12 @@ def _resolve_columns(args):
         if clash:
             raise CLIError(f"column {clash[0]!r} is both a feature and the treatment/instrument/outcome/weight")
         check_unique(args.features, "--features")
+    if args.categorical is not None:
+        check_unique(args.categorical, "--categorical")
+        clash = sorted(set(args.categorical) & set(targets))
+        if clash:
+            raise CLIError(f"--categorical names {clash[0]!r}, the treatment/instrument/outcome/weight/cluster; "
+                           "only features can be categorical")
     return targets
 
 
@@ -360,6 +373,63 @@ def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_typ
                    binned=binned, checkpoint=checkpoint, **extra)
 
 
+#: What forest-train adds to the refusal of a column with too many categories.
+LEVELS_HINT = ("; forest-train: leave it out (list the other columns in --features), or use it as a number "
+               "(it must then hold numbers)")
+
+
+def agree_categories(comm, source, run, choice, max_bins):
+    """The category coder of the categorical features, the same on every rank (one collective).
+
+    Each rank lists the categories of its own rows (one pass over its row groups,
+    reading only the categorical columns); the lists are all-gathered and every rank
+    builds the coder from all of them (:meth:`histogram.categories.CategoryCoder.from_summaries`),
+    so codes do not depend on how rows are spread over ranks.
+
+    Returns
+    -------
+    histogram.categories.CategoryCoder or None
+        None when no feature is categorical.
+
+    Raises
+    ------
+    CLIError
+        On every rank: a column with more distinct values than a categorical column may
+        have, or (defensively) one holding strings on some ranks and numbers on others.
+    """
+    from forest.io import dataio
+    from histogram.categories import CategoryCoder
+    from native import collectives as col
+
+    columns = np.flatnonzero(choice.categorical)
+    if not len(columns):
+        return None
+    names = [choice.features[f] for f in columns]
+    local, message = guarded(dataio.local_category_summaries, source, run, names)
+    gathered = col.allgather_object(comm, (message, local))
+    for m, _ in gathered:
+        if m is not None:
+            raise CLIError(m + (LEVELS_HINT if "distinct values" in m else ""))
+    parts = [part for _, rank in gathered for part in rank]
+    coder, message = guarded(CategoryCoder.from_summaries, len(choice.features), columns, parts, int(max_bins),
+                             choice.features)
+    if message is not None:     # from the same gathered lists on every rank: every rank raises it
+        raise CLIError(message + (LEVELS_HINT if "distinct values" in message else ""))
+    return coder
+
+
+def record_categories(est, coder, choice):
+    """Give a model fitted on pre-binned codes its categorical features (as ``fit`` on a table would).
+
+    ``fit(binned=...)`` sees codes only: the coder and the mask that turn a table's
+    columns into those codes at prediction time are set here, before the model is
+    saved (the model file checks that they match the bin mapper's ``categorical_``).
+    """
+    est.is_categorical_ = np.asarray(choice.categorical, dtype=bool).copy()
+    if coder is not None:
+        est.category_coder_ = coder
+
+
 def check_checkpoint_path(path, out, data):
     """Raise ``ValueError`` when ``--checkpoint path`` cannot be a checkpoint directory of this run.
 
@@ -453,13 +523,12 @@ def _body(argv):
     labels = [args.outcome] if KINDS[args.model].class_labels else []
     numeric_targets = [c for c in targets if c not in labels]
 
-    def choose(source):
-        if args.features is not None:
-            return list(args.features) + numeric_targets
-        feats = [c for c in source.columns if source.numeric[c] and c not in targets]
-        if not feats:
-            raise ValueError(f"{args.data!r} has no numeric feature columns besides {targets}")
-        return feats + numeric_targets
+    def select(source):
+        # A function of the footers alone: rank 0 runs it inside plan_source (where its
+        # errors are agreed on), every other rank again on the broadcast source.
+        return dataio.choose_features(source, exclude=targets + labels, named=args.features,
+                                      categorical=args.categorical or (),
+                                      use_categories=not args.no_categorical)
 
     # Streaming binning, two passes over this rank's row groups. Pass 1 reads the
     # targets into float64 columns and streams each row group's features past the
@@ -467,14 +536,22 @@ def _body(argv):
     # features again and bins each row group into the uint8 matrix the trees grow on.
     # No rank ever holds its features as one float64 block (8x the codes' bytes).
     t_read = time.perf_counter()
-    source, names, run, offset, n_local = plan_source(comm, args.data, choose, keep=labels, out=args.out)
-    features = names[:len(names) - len(numeric_targets)]
+    source, _, run, offset, n_local = plan_source(comm, args.data, lambda s: select(s).numeric + numeric_targets,
+                                                  keep=labels, out=args.out)
+    choice = select(source)
+    features = choice.features
+    if comm.rank == 0 and choice.left_out_line() is not None:
+        print(f"{PROG}: {choice.left_out_line()}", file=sys.stderr, flush=True)
     from forest.cli.plan import plan_or_check  # --plan, and the memory check before reading
 
     if plan_or_check(args, params, source, features, comm):
         return 0
     mapper, message = guarded(bin_mapper_for, est, comm, checkpoint)
     agree(comm, message)
+    coder = agree_categories(comm, source, run, choice, mapper.max_bins)
+    # Categorical features are read as their codes (NaN missing): the codes are their value bins.
+    encoders = {} if coder is None else {choice.features[f]: (lambda c, j=j: coder.encode(j, c))
+                                         for j, f in enumerate(coder.columns_)}
     fitter = StreamingBinFit(mapper, len(features), offset, n_local, source.n_rows)
     rows_seen = [offset]
 
@@ -488,7 +565,7 @@ def _body(argv):
         rows_seen[0] += len(block)
 
     shard, message = guarded(dataio.read_shard, source, run, numeric=numeric_targets, keep=labels,
-                             features=features, on_features=take_features)
+                             features=features, on_features=take_features, encoders=encoders)
     agree(comm, message)
     message, arms = _validate_shard(args, shard, offset, labels)
     gathered = col.allgather_object(comm, (message, arms))
@@ -518,7 +595,8 @@ def _body(argv):
                               announce=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True))
     with phase("binning"):
         mapper = fitter.finish(comm)
-        binned, message = guarded(dataio.bin_features, source, run, features, mapper.transform, n_local)
+        mapper.mark_categorical(choice.categorical)
+        binned, message = guarded(dataio.bin_features, source, run, features, mapper.transform, n_local, encoders)
         agree(comm, message)
     codes, _ = binned
     progress = TreeProgress(comm.rank == 0 and not args.no_progress, f"{PROG} [{comm.size} rank(s)]")
@@ -543,9 +621,12 @@ def _body(argv):
     finally:
         progress.close()
     fit_seconds = time.perf_counter() - t_fit
+    record_categories(est, coder, choice)
 
     metadata = {
-        "model": args.model, "feature_names": features, "treatment": args.treatment, "instrument": args.instrument,
+        "model": args.model, "feature_names": features,
+        "categorical_features": [f for f, c in zip(features, choice.categorical) if c],
+        "treatment": args.treatment, "instrument": args.instrument,
         "outcome": args.outcome, "weight": args.weight, "cluster": args.cluster, "n_rows": source.n_rows,
         "n_ranks": comm.size, "data": [str(p) for p in source.paths],
     }
@@ -556,8 +637,9 @@ def _body(argv):
 
     sent = col.allgather_object(comm, int(STATS.bytes_sent))
     if comm.rank == 0:
+        n_cat = int(choice.categorical.sum())
         print(f"{PROG}: trained {type(est).__name__} on {source.n_rows} rows x {len(features)} features "
-              f"with {comm.size} rank(s) in {fit_seconds:.2f} s; wrote {args.out}", file=sys.stderr)
+              f"({n_cat} categorical) with {comm.size} rank(s) in {fit_seconds:.2f} s; wrote {args.out}", file=sys.stderr)
         if args.verbose:
             rows = [("read data", f"{read_seconds:.3f}"), ("fit (wall)", f"{fit_seconds:.3f}"),
                     ("total (wall)", f"{time.perf_counter() - t_start:.3f}"),

@@ -68,6 +68,9 @@ class DataSource:
     groups : list of (int, int, int)
         ``(file index, row-group index, n_rows)`` for every row group, in reading
         order. A CSV file is cut into virtual groups of ``CSV_GROUP_ROWS`` rows.
+    null_counts : dict of str -> int or None
+        Nulls per column over all files, from the footers' statistics (None where a
+        row group has none); a CSV file's null-typed columns count every row.
     """
 
     paths: list
@@ -77,6 +80,7 @@ class DataSource:
     numeric: dict
     schema: bytes = b""
     groups: list = field(default_factory=list)
+    null_counts: dict = field(default_factory=dict)
 
     def arrow_schema(self):
         """The files' schema as a ``pyarrow.Schema``."""
@@ -135,6 +139,45 @@ def is_numeric_type(arrow_type):
     return bool(pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
                 or pa.types.is_boolean(arrow_type) or pa.types.is_decimal(arrow_type)
                 or pa.types.is_null(arrow_type))
+
+
+def is_category_type(arrow_type):
+    """Whether an Arrow column type holds categories: dictionary and string columns.
+
+    The rule of :func:`forest.io.feature_table.categorical_mask` (``"from_dtype"``) for
+    a pyarrow table, asked of a schema's type without reading any row.
+    """
+    import pyarrow as pa
+
+    from forest.io.feature_table import categorical_mask
+
+    return bool(categorical_mask("from_dtype", pa.schema([("c", arrow_type)]).empty_table(), 1)[0])
+
+
+def _value_kind(arrow_type):
+    """``"str"``, ``"number"`` or None: what a column of this type holds as categories."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return "str"
+    return "number" if is_numeric_type(arrow_type) and not pa.types.is_null(arrow_type) else None
+
+
+def _same_categories_type(a, b):
+    """Whether two files' types of a column hold the same kind of categories.
+
+    pandas writes a ``category`` column as a dictionary whose index width follows its
+    category count (int8 up to 127 categories), and another file may hold the same
+    column as plain strings: these read as the same categorical column.
+    """
+    return is_category_type(a) and is_category_type(b) and _value_kind(a) == _value_kind(b) is not None
+
+
+def _kind_words(arrow_type):
+    kind = _value_kind(arrow_type)
+    return {"str": "strings", "number": "numbers"}.get(kind, str(arrow_type))
 
 
 def resolve_paths(spec):
@@ -208,10 +251,11 @@ def open_source(spec):
         # Virtual row groups, so that ranks share a CSV file's rows too.
         groups = [(0, k, min(CSV_GROUP_ROWS, table.num_rows - start))
                   for k, start in enumerate(range(0, table.num_rows, CSV_GROUP_ROWS))]
+        nulls = {f.name: table.column(j).null_count for j, f in enumerate(table.schema)}
     else:
         import pyarrow.parquet as pq
 
-        groups, schemas = [], []
+        groups, schemas, nulls = [], [], {}
         for i, path in enumerate(paths):
             try:
                 meta = pq.ParquetFile(path).metadata
@@ -221,6 +265,7 @@ def open_source(spec):
             schemas.append(schema)
             for g in range(meta.num_row_groups):
                 groups.append((i, g, int(meta.row_group(g).num_rows)))
+            _add_null_counts(nulls, meta)
     for path, schema in zip(paths, schemas):
         _check_unique_names(path, schema.names)
     first = schemas[0]
@@ -232,17 +277,40 @@ def open_source(spec):
                     f"has extra columns {extra}" if extra else "orders its columns differently")
             raise DataError(f"mismatched schema across files: {path!r} {what} compared with {paths[0]!r}")
         for name in first.names:
-            if not schema.field(name).type.equals(first.field(name).type):
+            here, there = schema.field(name).type, first.field(name).type
+            if here.equals(there) or _same_categories_type(here, there):
+                continue
+            if is_category_type(here) or is_category_type(there):
                 raise DataError(
-                    f"mismatched schema across files: column {name!r} is {schema.field(name).type} in "
-                    f"{path!r} but {first.field(name).type} in {paths[0]!r}")
+                    f"mismatched schema across files: categorical column {name!r} holds {_kind_words(here)} "
+                    f"({here}) in {path!r} but {_kind_words(there)} ({there}) in {paths[0]!r}; give it one type "
+                    f"in every file")
+            raise DataError(
+                f"mismatched schema across files: column {name!r} is {here} in {path!r} but {there} in "
+                f"{paths[0]!r}")
     return DataSource(
         paths=list(paths), kind=kind, columns=list(first.names),
         types={f.name: str(f.type) for f in first},
         numeric={f.name: is_numeric_type(f.type) for f in first},
         schema=first.serialize().to_pybytes(),
         groups=groups,
+        null_counts={name: nulls.get(name) for name in first.names},
     )
+
+
+def _add_null_counts(nulls, meta):
+    """Add a parquet file's null counts per top-level column to ``nulls`` (None once unknown)."""
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            name = chunk.path_in_schema
+            if "." in name:         # a leaf of a nested column: not a feature the tools read
+                continue
+            stats = chunk.statistics
+            known = stats is not None and stats.has_null_count
+            if name not in nulls or nulls[name] is not None:
+                nulls[name] = (nulls.get(name) or 0) + int(stats.null_count) if known else None
 
 
 def _check_unique_names(path, names):
@@ -392,7 +460,112 @@ def iter_row_groups(source, run, columns, stats):
         del table  # one row group's Arrow table alive at a time
 
 
-def read_shard(source, run, numeric=(), keep=(), features=(), on_features=None):
+@dataclass
+class FeatureChoice:
+    """The feature columns a training run reads, which are categorical, and what it leaves out.
+
+    Attributes
+    ----------
+    features : list of str
+        In file order (or ``--features`` order).
+    categorical : ndarray of bool, shape (n_features,)
+    left_out : list of (str, str)
+        ``(column, why)`` of the columns a default selection skipped.
+    """
+
+    features: list
+    categorical: np.ndarray
+    left_out: list
+
+    @property
+    def numeric(self):
+        """The features read as numbers."""
+        return [f for f, c in zip(self.features, self.categorical) if not c]
+
+    def left_out_line(self):
+        """``left out: ts (timestamp[ns]: not a number or a category), ...`` or None."""
+        if not self.left_out:
+            return None
+        return "left out: " + ", ".join(f"{name} ({why})" for name, why in self.left_out)
+
+
+def choose_features(source, exclude=(), named=None, categorical=(), use_categories=True):
+    """Which columns a training run uses as features, and which of them are categorical.
+
+    By default every column not in ``exclude`` whose type is a number (integer, float,
+    boolean, decimal) or a category (:func:`is_category_type`: dictionary and string
+    columns) is a feature; any other type (timestamps, lists, binary, ...) and columns
+    without a single value are left out, each with the reason. Columns ``named``
+    (``--features``) are used as given: one of an unusable type is refused.
+
+    Parameters
+    ----------
+    source : DataSource
+    exclude : sequence of str
+        The targets (treatment, outcome, ...).
+    named : sequence of str, optional
+        The features as listed by the user.
+    categorical : sequence of str
+        Columns to treat as categorical whatever their type (``--categorical``):
+        numeric ones hold category codes, e.g. integers.
+    use_categories : bool
+        False (``--no-categorical``): no column is categorical; dictionary and string
+        columns are left out (refused when named).
+
+    Returns
+    -------
+    FeatureChoice
+
+    Raises
+    ------
+    DataError
+        A missing column, a named feature of unusable type, a ``categorical`` column
+        that is not a feature or not of a usable type.
+    """
+    schema = source.arrow_schema()
+    for name in list(named or ()) + list(categorical):
+        if name not in source.types:
+            raise DataError(f"missing column {name!r} in {source.paths[0]!r} (columns: {', '.join(source.columns)})")
+    forced = set(categorical)
+    features, mask, left_out = [], [], []
+    for name in (named if named is not None else [c for c in source.columns if c not in exclude]):
+        kind, why = _feature_kind(schema.field(name).type, source.null_counts.get(name), source.n_rows,
+                                  use_categories, name in forced)
+        if kind is None and named is not None and why != "no value at all":
+            raise DataError(f"feature column {name!r} cannot be used ({why})"
+                            + ("" if use_categories or not is_category_type(schema.field(name).type)
+                               else "; drop --no-categorical to use it as a categorical feature"))
+        if kind is None and named is None:
+            left_out.append((name, why))
+            continue
+        features.append(name)
+        mask.append(kind == "categorical")
+    stray = sorted(forced - set(features))
+    if stray:
+        raise DataError(f"--categorical names {stray[0]!r}, which is not a feature column"
+                        + (" (not in --features)" if named is not None else f" (columns: {', '.join(features)})"))
+    if not features:
+        raise DataError(f"{source.paths[0]!r} has no numeric or categorical feature columns besides "
+                        f"{list(exclude)}")
+    return FeatureChoice(features=features, categorical=np.asarray(mask, dtype=bool), left_out=left_out)
+
+
+def _feature_kind(arrow_type, nulls, n_rows, use_categories, forced):
+    """``("numeric" | "categorical" | None, why left out)`` of a column type."""
+    import pyarrow as pa
+
+    if pa.types.is_null(arrow_type) or (nulls is not None and n_rows > 0 and nulls >= n_rows):
+        return None, "no value at all"
+    if is_category_type(arrow_type):
+        if not use_categories:
+            return None, f"{arrow_type}: categories, and --no-categorical is given"
+        return "categorical", None
+    if is_numeric_type(arrow_type):
+        return ("categorical" if forced else "numeric"), None
+    return None, f"{arrow_type}: not a number or a category"
+
+
+def read_shard(source, run, numeric=(), keep=(), features=(), on_features=None, encoders=None):
     """Read this rank's row groups into float64 columns.
 
     Parameters
@@ -410,6 +583,9 @@ def read_shard(source, run, numeric=(), keep=(), features=(), on_features=None):
         bins them as they stream past (see :func:`bin_features`).
     on_features : callable, optional
         Required with ``features``.
+    encoders : dict of str -> callable, optional
+        Categorical features: ``encoders[name](column) -> float64 codes`` (see
+        :func:`coded_block`).
 
     Returns
     -------
@@ -434,18 +610,35 @@ def read_shard(source, run, numeric=(), keep=(), features=(), on_features=None):
     for table in iter_row_groups(source, run, wanted, stats):
         _fill(out, table, pos)
         if features:
-            on_features(feature_block(table, features))
+            on_features(coded_block(table, features, encoders))
         if keep:
             keep_parts.append(table.select(list(keep)))
         pos += table.num_rows
     keep_table = None
     if keep:
-        keep_table = (pa.concat_tables(keep_parts) if keep_parts
+        keep_table = (_concat(keep_parts) if keep_parts
                       else source.arrow_schema().empty_table().select(list(keep)))
     return Shard(columns=out, keep=keep_table, n_local=n_local, stats=stats)
 
 
-def bin_features(source, run, features, transform, n_local):
+def _concat(parts):
+    """Row groups' tables as one; a categorical column stored as a dictionary in one file and
+    as strings in another (:func:`_same_categories_type`) is decoded to its values."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if all(p.schema.equals(parts[0].schema) for p in parts[1:]):
+        return pa.concat_tables(parts)
+
+    def decoded(table):
+        for j, f in enumerate(table.schema):
+            if pa.types.is_dictionary(f.type):
+                table = table.set_column(j, f.name, pc.cast(table.column(j), f.type.value_type))
+        return table
+    return pa.concat_tables([decoded(p) for p in parts], promote_options="permissive")
+
+
+def bin_features(source, run, features, transform, n_local, encoders=None):
     """Second pass over this rank's row groups: bin the features one group at a time.
 
     Only one row group's float64 block ``(n_group_rows, n_features)`` exists at a
@@ -461,6 +654,8 @@ def bin_features(source, run, features, transform, n_local):
         ``(n_features, n)`` uint8 (a fitted ``BinMapper.transform``).
     n_local : int
         Rows in the run.
+    encoders : dict of str -> callable, optional
+        See :func:`coded_block`.
 
     Returns
     -------
@@ -472,7 +667,7 @@ def bin_features(source, run, features, transform, n_local):
     pos = 0
     for table in iter_row_groups(source, run, list(features), stats):
         n = table.num_rows
-        codes[:, pos:pos + n] = transform(feature_block(table, features))
+        codes[:, pos:pos + n] = transform(coded_block(table, features, encoders))
         pos += n
     if pos != n_local:
         raise DataError(f"read {pos} rows where the footers promise {n_local}")
@@ -485,6 +680,65 @@ def feature_block(table, features):
     columns = {name: block[:, j] for j, name in enumerate(features)}
     _fill(columns, table, 0)
     return block
+
+
+def coded_block(table, features, encoders=None):
+    """Like :func:`feature_block`, with categorical columns as their category codes.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+    features : sequence of str
+    encoders : dict of str -> callable, optional
+        ``encoders[name](column)``: the codes (float64, NaN missing) of categorical
+        column ``name``, e.g. a fitted :class:`histogram.categories.CategoryCoder`'s
+        ``encode``. Without any, every feature is numeric.
+
+    Returns
+    -------
+    ndarray of float64, shape (n_rows, n_features)
+    """
+    if not encoders:
+        return feature_block(table, features)
+    block = np.empty((table.num_rows, len(features)), dtype=X_DTYPE)
+    numeric = {}
+    for j, name in enumerate(features):
+        if name in encoders:
+            block[:, j] = encoders[name](table.column(name))
+        else:
+            numeric[name] = block[:, j]
+    _fill(numeric, table, 0)
+    return block
+
+
+def local_category_summaries(source, run, names):
+    """This rank's categories of columns ``names``, one row group at a time.
+
+    Returns
+    -------
+    list of list of dict
+        Per row group read, :func:`histogram.categories.local_categories` of each
+        column; :meth:`histogram.categories.CategoryCoder.from_summaries` merges them
+        (with every other rank's) as it merges ranks.
+
+    Raises
+    ------
+    ValueError
+        A column with more distinct values in one row group than a categorical column
+        may have (named), or a row group that cannot be read.
+    """
+    from histogram.categories import local_categories
+
+    out = []
+    for table in iter_row_groups(source, run, list(names), ReadStats()):
+        part = []
+        for name in names:
+            try:
+                part.append(local_categories(table.column(name))[0])
+            except ValueError as exc:
+                raise DataError(f"categorical column {name!r} {exc}") from None
+        out.append(part)
+    return out
 
 
 def _fill(out, table, pos):

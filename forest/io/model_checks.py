@@ -148,6 +148,10 @@ def _check_categories(est, mapper, n_features):
     """The category coder, the estimator's ``is_categorical_`` and the bin mapper agree."""
     coder = vars(est).get("category_coder_")
     marked = np.flatnonzero(getattr(mapper, "categorical_", np.zeros(n_features, bool)))
+    if coder is None and _PARENT_CODER:
+        # a nuisance forest: fitted on its parent's codes (binned input), it reads coded
+        # matrices from the parent and is checked against the parent's coder
+        coder = _PARENT_CODER[-1]
     if coder is None:
         if len(marked):
             raise ValueError(f"the bin mapper marks features {marked.tolist()} categorical, but the model has no "
@@ -289,6 +293,10 @@ def check_regression_forest(est):
         raise ValueError(f"oob_prediction_ must be float64 of shape (n,) or (n, {k})")
 
 
+#: The coder of the effect forest whose nuisance forests are being checked (a stack).
+_PARENT_CODER = []
+
+
 def _check_nuisance(est, name, n_outputs, nuisance_class):
     """An effect forest's nuisance forest ``name``: None, or a fitted ``nuisance_class`` on its features."""
     forest = vars(est).get(name)
@@ -296,10 +304,13 @@ def _check_nuisance(est, name, n_outputs, nuisance_class):
         return
     if type(forest) is not nuisance_class:
         raise ValueError(f"{name} must be a {nuisance_class.__name__} or None, got {type(forest).__name__}")
+    _PARENT_CODER.append(vars(est).get("category_coder_"))
     try:
         check_estimator(forest, check_regression_forest)
     except (ValueError, TypeError) as exc:  # a mismatch inside is corruption of this file
         raise ValueError(f"{name}: {exc}") from None
+    finally:
+        _PARENT_CODER.pop()
     if "estimators_" not in vars(forest):
         raise ValueError(f"{name} is not fitted")
     if forest.n_features_in_ != est.n_features_in_ or forest.n_outputs_ != n_outputs:

@@ -48,7 +48,7 @@ def _attempt(fn):
 
 
 def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures=False, seed=0, priorities=None,
-                    rows="held-out", ranking=None, ranking_error=None):
+                    rows="held-out", ranking=None, ranking_error=None, model_input=None):
     """Average effects, calibration, BLP and RATE of a causal forest on held-out or training rows.
 
     The estimator's methods recognise training rows themselves
@@ -85,6 +85,11 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     ranking_error : str, optional
         Why no :class:`HeldOutRanking` could be built on training rows: RATE is then
         reported unavailable (out-of-bag priorities would bias it).
+    model_input : callable, optional
+        ``model_input(X)``: the rows as the model takes them, for a model with
+        categorical features (``X`` then holds their codes; see
+        :func:`forest.cli.report.model_rows`). Categorical features are left out of the
+        linear projection (a code is no quantity to project on).
 
     Returns
     -------
@@ -103,7 +108,8 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     # A model that records its feature names takes the rows as a table of those
     # columns (forest-report predicts the same way); a bare matrix would make every
     # method below warn that X has no feature names.
-    table = feature_input(est, pa.table({n: X[:, j] for j, n in enumerate(names)}), names)
+    table = model_input(X) if model_input is not None else \
+        feature_input(est, pa.table({n: X[:, j] for j, n in enumerate(names)}), names)
     held = dict(X=table, t=t, y=y, clusters=clusters, comm=comm)
     report, lines, figures, unavailable = {"rows": rows}, [], {}, {}
     contrasts = est.contrast_names() if _n_effects(est) > 1 else None
@@ -133,7 +139,9 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
         report["calibration"] = cal.to_dict()
         lines += ["", str(cal)]
 
-    top = [int(j) for j in np.argsort(-np.asarray(importance), kind="stable")[:min(BLP_FEATURES, X.shape[1])]]
+    categorical = set(int(f) for f in getattr(getattr(est, "category_coder_", None), "columns_", ()))
+    ranked = [int(j) for j in np.argsort(-np.asarray(importance), kind="stable") if int(j) not in categorical]
+    top = ranked[:BLP_FEATURES]
     blp, why = _attempt(lambda: est.best_linear_projection(X[:, top], names=[names[j] for j in top], **held))
     if why:
         unavailable["best_linear_projection"] = why

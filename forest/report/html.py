@@ -270,9 +270,15 @@ def _importance_order(imp, sort_by):
     return np.lexsort((np.arange(primary.size), -other, -primary))
 
 
+def feature_label(report, name):
+    """``name``, or ``race (categorical, 5 levels)`` for a categorical feature (``report["categorical"]``)."""
+    info = (report.get("categorical") or {}).get(name)
+    return f"{name} (categorical, {info.get('levels')} levels)" if isinstance(info, dict) else str(name)
+
+
 def importance_section(report, png=None):
-    """Table of the top features, a sentence naming the most important one."""
-    names = [str(n) for n in report.get("features") or []]
+    """Table of the top features (categorical ones named as such), a sentence naming the most important one."""
+    names = [feature_label(report, str(n)) for n in report.get("features") or []]
     imp = report["importance"]
     sort_by = report.get("importance_sorted_by") or next(iter(imp))
     order = _importance_order(imp, sort_by)[:int(report.get("top") or DEFAULT_TOP)]
@@ -332,7 +338,7 @@ def predictions_section(report, png=None):
 # ------------------------------------------------------------------ partial dependence
 
 def _pdp_rows(pd):
-    """``(feature, column or None, at grid min, at grid max, range)`` per curve."""
+    """``(feature, column or None, at grid min, at grid max, range, categories or None)`` per curve."""
     labels = [str(c) for c in pd.get("columns") or []]
     rows = []
     for name, curve in (pd.get("features") or {}).items():
@@ -345,8 +351,19 @@ def _pdp_rows(pd):
         for j in range(mean.shape[1]):
             label = labels[j] if mean.shape[1] > 1 and j < len(labels) else None
             col = mean[:, j]
-            rows.append((str(name), label, float(col[0]), float(col[-1]), float(np.nanmax(col) - np.nanmin(col))))
+            rows.append((str(name), label, float(col[0]), float(col[-1]), float(np.nanmax(col) - np.nanmin(col)),
+                         curve.get("categories")))
     return rows
+
+
+def _category_table(pd, name, curve):
+    """One categorical feature's partial dependence: a row per category, a column per predicted label."""
+    labels = [str(c) for c in pd.get("columns") or []]
+    grid = _floats(curve.get("grid"))
+    mean = _floats(curve.get("mean")).reshape(grid.size, -1)
+    heads = labels if mean.shape[1] > 1 and len(labels) == mean.shape[1] else ["mean predicted"]
+    rows = [[str(c)] + [float(v) for v in mean[i]] for i, c in enumerate(curve.get("categories") or [])]
+    return _table(["category"] + heads, rows, caption=f"{name} (categorical): one bar per category")
 
 
 def pdp_section(report, png=None):
@@ -356,8 +373,11 @@ def pdp_section(report, png=None):
     curves = _pdp_rows(pd)
     several = any(c[1] is not None for c in curves)
     header = ["feature"] + (["column"] if several else []) + ["at lowest value", "at highest value", "range"]
-    rows = [[c[0]] + ([c[1] or ""] if several else []) + list(c[2:]) for c in curves]
-    table = _table(header, rows, numeric_from=2 if several else 1)
+    # a categorical feature has no lowest or highest value: its own table lists every category
+    rows = [[c[0]] + ([c[1] or ""] if several else []) + list(c[2:5]) for c in curves if c[5] is None]
+    tables = [_table(header, rows, numeric_from=2 if several else 1)] if rows else []
+    tables += [_category_table(pd, name, curve) for name, curve in (pd.get("features") or {}).items()
+               if curve.get("categories") and _floats(curve.get("mean")).size]
     reading = ""
     if curves:
         ranges = {}
@@ -371,7 +391,7 @@ def pdp_section(report, png=None):
             reading += f"; changing {low} moves it the least (by {fmt(ranges[low])})"
         reading += "."
     return _section("partial-dependence", f"Partial dependence of the predicted {what}", reading,
-                    PDP_ROWS_LINE, [table], png, wide_plot=True)
+                    PDP_ROWS_LINE, tables, png, wide_plot=True)
 
 
 # ------------------------------------------------------------------ qini

@@ -18,6 +18,11 @@ This module owns what ``forest-report`` shows about a fitted model:
 * :func:`partial_dependence` averages predictions over a sample with one feature set
   to grid values; :func:`pdp_figure` draws all features on one y-axis scale, so a
   flat curve (a feature without effect) looks flat next to a real one;
+* categorical features (:mod:`histogram.categories`): :func:`feature_labels` names them
+  as such, :func:`category_values` turns their codes back into category values a model
+  takes, :func:`categorical_grid` picks the categories partial dependence shows as
+  bars (:func:`text_bars`, :func:`pdp_axes`), and :func:`split_condition` reads a
+  category-set split as ``race in {white, black}``;
 * :func:`text_table`, :func:`to_json` and :func:`html_page` render a report; the
   HTML embeds its matplotlib figures as base64 PNG, so it is one self-contained
   file that needs no network.
@@ -243,7 +248,7 @@ def qini_curve(tau_hat, t, y):
             "qini_coefficient": float(np.mean(qini - random)), "auuc": float(np.mean(gain))}
 
 
-def partial_dependence(predict, X, feature, grid_size=20, max_rows=500, seed=0):
+def partial_dependence(predict, X, feature, grid_size=20, max_rows=500, seed=0, grid=None):
     """Average prediction with ``X[:, feature]`` set to each grid value.
 
     Parameters
@@ -256,6 +261,9 @@ def partial_dependence(predict, X, feature, grid_size=20, max_rows=500, seed=0):
         Grid of quantiles of the feature's non-missing values.
     max_rows : int
         Rows averaged over (a fixed random subset when ``n`` is larger).
+    grid : array-like, optional
+        The values to set instead of quantiles (a categorical feature's codes,
+        :func:`categorical_grid`).
 
     Returns
     -------
@@ -267,15 +275,128 @@ def partial_dependence(predict, X, feature, grid_size=20, max_rows=500, seed=0):
     X = np.asarray(X, dtype=np.float64)
     rng = np.random.default_rng(seed)
     rows = X if X.shape[0] <= max_rows else X[np.sort(rng.choice(X.shape[0], max_rows, replace=False))]
-    values = X[:, feature]
-    values = values[np.isfinite(values)]
-    if values.size == 0:
+    if grid is None:
+        values = X[:, feature]
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            return np.zeros(0), np.zeros(0)
+        grid = np.unique(np.quantile(values, np.linspace(0.0, 1.0, grid_size)))
+    grid = np.asarray(grid, dtype=np.float64)
+    if grid.size == 0:
         return np.zeros(0), np.zeros(0)
-    grid = np.unique(np.quantile(values, np.linspace(0.0, 1.0, grid_size)))
     stacked = np.repeat(rows[None], grid.size, axis=0)  # (m, rows, features)
     stacked[:, :, feature] = grid[:, None]
     pred = np.asarray(predict(stacked.reshape(-1, X.shape[1])), dtype=np.float64)
     return grid, pred.reshape((grid.size, rows.shape[0]) + pred.shape[1:]).mean(axis=1)
+
+
+# ------------------------------------------------------------------ categorical features
+
+#: Most categories partial dependence shows (the most frequent in the data).
+PDP_MAX_CATEGORIES = 20
+
+
+def categorical_positions(coder):
+    """``{feature index: position in the coder's columns}`` (empty without a coder)."""
+    return {} if coder is None else {int(f): j for j, f in enumerate(coder.columns_)}
+
+
+def feature_labels(names, coder):
+    """Feature names for tables, categorical ones named as such: ``race (categorical, 5 levels)``.
+
+    Parameters
+    ----------
+    names : list of str
+    coder : histogram.categories.CategoryCoder or None
+        The model's ``category_coder_``; levels are the categories seen in training.
+
+    Returns
+    -------
+    list of str
+    """
+    where = categorical_positions(coder)
+    return [f"{n} (categorical, {len(coder.categories_[where[f]])} levels)" if f in where else str(n)
+            for f, n in enumerate(names)]
+
+
+def category_values(coder, j, codes):
+    """Category values (a pyarrow array) that ``coder`` codes as ``codes``; NaN -> null.
+
+    A folded code (rare categories sharing one) becomes one of its categories, which the
+    coder maps back to the same code: a model sees the same rows.
+
+    Parameters
+    ----------
+    coder : histogram.categories.CategoryCoder
+    j : int
+        Position of the feature among the coder's columns.
+    codes : ndarray of float64, shape (n,)
+    """
+    import pyarrow as pa
+
+    cats = coder.categories_[j]
+    kind = pa.string() if coder.kinds_[j] == "str" else pa.float64()
+    codes = np.asarray(codes, dtype=np.float64)
+    present = np.isfinite(codes)
+    if not len(cats) or not present.any():
+        return pa.nulls(len(codes), kind)
+    _, first = np.unique(coder.codes_[j], return_index=True)      # one category per code
+    values = cats[first][codes[present].astype(np.int64)]
+    out = np.full(len(codes), None, dtype=object)
+    out[present] = values.tolist()
+    return pa.array(out, type=kind)
+
+
+def categorical_grid(codes, limit=PDP_MAX_CATEGORIES):
+    """The codes partial dependence shows: those in the data, at most the ``limit`` most frequent, in code order."""
+    codes = np.asarray(codes, dtype=np.float64)
+    codes = codes[np.isfinite(codes)]
+    values, counts = np.unique(codes, return_counts=True)
+    if len(values) > limit:
+        values = np.sort(values[np.argsort(-counts, kind="stable")[:limit]])
+    return values
+
+
+def text_bars(labels, values, width=30):
+    """One text bar per category: ``label  value  ####`` (negative values ``====``), longest ``width``.
+
+    Returns
+    -------
+    list of str
+    """
+    values = np.asarray(values, dtype=np.float64)
+    top = float(np.nanmax(np.abs(values))) if values.size else 0.0
+    pad = max([len(str(c)) for c in labels] + [1])
+    lines = []
+    for label, v in zip(labels, values):
+        n = int(round(width * abs(v) / top)) if top > 0 and np.isfinite(v) else 0
+        lines.append(f"{str(label):<{pad}}  {v:>10.4g}  {('#' if v >= 0 else '=') * n}")
+    return lines
+
+
+def split_condition(tree, node, names, coder=None, decimals=3):
+    """The condition that sends rows of ``node`` left: ``x <= 0.5``, ``race in {white, black}``.
+
+    Parameters
+    ----------
+    tree : forest.engine.tree.Tree
+    node : int
+    names : list of str
+    coder : histogram.categories.CategoryCoder, optional
+        Names a categorical split's categories (else their codes).
+    """
+    from forest.engine.tree import CATEGORICAL_SPLIT, bitset_bins
+
+    f = int(tree.feature[node])
+    name = names[f]
+    if int(tree.bin_threshold[node]) == CATEGORICAL_SPLIT:
+        bins = bitset_bins(tree.cat_bits[node])
+        where = categorical_positions(coder)
+        labels = coder.category_names(where[f]) if f in where else None
+        members = [labels[b] if labels is not None and b < len(labels) else str(b) for b in bins]
+        return f"{name} in {{{', '.join(members)}}}"
+    thr = tree.threshold[node]
+    return f"{name} <= {thr:.{decimals}g}" if np.isfinite(thr) else f"{name} not missing"
 
 
 # ------------------------------------------------------------------ rendering
@@ -292,6 +413,7 @@ def text_table(names, imp, limit=None, sort_by="depth_weighted"):
     Parameters
     ----------
     names : list of str, length n_features
+        Feature names (:func:`feature_labels` names categorical ones as such).
     imp : dict
         Output of :func:`importances`.
     limit : int, optional
@@ -379,14 +501,28 @@ def distribution_figure(values, labels, what):
 
 
 def pdp_axes(curves, what, labels=None):
-    """The partial-dependence figure, as a matplotlib Figure (see :func:`pdp_figure`)."""
+    """The partial-dependence figure, as a matplotlib Figure (see :func:`pdp_figure`).
+
+    A curve ``(name, grid, mean, categories)`` with ``categories`` (labels of the grid's
+    codes) is a categorical feature: one bar per category (grouped per column).
+    """
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.2), squeeze=False, sharey=True)
-    for ax, (name, grid, mean) in zip(axes[0], curves):
+    for ax, (name, grid, mean, *rest) in zip(axes[0], curves):
+        categories = rest[0] if rest else None
         mean = np.asarray(mean, dtype=np.float64).reshape(len(grid), -1)
         for j in range(mean.shape[1]):
-            ax.plot(grid, mean[:, j], marker="o", ms=3, label=labels[j] if labels and mean.shape[1] > 1 else None)
-        ax.set_xlabel(name)
+            label = labels[j] if labels and mean.shape[1] > 1 else None
+            if categories is None:
+                ax.plot(grid, mean[:, j], marker="o", ms=3, label=label)
+                continue
+            step = 0.8 / mean.shape[1]
+            ax.bar(np.arange(len(grid)) + j * step - 0.4 + step / 2, mean[:, j], width=step, label=label)
+        if categories is not None:
+            ax.set_xticks(np.arange(len(grid)))
+            ax.set_xticklabels([str(c) for c in categories], rotation=45 if len(grid) > 4 else 0, ha="right"
+                               if len(grid) > 4 else "center", fontsize=8)
+        ax.set_xlabel(name + (" (categorical)" if categories is not None else ""))
         ax.set_title(f"range {np.ptp(mean) if mean.size else 0.0:.3g}", fontsize=9)
         if mean.shape[1] > 1:
             ax.legend(fontsize=8)
@@ -446,7 +582,7 @@ def html_page(title, sections):
 
 # ------------------------------------------------------------------ policy trees
 
-def policy_tree_figure(tree, actions, feature_names, action_names, decimals=3):
+def policy_tree_figure(tree, actions, feature_names, action_names, decimals=3, coder=None):
     """A drawing of a policy tree (splits as boxes, leaves with their action); base64 PNG.
 
     Parameters
@@ -455,6 +591,8 @@ def policy_tree_figure(tree, actions, feature_names, action_names, decimals=3):
         ``value[node]`` holds each action's mean reward in the node.
     actions : ndarray of int, shape (node_count,)
     feature_names, action_names : list of str
+    coder : histogram.categories.CategoryCoder, optional
+        Names the categories of a categorical split (:func:`split_condition`).
     """
     plt = _pyplot()
     leaves = [0]
@@ -474,9 +612,7 @@ def policy_tree_figure(tree, actions, feature_names, action_names, decimals=3):
     for node in range(tree.node_count):
         y = -float(tree.depth[node])
         if tree.feature[node] >= 0:
-            name = feature_names[int(tree.feature[node])]
-            thr = tree.threshold[node]
-            cond = f"{name} <= {thr:.{decimals}g}" if np.isfinite(thr) else f"{name} not missing"
+            cond = split_condition(tree, node, feature_names, coder, decimals)
             label = f"{cond}\nmissing {'left' if tree.missing_left[node] else 'right'}\n{int(tree.count[node])} rows"
             colour = "#dde6f0"
             for child, tag in ((int(tree.left[node]), "yes"), (int(tree.right[node]), "no")):

@@ -46,7 +46,12 @@ def test_missing_and_non_numeric_columns(small_parquet, tmp_path, capsys):
     out = str(tmp_path / "m.model")
     base = [small_parquet, "--out", out, "--model", "regression", "--outcome", "y", "--features", "a"]
     _expect_error(train.main, base + ["zz"], capsys, r"missing column 'zz'")
-    _expect_error(train.main, base + ["name"], capsys, r"non-numeric column 'name' \(type string\)")
+    # a string column is categorical now (issue 32); a timestamp is neither a number nor a category
+    stamped = make_table()
+    stamped = stamped.append_column("when", pa.array(np.arange(stamped.num_rows).astype("datetime64[s]")))
+    stamped_path = _write(tmp_path, "stamped.parquet", stamped)
+    _expect_error(train.main, [stamped_path] + base[1:] + ["when"], capsys,
+                  r"feature column 'when' cannot be used \(timestamp")
     _expect_error(train.main, [small_parquet, "--out", out, "--model", "regression", "--outcome", "nope"],
                   capsys, r"missing column 'nope'")
     assert not os.path.exists(out)

@@ -65,6 +65,10 @@ def test_estimator_gets_codes_not_float_features(model, small_parquet, tmp_path,
 
     for cls in real_fit:
         monkeypatch.setattr(cls, "fit", spy(cls))
+    # On a cold kernel cache forest-train first fits a small warm-up model from raw X
+    # (forest.cli.warmup); that fit is not the one under test.
+    from forest.cli import warmup
+    monkeypatch.setattr(warmup, "compile_once_per_node", lambda *args, **kwargs: False)
     real_block = dataio.feature_block
     monkeypatch.setattr(dataio, "feature_block", lambda table, names: blocks.append(table.num_rows)
                         or real_block(table, names))

@@ -477,3 +477,19 @@ def test_warm_start_needs_the_same_categories():
     other.loc[0, "c"] = "NEW"
     with pytest.raises(ValueError, match="warm_start"):
         rf.set_params(n_estimators=12).fit(other, y, comm=SELF)
+
+
+def test_causal_and_instrumental_model_files_keep_categories(tmp_path):
+    X, cat, good, x, rng = _design(800, 14, levels=12)
+    n = len(good)
+    t = (rng.random(n) < 0.5).astype(float)
+    y = x[:, 0] + (1 + 2 * good) * t + rng.normal(size=n)
+    cf = CausalForest(n_estimators=8, nuisance_estimators=4, random_state=1).fit(X, t, y, comm=SELF)
+    path = str(tmp_path / "cf.model")
+    model_io.save(cf, path)
+    np.testing.assert_array_equal(model_io.load(path).predict(X), cf.predict(X))
+    z = (rng.random(n) < 0.5).astype(float)
+    iv = InstrumentalForest(n_estimators=8, nuisance_estimators=4, random_state=1).fit(X, z, y, z, comm=SELF)
+    path = str(tmp_path / "iv.model")
+    model_io.save(iv, path)
+    np.testing.assert_array_equal(model_io.load(path).predict(X), iv.predict(X))
