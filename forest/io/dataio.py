@@ -489,6 +489,19 @@ class FeatureChoice:
         return "left out: " + ", ".join(f"{name} ({why})" for name, why in self.left_out)
 
 
+def _pandas_index_columns(schema):
+    """Columns that pandas' ``to_parquet`` stored for a DataFrame's index (its schema metadata says so)."""
+    import json
+
+    meta = (schema.metadata or {}).get(b"pandas")
+    if not meta:
+        return []
+    try:
+        return [c for c in json.loads(meta).get("index_columns", []) if isinstance(c, str)]
+    except ValueError:
+        return []
+
+
 def choose_features(source, exclude=(), named=None, categorical=(), use_categories=True):
     """Which columns a training run uses as features, and which of them are categorical.
 
@@ -528,7 +541,11 @@ def choose_features(source, exclude=(), named=None, categorical=(), use_categori
             raise DataError(f"missing column {name!r} in {source.paths[0]!r} (columns: {', '.join(source.columns)})")
     forced = set(categorical)
     features, mask, left_out = [], [], []
+    index = set(_pandas_index_columns(schema))
     for name in (named if named is not None else [c for c in source.columns if c not in exclude]):
+        if named is None and name in index:
+            left_out.append((name, "the pandas index written with the table"))
+            continue
         kind, why = _feature_kind(schema.field(name).type, source.null_counts.get(name), source.n_rows,
                                   use_categories, name in forced)
         if kind is None and named is not None and why != "no value at all":

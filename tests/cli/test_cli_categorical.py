@@ -301,3 +301,14 @@ def test_causal_model_with_categories_trains_predicts_and_reports(cat_parquet, t
     assert report.main([out, "--data", cat_parquet]) == 0
     assert "race (categorical, 4 levels)" in capsys.readouterr().out
     assert os.path.exists(pred)
+
+
+def test_a_pandas_index_written_with_the_table_is_left_out(tmp_path):
+    import pandas as pd
+
+    df = pd.DataFrame({"x": np.arange(6.0), "c": list("abcabc"), "y": np.arange(6.0)}, index=[9, 4, 7, 1, 3, 0])
+    path = str(tmp_path / "indexed.parquet")
+    df.to_parquet(path)            # a non-default index: pandas writes __index_level_0__
+    choice = dataio.choose_features(dataio.open_source(path), exclude=["y"])
+    assert choice.features == ["x", "c"] and choice.categorical.tolist() == [False, True]
+    assert "__index_level_0__ (the pandas index written with the table)" in choice.left_out_line()
