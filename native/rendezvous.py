@@ -144,6 +144,12 @@ def connect_mesh(listener, endpoints, rank, token=b"", timeout=DEFAULT_TIMEOUT_S
     if not 0 <= rank < size:
         raise RendezvousError(f"rank {rank} is not in 0..{size - 1} ({size} endpoints)")
     parsed = [parse_endpoint(e) for e in endpoints]
+    seen = {}
+    for r, address in enumerate(parsed):
+        if address in seen:
+            raise RendezvousError(f"endpoint {endpoints[r]} is given for rank {seen[address]} and rank {r}: "
+                                  "each rank needs its own port")
+        seen[address] = r
     deadline = time.monotonic() + timeout
     me = socket.gethostname()
     hosts = [None] * size
