@@ -56,6 +56,8 @@ _DATA, _ABORT, _BYE = 1, 2, 3
 #: Seconds :meth:`SocketCommunicator.close` waits for peers to close their ends (their
 #: last frames are read, so no reset discards data a slower peer has not read yet).
 CLOSE_LINGER_S = 5.0
+#: Bytes left in a frame from which a receive blocks in the kernel for all of them.
+_BLOCKING_READ_MIN = 256 << 10
 #: Seconds an abort waits to hand its message to the peers' sockets.
 ABORT_FLUSH_S = 2.0
 
@@ -603,6 +605,8 @@ class SocketCommunicator(Communicator):
                 if all(r.done for r in requests):
                     return
                 self._raise_failures(requests)
+                if self.timeout is None and self._read_rest_blocking(requests) and all(r.done for r in requests):
+                    return
                 if self.timeout is not None and time.monotonic() - start > self.timeout:
                     waiting = sorted({r.link.peer if r.link is not None else self.rank
                                       for r in requests if not r.done})
@@ -612,6 +616,51 @@ class SocketCommunicator(Communicator):
         finally:
             if act is not None:
                 act.peers = None
+
+    def _read_rest_blocking(self, requests):
+        """Read the rest of a large frame already being received, in one blocking call.
+
+        Only when nothing of this rank waits to be written (so no peer can be waiting
+        for bytes of ours while this call blocks): the kernel then fills the buffer
+        without returning to Python per chunk (``MSG_WAITALL``), which on a loaded
+        machine saves a wake-up of this process per 64 KiB (benchmarks/bench_socket.py).
+        An abort from another thread shuts the socket down, which ends the call.
+
+        Returns
+        -------
+        bool
+            True if it read something.
+        """
+        if any(link.out for link in self._links.values()):
+            return False
+        for req in requests:
+            link = req.link
+            if req.done or link is None or link._cur is None or link._cur[4] is not req:
+                continue
+            cur = link._cur
+            rest = len(cur[2]) - cur[3]
+            if rest < _BLOCKING_READ_MIN:
+                return False
+            link.sock.setblocking(True)
+            try:
+                n = link.sock.recv_into(cur[2][cur[3]:], rest, socket.MSG_WAITALL)
+            except OSError as exc:
+                link._gone(f"its connection failed ({exc.strerror or exc})")
+                return True
+            finally:
+                try:
+                    link.sock.setblocking(False)
+                except OSError:
+                    pass
+            if n == 0:
+                link._gone("its connection closed without a goodbye (the process ended or was killed)")
+                return True
+            cur[3] += n
+            if cur[3] == len(cur[2]):
+                link._finish()
+                link.on_readable()  # whatever followed it
+            return True
+        return False
 
     def _where(self):
         act = self.activity
