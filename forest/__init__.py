@@ -13,7 +13,7 @@ Numba kernels until an estimator is actually used::
 The package's rooms (``docs/ARCHITECTURE.md``): ``engine/`` (growth, histograms, splits,
 prediction), ``criteria/`` (split criteria), ``estimators/`` (the public estimators),
 ``analysis/`` (doubly robust analyses), ``policy/``, ``io/`` (data and model files,
-checkpoints), ``report/`` and ``cli/``.
+checkpoints), ``report/``, ``cli/`` and ``distributed/`` (fit inside Spark or Dask).
 """
 import importlib
 
