@@ -304,6 +304,7 @@ RANK_SCRIPT = textwrap.dedent("""
             col.allreduce(comm, np.ones(100000) * rank)
     except Exception as exc:
         print(f"RESULT {type(exc).__name__} after {time.monotonic() - start:.2f} s: {exc}", flush=True)
+        comm.close(reason=f"{type(exc).__name__}: {exc}")  # as forest.distributed does: say why
         sys.exit(3)
 """)
 
