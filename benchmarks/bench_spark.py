@@ -107,7 +107,7 @@ def spark_session(k):
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     warnings.filterwarnings("ignore", message=".*pandas >= 3.0.0.*")
     session = (SparkSession.builder.master(f"local[{k}]").appName("bench_spark")
-               .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+               .config("spark.ui.enabled", "false").config("spark.driver.memory", "8g")
                .config("spark.executorEnv.NUMBA_NUM_THREADS", "1").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     return session

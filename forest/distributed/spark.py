@@ -40,6 +40,8 @@ from forest import model_io
 from .ranks import ROLES, fit_spec, listen, run_rank
 
 _ROW_ID = "__histforest_row"
+#: Bytes of a model per collected row.
+_CHUNK_BYTES = 16 << 20
 _CACHE = {}
 
 
@@ -97,11 +99,13 @@ def fit(estimator, df, features, treatment=None, outcome=None, instrument=None, 
     task = functools.partial(_fit_task, spec=spec, estimator_bytes=model_io.dumps(estimator),
                              job=uuid.uuid4().hex)
     try:
-        rows = data.mapInPandas(task, "rank long, model binary", barrier=True).collect()
+        rows = data.mapInPandas(task, "rank long, chunk long, model binary", barrier=True).collect()
     except Exception as exc:  # py4j / PythonException: the Java trace buries the cause
         raise SparkFitError(f"the fit's barrier stage failed: {_cause(exc)}") from exc
-    model = [r["model"] for r in rows if r["rank"] == 0]
-    return model_io.loads(bytes(model[0]))
+    pieces = sorted((r["chunk"], bytes(r["model"])) for r in rows if r["rank"] == 0)
+    if not pieces:
+        raise SparkFitError("the barrier stage ended without rank 0's model")
+    return model_io.loads(b"".join(piece for _, piece in pieces))
 
 
 def ordered_partitions(data, k):
@@ -144,7 +148,14 @@ def _fit_task(batches, spec, estimator_bytes, job):
     # One token per fit call and attempt: the endpoints are new sockets every attempt.
     token = f"{job}|{ctx.stageId()}|{','.join(endpoints)}".encode()
     model = run_rank(listener, endpoints, rank, token, estimator_bytes, frame, spec)
-    yield pd.DataFrame({"rank": [rank], "model": [model if model is not None else b""]})
+    if model is None:
+        yield pd.DataFrame({"rank": [rank], "chunk": [0], "model": [b""]})
+        return
+    # In pieces: one binary cell of a large model (hundreds of MB for a forest that
+    # keeps per-row training state) exhausted the driver JVM's heap when collected.
+    pieces = range(0, max(len(model), 1), _CHUNK_BYTES)
+    yield pd.DataFrame({"rank": [rank] * len(pieces), "chunk": list(range(len(pieces))),
+                        "model": [model[i:i + _CHUNK_BYTES] for i in pieces]})
 
 
 def _cause(exc):
