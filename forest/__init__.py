@@ -8,11 +8,12 @@ Numba kernels until an estimator is actually used::
     from forest import Checkpoint, merge_forests    # checkpoint/resume, merging forests
     from forest import TrainingRowsNotice           # training rows passed as data: out of bag
     from forest import model_io, simulate           # model files; simulated designs with known answers
+    from forest import spark, dask                  # fit inside Spark / Dask (forest/distributed/)
 
 The package's rooms (``docs/ARCHITECTURE.md``): ``engine/`` (growth, histograms, splits,
 prediction), ``criteria/`` (split criteria), ``estimators/`` (the public estimators),
 ``analysis/`` (doubly robust analyses), ``policy/``, ``io/`` (data and model files,
-checkpoints), ``report/`` and ``cli/``.
+checkpoints), ``report/``, ``cli/`` and ``distributed/`` (fit inside Spark or Dask).
 """
 import importlib
 
@@ -35,7 +36,10 @@ _EXPORTS = {
 #: estimator module first: ``from forest import model_io`` loads any model file.
 _MODEL_IO = "forest.io.model_io"
 
-__all__ = sorted(_EXPORTS) + ["model_io"]
+#: Fitting where the data lives (``forest/distributed/``): ``from forest import spark``.
+_LAUNCHERS = {"spark": "forest.distributed.spark", "dask": "forest.distributed.dask"}
+
+__all__ = sorted(_EXPORTS) + ["model_io"] + sorted(_LAUNCHERS)
 
 
 def __getattr__(name):
@@ -45,6 +49,8 @@ def __getattr__(name):
         for module in sorted(set(_EXPORTS.values())):
             importlib.import_module(module)
         return importlib.import_module(_MODEL_IO)
+    if name in _LAUNCHERS:
+        return importlib.import_module(_LAUNCHERS[name])
     raise AttributeError(f"module 'forest' has no attribute {name!r}")
 
 

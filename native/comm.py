@@ -5,6 +5,7 @@ interface, so they run unchanged over MPI (``MPICommunicator``) or inside one
 process (``SelfCommunicator``, size 1). This is the only module that imports
 mpi4py.
 """
+import contextlib
 import os
 import sys
 import time
@@ -325,6 +326,36 @@ def _require_contiguous(buf):
 
 
 _WORLD = None
+#: Communicators installed by :func:`use_world`, innermost last.
+_WORLD_OVERRIDES = []
+
+
+@contextlib.contextmanager
+def use_world(comm):
+    """Make :func:`world` return ``comm`` inside the block (for this whole process).
+
+    How a launcher that is not ``mpirun`` hands its communicator to code that asks for
+    the world: every estimator's ``fit(comm=None)`` (and everything it calls without a
+    communicator) then runs over ``comm``. :mod:`forest.distributed` fits inside a Spark
+    task or Dask worker this way, over a :class:`native.socket_comm.SocketCommunicator`.
+    One world per process, as under MPI: the override is process-wide, not per thread
+    (thread ranks, as in tests, pass ``comm=`` to each call instead). Blocks nest.
+
+    Parameters
+    ----------
+    comm : Communicator
+
+    Yields
+    ------
+    Communicator
+        ``comm``.
+    """
+    _WORLD_OVERRIDES.append(comm)
+    try:
+        yield comm
+    finally:
+        _WORLD_OVERRIDES.remove(comm)
+
 
 #: Prefixes of the environment variables an MPI launcher sets in every process it
 #: starts, for its MPI library to find the job: PMI (MPICH's Hydra, Intel MPI, MVAPICH,
@@ -405,11 +436,15 @@ def world():
     and installs :func:`native.errors.abort_on_uncaught`'s hook, unless the program has its
     own ``sys.excepthook``: an exception that escapes on one rank ends the whole job.
 
+    Inside :func:`use_world`, the communicator installed there instead.
+
     Returns
     -------
     Communicator
     """
     global _WORLD
+    if _WORLD_OVERRIDES:
+        return _WORLD_OVERRIDES[-1]
     if _WORLD is None:
         if not launched_by_mpi():
             # A process no launcher started is a world of one without MPI: loading and

@@ -24,6 +24,8 @@ TAG_ALLTOALLV = 919
 TAG_DIRECT = 920
 TAG_NODE_REDUCE = 921
 TAG_NODE_SCATTER = 922
+# The socket transport's barrier (MPI has its own; 931/932 are the watchdog's).
+TAG_BARRIER = 941
 
 
 class ExchangeTimeout(RuntimeError):

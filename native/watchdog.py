@@ -306,3 +306,17 @@ def stop_all():
     """Stop every watchdog (registered at exit, before MPI is finalised)."""
     while _ACTIVE:
         _ACTIVE.pop().stop()
+
+
+def stop(dog):
+    """Stop one watchdog from :func:`start` (a socket world ends before its process does).
+
+    Parameters
+    ----------
+    dog : Watchdog or None
+    """
+    if dog is None:
+        return
+    dog.stop()
+    if dog in _ACTIVE:
+        _ACTIVE.remove(dog)

@@ -521,6 +521,60 @@ def save(estimator, path, metadata=None):
         pass
 
 
+def dumps(estimator, metadata=None):
+    """The bytes of the model file :func:`save` would write (to ship a model, not a file).
+
+    :mod:`forest.distributed` sends fitted models from a Spark task or Dask worker to
+    the driver, and unfitted ones (parameters only) the other way, this way: the same
+    checked, pickle-free format as files.
+
+    Parameters
+    ----------
+    estimator : object
+        A fitted or unfitted estimator of a registered class.
+    metadata : dict, optional
+
+    Returns
+    -------
+    bytes
+    """
+    header, arrays = dumps_header_and_arrays(estimator, metadata)
+    buf = io.BytesIO()
+    _write_container(buf, header, arrays)
+    return buf.getvalue()
+
+
+def loads(data, expect=None):
+    """Restore an estimator from :func:`dumps`'s bytes, with every check of :func:`load`.
+
+    Parameters
+    ----------
+    data : bytes
+    expect : type or tuple of type, optional
+
+    Returns
+    -------
+    estimator
+
+    Raises
+    ------
+    ModelFormatError
+    """
+    # Through a private temporary file: load's checks (entry sizes against the file's,
+    # CRCs) stay the single reading path.
+    fd, tmp = tempfile.mkstemp(prefix=".histforest-model.", suffix=".bytes")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(bytes(data))
+        try:
+            return load(tmp, expect=expect)
+        except ModelFormatError as exc:
+            raise ModelFormatError(str(exc).replace(repr(tmp), "(model bytes)").replace(tmp, "(model bytes)")) \
+                from None
+    finally:
+        os.unlink(tmp)
+
+
 def _chmod_like_new_file(path):
     """Give a mkstemp file (mode 0600) the mode ``open()`` would have given it."""
     mask = os.umask(0)

@@ -1,0 +1,728 @@
+"""A communicator over TCP sockets: the collectives without MPI (Spark, Dask, any launcher).
+
+:class:`SocketCommunicator` implements the seam of :class:`native.comm.Communicator`
+(blocking and non-blocking point-to-point on numpy buffers, barrier, abort, node
+labels) over a full mesh of TCP links built by :mod:`native.rendezvous` from a list of
+``host:port`` endpoints in rank order. Every algorithm of :mod:`native.collectives`
+(ring, halving/doubling, direct, hierarchical, Bruck, trees, check mode) runs on it
+unchanged; only ``algorithm="mpi"`` (the MPI library's own Allreduce) is missing.
+
+How messages move
+-----------------
+Each link carries frames ``(kind, tag, nbytes)`` + payload. A receive posted before
+its frame arrives gets the payload written straight into its buffer (no copy); a
+frame nobody waits for yet is kept whole ("unexpected", MPI's term) until a receive
+with its tag asks for it. Between a pair of ranks, frames of one tag are matched in
+the order sent, MPI's non-overtaking rule the algorithms rely on.
+
+All sockets are non-blocking and progressed by whichever call is waiting: while a rank
+waits for anything it also writes its queued sends and reads every link. That is why
+a blocking ``send`` can never deadlock against the peer's blocking ``send`` (each
+drains the other), unlike blocking TCP sends with full kernel buffers.
+
+Failure
+-------
+A rank's process that ends closes its sockets, so a rank waiting on the mesh learns it
+at once: :class:`PeerLostError` names the rank (the mesh is full, so every rank hears
+of it, not only the ones waiting for it). A rank that closes normally first sends a
+"bye" frame, so its orderly exit is not mistaken for a crash. :meth:`abort` sends the
+message to every peer (each raises :class:`PeerLostError` quoting it) and raises
+:class:`CommunicatorAborted` here; called from another thread (the watchdog), it
+shuts the sockets down so the waiting main thread raises instead. A peer that is
+frozen or stalled but alive is the watchdog's case (:mod:`native.watchdog`), which runs
+unchanged over :meth:`SocketCommunicator.private_channel`, a second set of links.
+``HISTFOREST_SOCKET_TIMEOUT`` (seconds, unset by default) bounds every wait as well.
+"""
+import selectors
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import deque
+
+import numpy as np
+
+from .comm import Communicator
+from .rendezvous import DEFAULT_TIMEOUT_S, ENV_TIMEOUT, Listener, connect_mesh, parse_endpoint
+from .settings import positive_number
+from .transport import TAG_BARRIER
+
+ENV_WAIT_TIMEOUT = "HISTFOREST_SOCKET_TIMEOUT"
+
+_HEADER = struct.Struct("<qqq")  # kind, tag, payload bytes
+_DATA, _ABORT, _BYE = 1, 2, 3
+
+#: Seconds :meth:`SocketCommunicator.close` waits for peers to close their ends (their
+#: last frames are read, so no reset discards data a slower peer has not read yet).
+CLOSE_LINGER_S = 5.0
+#: Bytes left in a frame from which a receive blocks in the kernel for all of them.
+_BLOCKING_READ_MIN = 256 << 10
+#: Seconds an abort waits to hand its message to the peers' sockets.
+ABORT_FLUSH_S = 2.0
+
+
+class TransportError(RuntimeError):
+    """A socket communicator can no longer be used (a peer is gone, or it was aborted)."""
+
+
+class PeerLostError(TransportError):
+    """A peer's connection ended without an orderly close, or the peer aborted."""
+
+
+class CommunicatorAborted(TransportError):
+    """This rank aborted the communicator (:meth:`SocketCommunicator.abort`)."""
+
+
+class TransportTimeout(TransportError, TimeoutError):
+    """A wait lasted longer than the communicator's ``timeout``."""
+
+
+def wait_timeout_setting():
+    """``HISTFOREST_SOCKET_TIMEOUT`` in seconds, or None (wait without bound)."""
+    return positive_number(ENV_WAIT_TIMEOUT, None, unit="a number of seconds")
+
+
+def connect_timeout_setting():
+    """``HISTFOREST_SOCKET_CONNECT_TIMEOUT`` in seconds (default 60)."""
+    return positive_number(ENV_TIMEOUT, DEFAULT_TIMEOUT_S, unit="a number of seconds")
+
+
+class _Request:
+    """One send or receive in flight; ``done`` turns True when its buffer is free / filled."""
+
+    __slots__ = ("link", "tag", "view", "keep", "done")
+
+    def __init__(self, link, tag, view, keep):
+        self.link = link
+        self.tag = tag
+        self.view = view      # memoryview of the buffer's bytes
+        self.keep = keep      # the array itself, alive until the request completes
+        self.done = False
+
+    def Free(self):  # noqa: N802 - mpi4py's name: the watchdog frees the sends it stops tracking
+        """Nothing to release (a socket send completes on its own)."""
+
+
+def _byte_view(arr):
+    """The bytes of a C-contiguous array as a flat memoryview (shares memory)."""
+    flat = arr.reshape(-1)
+    return memoryview(flat.view(np.uint8)) if flat.size else memoryview(b"")
+
+
+class _Link:
+    """The frames to and from one peer over one TCP socket (see the module docstring)."""
+
+    def __init__(self, peer, sock):
+        self.peer = peer
+        self.sock = sock
+        sock.setblocking(False)
+        self.fileno = sock.fileno()
+        self.out = deque()            # [header view, payload view, bytes written, request]
+        self.posted = {}              # tag -> deque of receive requests, in posting order
+        self.unexpected = {}          # tag -> deque of complete payloads (bytearray)
+        self._hdr = bytearray(_HEADER.size)
+        self._hdr_view = memoryview(self._hdr)
+        self._hdr_got = 0
+        self._cur = None              # [kind, tag, view, got, request, store] of the frame being read
+        self.state = "open"           # "open" | "left" (said bye) | "lost" | "aborted" (said why)
+        self.reason = ""
+        self.want_write = False
+
+    # ----------------------------------------------------------------- receiving
+    def post(self, req):
+        """Match a new receive with an unexpected frame, else queue it for the next one."""
+        pending = self.unexpected.get(req.tag)
+        if pending:
+            _fill(req, pending.popleft(), self.peer)
+        else:
+            self.posted.setdefault(req.tag, deque()).append(req)
+
+    def cancel(self, req):
+        """Withdraw a receive: it will never write into its buffer."""
+        q = self.posted.get(req.tag)
+        if q is not None and req in q:
+            q.remove(req)
+        cur = self._cur
+        if cur is not None and cur[4] is req:
+            # Its frame is half read into the buffer: finish it into a private copy instead.
+            store = bytearray(len(cur[2]))
+            store[:cur[3]] = cur[2][:cur[3]]
+            cur[2], cur[4], cur[5] = memoryview(store), None, store
+
+    def on_readable(self):
+        """Read everything that has arrived, frame by frame, until the socket would block."""
+        while self.state in ("open", "left"):
+            cur = self._cur
+            try:
+                if cur is None:
+                    n = self.sock.recv_into(self._hdr_view[self._hdr_got:])
+                else:
+                    n = self.sock.recv_into(cur[2][cur[3]:])
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._gone(f"its connection failed ({exc.strerror or exc})")
+                return
+            if n == 0:
+                self._gone("its connection closed without a goodbye (the process ended or was killed)")
+                return
+            if cur is None:
+                self._hdr_got += n
+                if self._hdr_got == _HEADER.size:
+                    self._hdr_got = 0
+                    self._start(*_HEADER.unpack(self._hdr))
+            else:
+                cur[3] += n
+                if cur[3] == len(cur[2]):
+                    self._finish()
+
+    def _start(self, kind, tag, nbytes):
+        req = None
+        if kind == _DATA:
+            q = self.posted.get(tag)
+            if q:
+                req = q.popleft()
+                if len(req.view) != nbytes:
+                    raise TransportError(f"rank {self.peer} sent {nbytes} bytes with tag {tag}, but the receive "
+                                         f"expects {len(req.view)}: the ranks disagree on the message size")
+        if req is not None:
+            self._cur = [kind, tag, req.view, 0, req, None]
+        else:
+            store = bytearray(nbytes)
+            self._cur = [kind, tag, memoryview(store), 0, None, store]
+        if nbytes == 0:
+            self._finish()
+
+    def _finish(self):
+        kind, tag, _, _, req, store = self._cur
+        self._cur = None
+        if kind == _DATA:
+            if req is not None:
+                req.done, req.keep = True, None
+                return
+            q = self.posted.get(tag)
+            if q:  # posted while its frame was being read
+                _fill(q.popleft(), store, self.peer)
+            else:
+                self.unexpected.setdefault(tag, deque()).append(store)
+        elif kind == _ABORT:
+            self.state, self.reason = "aborted", bytes(store).decode(errors="replace")
+        elif kind == _BYE:
+            self.state = "left"
+
+    def _gone(self, why):
+        if self.state == "open":
+            self.state, self.reason = "lost", why
+        elif self.state == "left":
+            self.state = "closed"  # bye, then the end of the stream: an orderly close
+        self.out.clear()
+
+    # ------------------------------------------------------------------- sending
+    def push(self, kind, tag, view, req):
+        self.out.append([memoryview(_HEADER.pack(kind, tag, len(view))), view, 0, req])
+
+    def on_writable(self):
+        """Write queued frames until the kernel buffer is full; completes their requests."""
+        out = self.out
+        while out:
+            entry = out[0]
+            hdr, payload, sent, req = entry
+            try:
+                if sent < len(hdr):
+                    n = self.sock.sendmsg([hdr[sent:], payload] if len(payload) else [hdr[sent:]])
+                else:
+                    n = self.sock.send(payload[sent - len(hdr):])
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._gone(f"its connection failed while sending to it ({exc.strerror or exc})")
+                return
+            entry[2] = sent = sent + n
+            if sent < len(hdr) + len(payload):
+                return  # the kernel buffer is full
+            out.popleft()
+            if req is not None:
+                req.done, req.keep = True, None
+
+
+def _fill(req, store, peer):
+    if len(store) != len(req.view):
+        raise TransportError(f"rank {peer} sent {len(store)} bytes with tag {req.tag}, but the receive expects "
+                             f"{len(req.view)}: the ranks disagree on the message size")
+    if len(store):
+        req.view[:] = store
+    req.done, req.keep = True, None
+
+
+class SocketCommunicator(Communicator):
+    """One rank of a world connected by TCP links (see the module docstring).
+
+    Build one with :meth:`from_endpoints` (every rank given the same ``host:port``
+    list) or :func:`connect` (a launcher that made the listening sockets first and
+    exchanged their addresses, as :mod:`forest.distributed` does under Spark).
+
+    Parameters
+    ----------
+    links : dict of int to socket.socket
+        Peer rank -> connected socket (channel 0 of :func:`native.rendezvous.connect_mesh`).
+    rank, size : int
+    hosts : list of str, length ``size``
+        Host name of every rank; equal names form one node (:meth:`node_keys`).
+    timeout : float, optional
+        Seconds any single wait may last before :class:`TransportTimeout`; None (the
+        default) waits without bound and leaves stalls to the watchdog.
+    channel_links : dict of int to socket.socket, optional
+        The second set of links, handed out by :meth:`private_channel`.
+    endpoints : list of str, optional
+        For error messages.
+    """
+
+    def __init__(self, links, rank, size, hosts, timeout=None, channel_links=None, endpoints=None, quiet=False):
+        self.rank = int(rank)
+        self.size = int(size)
+        self.timeout = timeout
+        self.endpoints = list(endpoints) if endpoints is not None else None
+        self._hosts = list(hosts)
+        self._links = {peer: _Link(peer, sock) for peer, sock in links.items()}
+        self._sel = selectors.DefaultSelector()
+        for link in self._links.values():
+            self._sel.register(link.sock, selectors.EVENT_READ, link)
+        self._self_box = {}       # tag -> deque of arrays sent to this rank itself
+        self._self_posted = {}    # tag -> deque of receives from this rank itself
+        self._channel_links = channel_links
+        self._channel = None
+        self._interrupted = None  # the message of an abort from another thread
+        self._closed = False
+        self._quiet = quiet       # a watchdog channel: a lost link never raises, it just stays silent
+        self._owner = threading.get_ident()  # the thread that runs the collectives (see abort)
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def from_endpoints(cls, endpoints, rank, token=b"", timeout=None, connect_timeout=None, bind_host=""):
+        """Listen on ``endpoints[rank]``'s port and connect to every other rank.
+
+        Parameters
+        ----------
+        endpoints : sequence of str
+            ``host:port`` of each rank, in rank order, the same list on every rank.
+        rank : int
+        token : bytes
+            The same on every rank of one job; a connection with another token (a
+            stale rank of an earlier job on the same ports) is refused.
+        timeout : float, optional
+            See the class. Default: ``HISTFOREST_SOCKET_TIMEOUT`` (unset: no bound).
+        connect_timeout : float, optional
+            Seconds for the rendezvous; default ``HISTFOREST_SOCKET_CONNECT_TIMEOUT``
+            or 60. Ranks may start in any order within it.
+        bind_host : str
+            Interface to listen on (default all); the others dial ``endpoints[rank]``.
+
+        Returns
+        -------
+        SocketCommunicator
+        """
+        host, port = parse_endpoint(endpoints[rank]) if 0 <= rank < len(endpoints) else (None, None)
+        if host is None:
+            from .rendezvous import RendezvousError
+
+            raise RendezvousError(f"rank {rank} is not in 0..{len(endpoints) - 1} ({len(endpoints)} endpoints)")
+        listener = Listener(bind_host, port, advertise=host)
+        return connect(listener, endpoints, rank, token, timeout, connect_timeout)
+
+    # ---------------------------------------------------------------- the seam
+    def send(self, buf, dest, tag=0):
+        self._wait([self.isend(buf, dest, tag)], (dest,))
+
+    def recv(self, buf, source, tag=0):
+        self._wait([self.irecv(buf, source, tag)], (source,))
+        return buf
+
+    def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
+        # The receive is posted first, so the peer's frame lands in recvbuf directly.
+        rreq = self.irecv(recvbuf, source, tag)
+        sreq = self.isend(sendbuf, dest, tag)
+        self._wait([rreq, sreq], (source, dest) if source != dest else (source,))
+        return recvbuf
+
+    def isend(self, buf, dest, tag=0):
+        """Queue a send; the caller keeps ``buf`` unchanged until the request completes."""
+        arr = np.ascontiguousarray(buf)
+        if dest == self.rank:
+            return self._send_self(arr, tag)
+        link = self._link(dest)
+        req = _Request(link, tag, _byte_view(arr), arr)
+        link.push(_DATA, tag, req.view, req)
+        link.on_writable()  # most sends fit the kernel buffer: done without a wait
+        return req
+
+    def irecv(self, buf, source, tag=0):
+        if not buf.flags.c_contiguous:
+            raise ValueError("receive buffers must be C-contiguous numpy arrays")
+        if source == self.rank:
+            return self._recv_self(buf, tag)
+        link = self._link(source)
+        req = _Request(link, tag, _byte_view(buf), buf)
+        link.post(req)
+        return req
+
+    def test_all(self, requests):
+        requests = list(requests)
+        if all(r.done for r in requests):
+            return True
+        self._progress(0.0)
+        if not self._quiet:
+            self._raise_failures(requests)
+        return all(r.done for r in requests)
+
+    def cancel_recv(self, request):
+        if request.done:
+            return
+        if request.link is None:
+            q = self._self_posted.get(request.tag)
+            if q is not None and request in q:
+                q.remove(request)
+        else:
+            request.link.cancel(request)
+        request.keep = None
+
+    def barrier(self):
+        """Dissemination barrier: ``ceil(log2 p)`` rounds of empty messages."""
+        empty = np.empty(0, dtype=np.uint8)
+        act = self.activity
+        if act is not None:
+            act.token += 1
+            act.peers = (-1,)
+        try:
+            k = 1
+            while k < self.size:
+                rreq = self.irecv(empty, (self.rank - k) % self.size, TAG_BARRIER)
+                sreq = self.isend(empty, (self.rank + k) % self.size, TAG_BARRIER)
+                self._wait([rreq, sreq], None)
+                k *= 2
+        finally:
+            if act is not None:
+                act.peers = None
+
+    def abort(self, message, code=1):
+        """Tell every peer ``message``, close, and raise :class:`CommunicatorAborted`.
+
+        MPI's abort ends every process of the job; a socket world lives inside other
+        programs (a Spark task, a Dask worker) that must stay up, so here every rank
+        raises instead: this one at once, its peers in their next (or current) wait,
+        with :class:`PeerLostError` quoting ``message``. From a thread other than the
+        one that runs the collectives (the watchdog), the sockets are shut down and
+        that thread raises :class:`CommunicatorAborted` from its wait.
+        """
+        sys.stderr.write(f"[rank {self.rank}] {message}\n")
+        sys.stderr.flush()
+        if threading.get_ident() == self._owner:
+            self.close(reason=message)
+            raise CommunicatorAborted(f"rank {self.rank} aborted (exit status {code}): {message}")
+        self._interrupted = message
+        for link in self._links.values():
+            try:
+                link.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def library_allreduce(self, sendbuf, recvbuf):
+        raise NotImplementedError("algorithm='mpi' needs an MPI library; the socket transport has none "
+                                  "(every other algorithm runs over it)")
+
+    def node_keys(self):
+        """Ranks on the same host (by name) share a node label: the lowest such rank."""
+        first = {}
+        return [first.setdefault(h, r) for r, h in enumerate(self._hosts)]
+
+    # -------------------------------------------------- the watchdog's extras
+    def thread_multiple(self):
+        """True: the watchdog's thread has its own links (:meth:`private_channel`)."""
+        return self._channel_links is not None
+
+    def private_channel(self):
+        """The second set of links, as a communicator of the same ranks for one helper thread.
+
+        Unlike MPI's duplicate this needs no communication: the links were opened at
+        the rendezvous. Only one helper may hold it.
+
+        Returns
+        -------
+        SocketCommunicator
+        """
+        if self._channel is None:
+            if self._channel_links is None:
+                raise RuntimeError("this socket communicator was built without a private channel")
+            self._channel = SocketCommunicator(self._channel_links, self.rank, self.size, self._hosts,
+                                               endpoints=self.endpoints, quiet=True)
+            self._channel_links = {}
+        return self._channel
+
+    def service_probe(self, tag):
+        """Source rank of an arrived message with ``tag``, or None (never blocks)."""
+        self._progress(0.0)
+        for peer, link in self._links.items():
+            if link.unexpected.get(tag):
+                return peer
+        return None
+
+    def service_recv(self, buf, source, tag):
+        """Receive a message already announced by :meth:`service_probe`."""
+        req = self.irecv(buf, source, tag)
+        if not req.done:
+            self._wait([req], (source,))
+        return buf
+
+    def drain(self, tag):
+        """Drop every arrived message with ``tag``; returns how many."""
+        self._progress(0.0)
+        dropped = 0
+        for link in self._links.values():
+            q = link.unexpected.pop(tag, None)
+            dropped += len(q) if q else 0
+        return dropped
+
+    # ------------------------------------------------------------------ close
+    def close(self, reason=None, linger=CLOSE_LINGER_S):
+        """Say goodbye (or ``reason``, an abort message) to every peer and close the links.
+
+        An orderly close sends a bye frame, half-closes each socket and reads until
+        each peer has closed its end too (at most ``linger`` seconds): closing a
+        socket with unread data makes the kernel reset the connection, which can
+        destroy data a slower peer has not read yet.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._channel is not None:
+            self._channel.close(linger=0.0)
+        elif self._channel_links:
+            for sock in self._channel_links.values():
+                sock.close()
+        links = [link for link in self._links.values() if link.state in ("open", "left")]
+        for link in links:
+            text = (reason or "").encode()[:65536]
+            link.push(_ABORT if reason is not None else _BYE, 0, memoryview(text), None)
+        self._flush(links, ABORT_FLUSH_S if reason is not None else linger)
+        if reason is None and linger > 0:
+            for link in links:
+                try:
+                    link.sock.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+            deadline = time.monotonic() + linger
+            while any(lk.state in ("open", "left") for lk in links) and time.monotonic() < deadline:
+                self._progress(min(0.05, max(deadline - time.monotonic(), 0.0)))
+        for link in self._links.values():
+            try:
+                self._sel.unregister(link.sock)
+            except (KeyError, ValueError):
+                pass
+            link.sock.close()
+        self._sel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, etype, value, tb):
+        self.close(reason=None if etype is None else f"{etype.__name__}: {value}")
+        return False
+
+    # --------------------------------------------------------------- internals
+    def _link(self, peer):
+        if self._closed:
+            raise TransportError(f"rank {self.rank}: the communicator is closed")
+        link = self._links.get(peer)
+        if link is None:
+            raise ValueError(f"rank {peer} is not a peer of rank {self.rank} in a world of {self.size}")
+        return link
+
+    def _send_self(self, arr, tag):
+        q = self._self_posted.get(tag)
+        if q:
+            req = q.popleft()
+            _fill(req, _byte_view(arr), self.rank)
+        else:
+            self._self_box.setdefault(tag, deque()).append(np.array(arr, copy=True))
+        done = _Request(None, tag, memoryview(b""), None)
+        done.done = True
+        return done
+
+    def _recv_self(self, buf, tag):
+        req = _Request(None, tag, _byte_view(buf), buf)
+        box = self._self_box.get(tag)
+        if box:
+            _fill(req, _byte_view(box.popleft()), self.rank)
+        else:
+            self._self_posted.setdefault(tag, deque()).append(req)
+        return req
+
+    def _progress(self, wait):
+        """Move bytes on every link: queued writes, then whatever the selector reports."""
+        for link in self._links.values():
+            if link.out:
+                link.on_writable()
+            want = bool(link.out)
+            if want != link.want_write and link.state in ("open", "left"):
+                link.want_write = want
+                events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
+                self._sel.modify(link.sock, events, link)
+        if not self._links:
+            if wait:
+                time.sleep(wait)
+            return
+        for key, mask in self._sel.select(wait):
+            link = key.data
+            if mask & selectors.EVENT_READ:
+                link.on_readable()
+            if mask & selectors.EVENT_WRITE:
+                link.on_writable()
+            if link.state not in ("open", "left"):
+                try:
+                    self._sel.unregister(link.sock)
+                except (KeyError, ValueError):
+                    pass
+
+    def _flush(self, links, seconds):
+        deadline = time.monotonic() + seconds
+        while any(lk.out and lk.state in ("open", "left") for lk in links) and time.monotonic() < deadline:
+            self._progress(min(0.05, max(deadline - time.monotonic(), 0.0)))
+
+    def _wait(self, requests, peers):
+        """Progress until every request is done; raise on a lost peer, an abort or the timeout."""
+        if all(r.done for r in requests):
+            return
+        act = self.activity
+        if act is not None:
+            act.token += 1
+            act.peers = tuple(peers) if peers is not None else (-1,)
+        start = time.monotonic()
+        try:
+            while True:
+                # Blocks in the selector (woken by data, or by room to write when a send is
+                # queued): spinning here would steal the core a peer on this machine needs.
+                self._progress(0.2)
+                if all(r.done for r in requests):
+                    return
+                self._raise_failures(requests)
+                if self.timeout is None and self._read_rest_blocking(requests) and all(r.done for r in requests):
+                    return
+                if self.timeout is not None and time.monotonic() - start > self.timeout:
+                    waiting = sorted({r.link.peer if r.link is not None else self.rank
+                                      for r in requests if not r.done})
+                    raise TransportTimeout(
+                        f"rank {self.rank} waited {time.monotonic() - start:.1f} s (limit {self.timeout:g} s, "
+                        f"{ENV_WAIT_TIMEOUT}) for rank(s) {waiting} (tag {requests[0].tag}){self._where()}")
+        finally:
+            if act is not None:
+                act.peers = None
+
+    def _read_rest_blocking(self, requests):
+        """Read the rest of a large frame already being received, in one blocking call.
+
+        Only when nothing of this rank waits to be written (so no peer can be waiting
+        for bytes of ours while this call blocks): the kernel then fills the buffer
+        without returning to Python per chunk (``MSG_WAITALL``), which on a loaded
+        machine saves a wake-up of this process per 64 KiB (benchmarks/bench_socket.py).
+        An abort from another thread shuts the socket down, which ends the call.
+
+        Returns
+        -------
+        bool
+            True if it read something.
+        """
+        if any(link.out for link in self._links.values()):
+            return False
+        for req in requests:
+            link = req.link
+            if req.done or link is None or link._cur is None or link._cur[4] is not req:
+                continue
+            cur = link._cur
+            rest = len(cur[2]) - cur[3]
+            if rest < _BLOCKING_READ_MIN:
+                return False
+            link.sock.setblocking(True)
+            try:
+                n = link.sock.recv_into(cur[2][cur[3]:], rest, socket.MSG_WAITALL)
+            except OSError as exc:
+                link._gone(f"its connection failed ({exc.strerror or exc})")
+                return True
+            finally:
+                try:
+                    link.sock.setblocking(False)
+                except OSError:
+                    pass
+            if n == 0:
+                link._gone("its connection closed without a goodbye (the process ended or was killed)")
+                return True
+            cur[3] += n
+            if cur[3] == len(cur[2]):
+                link._finish()
+                link.on_readable()  # whatever followed it
+            return True
+        return False
+
+    def _where(self):
+        act = self.activity
+        return f" in collective #{act.seq} ({act.op})" if act is not None and act.seq else ""
+
+    def _raise_failures(self, requests):
+        if self._interrupted is not None:
+            raise CommunicatorAborted(f"rank {self.rank} aborted: {self._interrupted}")
+        for link in self._links.values():
+            if link.state == "aborted":
+                raise PeerLostError(f"rank {link.peer} aborted while rank {self.rank} waited{self._where()}: "
+                                    f"{link.reason}")
+            if link.state == "lost":
+                raise PeerLostError(f"rank {link.peer}{self._endpoint(link.peer)}: {link.reason}, while rank "
+                                    f"{self.rank} waited{self._where()}; the job cannot go on without it")
+        for r in requests:
+            if not r.done and r.link is not None and r.link.state == "closed":
+                raise PeerLostError(f"rank {r.link.peer} closed its communicator while rank {self.rank} still "
+                                    f"waits for it (tag {r.tag}){self._where()}: the ranks' collectives differ")
+            if not r.done and r.link is None and not self._self_box.get(r.tag):
+                raise TransportError(f"rank {self.rank} waits for a message from itself that was never sent")
+
+    def _endpoint(self, peer):
+        return f" ({self.endpoints[peer]})" if self.endpoints else ""
+
+
+def connect(listener, endpoints, rank, token=b"", timeout=None, connect_timeout=None):
+    """Finish the rendezvous from an open listener; the communicator of rank ``rank``.
+
+    Parameters
+    ----------
+    listener : native.rendezvous.Listener
+        Listening at ``endpoints[rank]`` (closed on return).
+    endpoints : sequence of str
+        Every rank's ``host:port`` in rank order (e.g. from Spark's
+        ``BarrierTaskContext.allGather``).
+    rank : int
+    token : bytes
+    timeout, connect_timeout : float, optional
+        As in :meth:`SocketCommunicator.from_endpoints`.
+
+    Returns
+    -------
+    SocketCommunicator
+        The thread that calls this owns it (runs its collectives).
+    """
+    if timeout is None:
+        timeout = wait_timeout_setting()
+    if connect_timeout is None:
+        connect_timeout = connect_timeout_setting()
+    links, hosts = connect_mesh(listener, list(endpoints), rank, token=token, timeout=connect_timeout)
+    return SocketCommunicator(links[0], rank, len(endpoints), hosts, timeout=timeout, channel_links=links[1],
+                              endpoints=endpoints)
+
+
+def loopback_world_endpoints(size, host="127.0.0.1"):
+    """``size`` listeners on free loopback ports and their endpoints (tests, benchmarks).
+
+    Returns
+    -------
+    listeners : list of native.rendezvous.Listener
+    endpoints : list of str
+    """
+    listeners = [Listener(host, 0) for _ in range(size)]
+    return listeners, [lst.address for lst in listeners]
