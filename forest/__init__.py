@@ -23,6 +23,7 @@ _EXPORTS = {
     "CausalForest": "forest.estimators.causal_forest",
     "InstrumentalForest": "forest.estimators.instrumental_forest",
     "RegressionForest": "forest.estimators.regression_forest",
+    "QuantileForest": "forest.estimators.quantile_forest",
     "GBDTRegressor": "forest.estimators.gbdt",
     "GBDTClassifier": "forest.estimators.gbdt",
     "Checkpoint": "forest.io.checkpoint",

@@ -345,6 +345,7 @@ class CausalForest(CausalAnalysisMixin, EffectForestBase):
             self.y_ndim_ = inputs.y_ndim
             self.sampling_ = sampling
             self.nuisance_ = nuisance_record
+            self._keep_weights_source(binned, gids, np.ones(n), clusters_layout)
 
             # Out-of-bag CATE on this rank's rows, then the AIPW average effect (global sums).
             with phase("prediction"):

@@ -27,9 +27,10 @@ from forest.profiling import phase
 from forest._validation import check_param_types, validate_features
 from forest.estimators.regression_forest import RegressionForest, check_forest_params
 from forest.io.training_rows import TrainingRowsMixin
+from forest.estimators.forest_weights import ForestWeightsMixin
 
 
-class EffectForestBase(TrainingRowsMixin, EstimatorBase):
+class EffectForestBase(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
     """Base class of the honest effect forests (see the module docstring).
 
     Subclasses define ``_layout()`` (the moment layout of their leaves),
@@ -120,6 +121,10 @@ class EffectForestBase(TrainingRowsMixin, EstimatorBase):
             raise ValueError(f"warm start: the nuisance {changed} differs from the first fit's ({prior.get(changed)} "
                              f"-> {record[changed]}); the trees already grown were centred on it")
         return out, record
+
+    def _weights_columns(self):
+        """``(count_col, norm_col)`` for :meth:`get_forest_weights`: leaves hold per-row moment means, then the rows."""
+        return self._layout().n_moments, None
 
     # ------------------------------------------------------------------ shapes
     def _shape(self, theta):

@@ -297,6 +297,7 @@ class InstrumentalForest(EffectForestBase):
         # oob_predict() without X: recomputed from the trees on demand (fit grows without
         # out-of-bag sums); the codes are kept in this process only, never in model files.
         self._oob_source_ = (binned, gids, clusters_layout)
+        self._keep_weights_source(binned, gids, np.ones(len(gids)), clusters_layout)
         return self
 
 

@@ -12,6 +12,7 @@ weights ``alpha_i(x) = (1/B) sum_b 1[i in leaf_b(x)] / |leaf_b(x)|``.
 """
 import numpy as np
 
+from native import collectives as col
 from native.comm import world
 
 from forest._validation import (agreed_features, as_columns, check_moment_sums, check_param_types, check_row_count,
@@ -27,6 +28,7 @@ from forest.engine.honest_forest import ForestSpec, global_ids, grow_honest_fore
 from forest.engine.importance import depth_weighted_importance, gain_importance
 from forest.engine.predictor import predict_values, predict_values_binned
 from forest.io.training_rows import TrainingRowsMixin
+from forest.estimators.forest_weights import ForestWeightsMixin
 from forest.io import model_checks, model_io
 
 
@@ -118,6 +120,25 @@ def scaled_weights(g, n_global, weight_total, ranges):
     if seen and min(r[0] for r in seen) == max(r[1] for r in seen):
         return np.ones_like(g)
     return g
+
+
+def rescaled_weights_again(sample_weight, n_local, comm):
+    """:func:`scaled_weights` of training rows passed again, as ``fit`` computed them (collective).
+
+    Parameters
+    ----------
+    sample_weight : array-like, shape (n_local,), or None
+    n_local : int
+    comm : native.comm.Communicator
+
+    Returns
+    -------
+    ndarray of float64, shape (n_local,)
+    """
+    g = check_weight(sample_weight, n_local)
+    shared = col.allgather_object(comm, (float(np.abs(g).sum()), n_local, weight_range(g)))
+    weight_total = total([{"w": s[0]} for s in shared], "w")     # rank order, as fit adds them
+    return scaled_weights(g, sum(s[1] for s in shared), weight_total, [s[2] for s in shared])
 
 
 def target_range(y):
@@ -236,7 +257,7 @@ def n_estimators_fitted(packed):
     return len(packed["tree_offsets"]) - 1
 
 
-class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
+class RegressionForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, EstimatorBase):
     """Honest random forest regression on binned histograms (GRF's ``regression_forest``).
 
     Parameters
@@ -441,6 +462,7 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
         oob = self._oob_from_sums(acc, cnt, codes)
         self.oob_prediction_ = oob[:, 0] if y.ndim == 1 else oob
         self._record_training_rows(comm, gids, n_global, codes, [y2])
+        self._keep_weights_source(codes, gids, g, layout)
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
         self.gain_importances_ = gain_importance(packed, n_features)
         return self
@@ -481,6 +503,19 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
         check_moment_sums(moments[:1] * (n_global / weight_total))
         standardisation = target_standardisation([s["y_range"] for s in summaries])
         return seed, X, binned, y, g, n_global, standardisation
+
+    def _weights_columns(self):
+        """``(count_col, norm_col)`` of the leaves for :meth:`get_forest_weights`."""
+        k = self.n_outputs_
+        if self.estimators_["value"].shape[1] != k + 2:
+            raise ValueError("this forest stores per-tree leaf means (written by a histforest before the forest-level "
+                             "weighted estimator): its predictions are not a forest-weighted mean; refit it to get "
+                             "forest weights")
+        return k, k + 1
+
+    def _weights_factor(self, sample_weight, n_local, comm):
+        """The fit's rescaled sample weights of training rows passed again (collective)."""
+        return rescaled_weights_again(sample_weight, n_local, comm)
 
     def _oob_from_sums(self, acc, cnt, codes):
         """Out-of-bag means (n, n_outputs_) from out-of-bag sums; rows every tree sampled get the forest mean."""

@@ -38,7 +38,7 @@ SHAPE_ATTRIBUTES = {
     "CausalForest": ("n_features_in_", "treatment_type_", "classes_", "n_treatments_", "n_outcomes_", "y_ndim_"),
 }
 #: Fitted attributes that describe the training rows of one part only.
-ROW_SUMMARIES = ("oob_prediction_", "ate_", "ate_stderr_", "dr_scores_", "_oob_rows_")
+ROW_SUMMARIES = ("oob_prediction_", "ate_", "ate_stderr_", "dr_scores_", "_oob_rows_", "_weights_source_")
 
 
 def _same(a, b):

@@ -293,6 +293,31 @@ def check_regression_forest(est):
         raise ValueError(f"oob_prediction_ must be float64 of shape (n,) or (n, {k})")
 
 
+def check_quantile_forest(est):
+    """A restored :class:`forest.QuantileForest`: the forest, its outcome bins and its leaves' outcome lists."""
+    if not _is_fitted(est, ("estimators_", "bin_mapper_", "n_features_in_", "sampling_", "leaf_outcomes_",
+                            "outcome_bin_mapper_", "feature_importances_", "gain_importances_")):
+        return
+    _check_forest(est, 2)
+    mapper = est.outcome_bin_mapper_
+    if not isinstance(mapper, BinMapper):
+        raise ValueError(f"outcome_bin_mapper_ must be a BinMapper, got {type(mapper).__name__}")
+    BinMapper.validate_state(mapper.get_state())
+    lists = est.leaf_outcomes_
+    n_nodes = len(est.estimators_["feature"])
+    if not (isinstance(lists, dict) and set(lists) == {"offsets", "y", "weight"}
+            and all(isinstance(v, np.ndarray) and v.ndim == 1 for v in lists.values())):
+        raise ValueError("leaf_outcomes_ must map offsets, y and weight to 1-D arrays")
+    offsets, y, weight = lists["offsets"], lists["y"], lists["weight"]
+    if not (offsets.dtype == np.int64 and len(offsets) == n_nodes + 1 and offsets[0] == 0
+            and np.all(np.diff(offsets) >= 0) and offsets[-1] == len(y) == len(weight)):
+        raise ValueError(f"leaf_outcomes_['offsets'] must be int64 of shape ({n_nodes + 1},), from 0, non-decreasing, "
+                         f"ending at the number of outcomes")
+    if not (y.dtype == np.float64 and weight.dtype == np.float64 and np.all(np.isfinite(y))
+            and np.all(np.isfinite(weight)) and np.all(weight >= 0)):
+        raise ValueError("leaf_outcomes_ must hold finite float64 outcomes and non-negative finite weights")
+
+
 #: The coder of the effect forest whose nuisance forests are being checked (a stack).
 _PARENT_CODER = []
 

@@ -287,7 +287,8 @@ def _state_of(obj):
             pass  # e.g. an unfitted BinMapper: fall back to its attributes
     # Metadata-routing requests (forest.estimators.base) belong to the session that set
     # them, like scikit-learn's own: never stored.
-    exclude = set(getattr(cls, "_model_io_exclude_", ())) | {"_metadata_request"}
+    # Every class of the MRO may name its own transient attributes (mixins included).
+    exclude = {"_metadata_request"}.union(*(vars(k).get("_model_io_exclude_", ()) for k in cls.__mro__))
     return {k: v for k, v in vars(obj).items() if k not in exclude}, None
 
 

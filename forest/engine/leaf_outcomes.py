@@ -1,0 +1,185 @@
+"""Leaves that keep their estimation rows' outcomes, and weighted quantiles from them.
+
+A quantile forest predicts the weighted quantiles of the training outcomes under the
+forest weights (:mod:`forest.engine.forest_weights`). A model file holds no training rows,
+and ``forest-predict`` or a Spark ``mapInPandas`` task has neither the training rows nor a
+communicator, so the weights' ingredients live in the model instead: each *value node*
+of a leaf (the leaf, or for an empty leaf the ancestor it took its value from) keeps the
+outcomes of its estimation rows with their weights ``f_i / rows`` (grf's per-tree
+weights: each tree gives its leaf's rows equal shares, times the sample weight). Then a
+query's weighted outcome distribution is the union of its trees' lists, and prediction
+is local: no collective, no training rows.
+
+Why this and not a collective bisection over distributed training rows: prediction
+from a file and inside Spark tasks must work without the training data, and the lists
+cost what quantile-forest's and grf's own models store (every tree's estimation rows:
+about ``n_trees * n * max_samples * (1 - honesty_fraction)`` outcomes, 8 bytes each plus 8
+for the weight). Building them is one ``allgatherv`` per fit of the estimation rows'
+``(node, outcome, weight, row id)``: the outcomes, not the features.
+
+Lists are ordered by ``(outcome, global row id)``, so they are the same bits at any
+rank count (weights up to the rounding of the rescaled sample weights).
+"""
+import numpy as np
+from numba import prange
+
+from native import collectives as col
+
+from histogram.jit import kernel
+from forest.engine.forest_weights import value_nodes
+
+
+def gather_leaf_outcomes(packed, slices, y, factor, gids, count_col, comm):
+    """Outcome lists of every leaf's value node, over all ranks (collective).
+
+    Parameters
+    ----------
+    packed : dict
+        Packed forest.
+    slices : forest.engine.forest_weights.EstimationSlices
+        This rank's estimation rows by node.
+    y : ndarray of float64, shape (n_local,)
+    factor : ndarray of float64, shape (n_local,)
+        ``f_i`` (the rescaled sample weight, or ones).
+    gids : ndarray of int64, shape (n_local,)
+    count_col : int
+        Column of ``packed["value"]`` holding the node's estimation row count.
+    comm : native.comm.Communicator
+
+    Returns
+    -------
+    dict
+        ``offsets`` int64 ``(n_nodes + 1,)`` (node ``v``'s entries are
+        ``offsets[v]:offsets[v + 1]``, empty but for value nodes of leaves), ``y``
+        float64 ``(n_entries,)`` increasing within a node, ``weight`` float64
+        ``(n_entries,)``, ``f_i / rows`` of the node.
+    """
+    n_nodes = len(packed["feature"])
+    vnode = value_nodes(packed, count_col)
+    leaves = np.flatnonzero(np.asarray(packed["feature"]) < 0)
+    holders = np.unique(vnode[leaves])
+    count = np.asarray(packed["value"][:, count_col], dtype=np.float64)
+    holders = holders[count[holders] > 0]
+    sizes = slices.node_hi[holders] - slices.node_lo[holders]
+    local_rows = (np.concatenate([slices.rows[slices.node_lo[v]:slices.node_hi[v]] for v in holders])
+                  if len(holders) else np.zeros(0, dtype=np.int64))
+    local_node = np.repeat(holders, sizes)
+    node = col.allgatherv(comm, local_node.astype(np.int64))
+    ys = col.allgatherv(comm, np.ascontiguousarray(y[local_rows], dtype=np.float64))
+    fs = col.allgatherv(comm, np.ascontiguousarray(factor[local_rows], dtype=np.float64))
+    ids = col.allgatherv(comm, np.ascontiguousarray(gids[local_rows], dtype=np.int64))
+    order = np.lexsort((ids, ys, node))
+    node, ys, fs = node[order], ys[order], fs[order]
+    offsets = np.zeros(n_nodes + 1, dtype=np.int64)
+    np.add.at(offsets, node + 1, 1)
+    np.cumsum(offsets, out=offsets)
+    return {"offsets": offsets, "y": ys, "weight": fs / count[node]}
+
+
+@kernel
+def _quantiles_one(q, qleaves, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol):
+    n = 0
+    for t in range(offsets_t.shape[0] - 1):
+        v = vnode[offsets_t[t] + qleaves[q, t]]
+        n += lo_of[v + 1] - lo_of[v]
+    if n == 0:
+        for k in range(levels.shape[0]):
+            out[q, k] = np.nan
+        return
+    vals = np.empty(n)
+    wts = np.empty(n)
+    m = 0
+    for t in range(offsets_t.shape[0] - 1):
+        v = vnode[offsets_t[t] + qleaves[q, t]]
+        for e in range(lo_of[v], lo_of[v + 1]):
+            vals[m] = ys[e]
+            wts[m] = ws[e]
+            m += 1
+    order = np.argsort(vals, kind="mergesort")
+    total = 0.0
+    for r in range(n):
+        total += wts[order[r]]
+    k = 0
+    cum = 0.0
+    for r in range(n):
+        cum += wts[order[r]]
+        # a relative slack so that a cumulative weight equal to tau * total in exact
+        # arithmetic takes the lower outcome whatever the rounding (any rank count)
+        while k < levels.shape[0] and cum >= levels[k] * total * (1.0 - rel_tol):
+            out[q, k] = vals[order[r]]
+            k += 1
+    while k < levels.shape[0]:
+        out[q, k] = vals[order[n - 1]]
+        k += 1
+
+
+@kernel(parallel=True)
+def _quantiles(qleaves, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol):
+    for q in prange(qleaves.shape[0]):
+        _quantiles_one(q, qleaves, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol)
+
+
+#: Relative slack of the cumulative-weight test (see ``_quantiles_one``).
+REL_TOL = 1e-12
+
+
+def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col):
+    """Weighted quantiles of the forest's outcome lists at each query row.
+
+    For each query row: the entries of its trees' value nodes, sorted by outcome; the
+    quantile at level ``tau`` is the smallest outcome whose cumulative weight reaches
+    ``tau`` of the total (grf's and the inverse-CDF definition). Rows with no entries
+    (every tree empty) get NaN.
+
+    Parameters
+    ----------
+    packed : dict
+    outcomes : dict
+        :func:`gather_leaf_outcomes`.
+    query_leaves : ndarray of int32, shape (n_query, n_trees)
+        Tree-local leaves (:func:`forest.engine.predictor.predict_leaves`).
+    levels : ndarray of float64, shape (n_levels,)
+        In (0, 1], increasing.
+    count_col : int
+
+    Returns
+    -------
+    ndarray of float64, shape (n_query, n_levels)
+    """
+    vnode = value_nodes(packed, count_col)
+    levels = np.ascontiguousarray(levels, dtype=np.float64)
+    out = np.empty((len(query_leaves), len(levels)))
+    if len(query_leaves):
+        _quantiles(np.ascontiguousarray(query_leaves, dtype=np.int64),
+                   np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64), vnode,
+                   np.ascontiguousarray(outcomes["offsets"], dtype=np.int64),
+                   np.ascontiguousarray(outcomes["y"], dtype=np.float64),
+                   np.ascontiguousarray(outcomes["weight"], dtype=np.float64), levels, out, REL_TOL)
+    return out
+
+
+def weighted_quantile_reference(values, weights, levels):
+    """Slow reference: the smallest value whose cumulative weight reaches ``tau`` of the total.
+
+    Parameters
+    ----------
+    values, weights : array-like, shape (m,)
+    levels : array-like, shape (k,)
+
+    Returns
+    -------
+    ndarray of float64, shape (k,)
+    """
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    keep = weights > 0
+    values, weights = values[keep], weights[keep]
+    if not len(values):
+        return np.full(len(levels), np.nan)
+    order = np.argsort(values, kind="stable")
+    v, cum = values[order], np.cumsum(weights[order])
+    out = []
+    for tau in levels:
+        idx = np.flatnonzero(cum >= tau * cum[-1] * (1.0 - REL_TOL))
+        out.append(v[idx[0]] if len(idx) else v[-1])
+    return np.array(out)

@@ -1,0 +1,152 @@
+"""QuantileForest (issue 34): criterion vs reference, known quantiles, weights identity, files, ranks."""
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from native.comm import SelfCommunicator
+from forest import QuantileForest, model_io
+from forest.criteria.quantile import MAX_SPLIT_LEVELS, QuantileCriterion, relabel_map, split_levels
+from forest.engine.leaf_outcomes import weighted_quantile_reference, weighted_quantiles
+
+SELF = SelfCommunicator()
+LEVELS = (0.1, 0.5, 0.9)
+
+
+def _hetero(n, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, size=(n, 4))
+    scale = 0.5 + 1.5 * (X[:, 1] > 0)
+    return X, X[:, 0] + scale * rng.normal(size=n), rng
+
+
+def _truth(X, levels=LEVELS):
+    scale = 0.5 + 1.5 * (X[:, 1] > 0)
+    return X[:, [0]] + scale[:, None] * norm.ppf(levels)
+
+
+@pytest.mark.parametrize("levels", [(0.5,), LEVELS, (0.05, 0.2, 0.4, 0.6, 0.8, 0.95)])
+def test_compiled_gain_equals_reference(levels):
+    rng = np.random.default_rng(len(levels))
+    crit = QuantileCriterion(levels, 12, min_samples_leaf=3)
+    for _ in range(4):
+        bins = rng.integers(0, 12, size=300)
+        ch = crit.make_channels(bins, rng.uniform(0.2, 2.0, size=300))
+        parent = ch.sum(axis=0)
+        masks = [rng.uniform(size=300) < rng.uniform() for _ in range(30)] + [np.arange(300) < 2]
+        left = np.array([ch[m].sum(axis=0) for m in masks])
+        ref = crit.gain(left, parent - left, parent)
+        got = crit.compiled().gains_of(left, parent - left, parent)
+        assert np.isinf(ref).any()                            # the min_samples_leaf constraint binds
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_relabel_is_the_node_quantiles():
+    # Outcome bins 0..9 with equal weight: the median's bin is 4, the 0.1 quantile's 0, 0.9's 8.
+    parent = np.zeros(12)
+    parent[0], parent[1:11], parent[11] = 10.0, 1.0, 10.0
+    assert relabel_map(parent, LEVELS).tolist() == [0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
+    # every row in one bin: one class, no split gains anything
+    one = np.zeros(12)
+    one[[0, 4, 11]] = [5.0, 5.0, 5.0]
+    crit = QuantileCriterion(LEVELS, 10)
+    left = one.copy()
+    left[[0, 4, 11]] = 2.0
+    assert crit.gain(left, one - left, one) == 0.0
+
+
+def test_split_levels_cap():
+    many = tuple(np.linspace(0.05, 0.95, 19))
+    picked = split_levels(many)
+    assert len(picked) == MAX_SPLIT_LEVELS and picked[0] == many[0] and picked[-1] == many[-1]
+    assert split_levels(LEVELS) == LEVELS
+
+
+def test_weighted_quantile_kernel_equals_reference():
+    rng = np.random.default_rng(0)
+    X, y, _ = _hetero(800, 1)
+    f = QuantileForest(15, random_state=2, min_samples_leaf=2).fit(X, y, comm=SELF)
+    Xq = rng.uniform(-1, 1, size=(40, 4))
+    levels = np.array([0.01, 0.1, 0.33, 0.5, 0.9, 0.999])
+    got = f.predict(Xq, quantiles=levels)
+    W = f.get_forest_weights(Xq, comm=SELF).toarray()
+    for i in range(len(Xq)):
+        # equal up to ties broken by rounding: between the reference at tau -/+ 1e-9
+        lo = weighted_quantile_reference(y, W[i], levels - 1e-9)
+        hi = weighted_quantile_reference(y, W[i], levels + 1e-9)
+        assert np.all((got[i] >= lo) & (got[i] <= hi))
+    assert np.all(np.diff(got, axis=1) >= 0)                          # monotone in the level
+
+
+def test_known_quantiles_and_coverage():
+    X, y, rng = _hetero(6000, 3)
+    f = QuantileForest(100, random_state=0).fit(X, y, comm=SELF)
+    Xt, yt, _ = _hetero(4000, 4)
+    pred = f.predict(Xt)
+    coverage = np.mean((yt >= pred[:, 0]) & (yt <= pred[:, 2]))
+    assert abs(coverage - 0.8) < 0.04
+    err = np.sqrt(np.mean((pred - _truth(Xt)) ** 2, axis=0))
+    assert np.all(err < [0.45, 0.3, 0.45]), err
+    # the spread follows the noise scale: the wide half's 0.1-0.9 width is about 4x the narrow's
+    width = pred[:, 2] - pred[:, 0]
+    ratio = width[Xt[:, 1] > 0].mean() / width[Xt[:, 1] <= 0].mean()
+    assert 2.5 < ratio < 5.0, ratio
+    # the relabelling sees the scale: X[:, 1] (scale only) is split on far more than pure noise
+    imp = f.feature_importances_
+    assert imp[1] > 2 * max(imp[2], imp[3]), imp
+
+
+def test_weights_and_sample_weight():
+    X, y, rng = _hetero(700, 5)
+    w = rng.uniform(0.2, 3.0, size=len(y))
+    f = QuantileForest(20, random_state=1).fit(X, y, sample_weight=w, comm=SELF)
+    Xq = rng.uniform(-1, 1, size=(20, 4))
+    W = f.get_forest_weights(Xq, comm=SELF).toarray()
+    np.testing.assert_allclose(W.sum(axis=1), 1.0, atol=1e-12)
+    got = f.predict(Xq, quantiles=[0.5])[:, 0]
+    for i in range(len(Xq)):
+        lo, hi = (weighted_quantile_reference(y, W[i], [0.5 + d])[0] for d in (-1e-9, 1e-9))
+        assert lo <= got[i] <= hi
+
+
+def test_model_file_predicts_alone_and_errors():
+    X, y, _ = _hetero(400, 6)
+    f = QuantileForest(8, random_state=1).fit(X, y, comm=SELF)
+    restored = model_io.loads(model_io.dumps(f))
+    np.testing.assert_array_equal(restored.predict(X[:50]), f.predict(X[:50]))
+    bad = model_io.dumps(f)
+    f.leaf_outcomes_["weight"][0] = -1.0
+    with pytest.raises(model_io.ModelFormatError):
+        model_io.loads(model_io.dumps(f))
+    assert bad
+    with pytest.raises(ValueError, match="increasing"):
+        QuantileForest(quantiles=(0.5, 0.1)).fit(X, y, comm=SELF)
+    with pytest.raises(ValueError, match="in \\(0, 1\\)"):
+        f.predict(X, quantiles=[1.5])
+    with pytest.raises(ValueError, match="1-D"):
+        QuantileForest(4).fit(X, np.column_stack([y, y]), comm=SELF)
+
+
+def test_outcome_list_kernel_reference_tree():
+    # weighted_quantiles on a hand-built one-tree forest: a root split into two leaves
+    packed = {"feature": np.array([0, -1, -1]), "left": np.array([1, -1, -1]), "right": np.array([2, -1, -1]),
+              "tree_offsets": np.array([0, 3]), "value": np.array([[4.0, 1.0], [3.0, 1.0], [1.0, 1.0]])}
+    outcomes = {"offsets": np.array([0, 0, 3, 4]), "y": np.array([1.0, 2.0, 5.0, 7.0]),
+                "weight": np.array([1 / 3, 1 / 3, 1 / 3, 1.0])}
+    leaves = np.array([[1], [2]], dtype=np.int32)
+    got = weighted_quantiles(packed, outcomes, leaves, np.array([0.2, 0.5, 0.7]), 0)
+    np.testing.assert_array_equal(got, [[1.0, 2.0, 5.0], [7.0, 7.0, 7.0]])
+
+
+@pytest.mark.mpi
+def test_quantiles_identical_at_any_rank_count(comm, same_model_file):
+    X, y, rng = _hetero(900, 7)
+    lo, hi = len(y) * comm.rank // comm.size, len(y) * (comm.rank + 1) // comm.size
+    kw = dict(n_estimators=12, random_state=5)
+    dist = QuantileForest(**kw).fit(X[lo:hi], y[lo:hi], comm=comm)
+    ref = QuantileForest(**kw).fit(X, y, comm=SELF)
+    Xq = rng.uniform(-1, 1, size=(100, 4))
+    np.testing.assert_array_equal(dist.predict(Xq), ref.predict(Xq))
+    for key in ("offsets", "y", "weight"):
+        np.testing.assert_array_equal(dist.leaf_outcomes_[key], ref.leaf_outcomes_[key])
+    for key in ("feature", "bin_threshold", "left", "right"):
+        np.testing.assert_array_equal(dist.estimators_[key], ref.estimators_[key])
