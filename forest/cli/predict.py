@@ -66,7 +66,8 @@ def prediction_columns(est, X, interval, alpha, is_causal):
     -------
     dict of str -> ndarray, shape (n,)
         ``tau`` (+ ``tau_lower``, ``tau_upper``) for causal models; ``prediction``
-        (+ ``proba_<class>`` for classifiers) otherwise. Several effects get
+        (+ ``proba_<class>`` for classifiers) otherwise; ``prediction_q<level>`` per level of a
+        quantile forest. Several effects get
         ``tau_<k>`` columns (``k``: the arm of a categorical treatment, its level as in
         ``classes_``; else the treatment component or outcome, from 0), several arms and
         outcomes ``tau_<arm>_<m>``.

@@ -24,6 +24,11 @@ PROG = "forest-train"
 #: ``--model`` choices: the model kinds (:mod:`forest.estimators.kinds`, the one table of them).
 MODELS = KINDS
 
+def numbers(text):
+    """A comma-separated list of numbers (``--quantiles 0.1,0.5,0.9``) as a tuple of floats."""
+    return tuple(float(part) for part in text.split(","))
+
+
 #: Named model options -> estimator parameter name (passed only when given).
 PARAM_OPTIONS = (
     ("--n-estimators", "n_estimators", int, "number of trees (forests) or boosting iterations"),
@@ -35,6 +40,8 @@ PARAM_OPTIONS = (
     ("--max-bins", "max_bins", int, "value bins per feature (<= 255)"),
     ("--random-state", "random_state", int, "seed of every random choice"),
     ("--quantized-bins", "quantized_bins", int, "gradient levels of --quantized training (even, default 4)"),
+    ("--quantiles", "quantiles", numbers, "quantile levels of --model quantile, comma-separated (default "
+                                          "0.1,0.5,0.9): its splits and forest-predict's columns"),
 )
 
 

@@ -77,9 +77,11 @@ def gather_leaf_outcomes(packed, slices, y, factor, gids, count_col, comm):
 
 
 @kernel
-def _quantiles_one(q, qleaves, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol):
+def _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol):
     n = 0
     for t in range(offsets_t.shape[0] - 1):
+        if not use[q, t]:
+            continue
         v = vnode[offsets_t[t] + qleaves[q, t]]
         n += lo_of[v + 1] - lo_of[v]
     if n == 0:
@@ -90,6 +92,8 @@ def _quantiles_one(q, qleaves, offsets_t, vnode, lo_of, ys, ws, levels, out, rel
     wts = np.empty(n)
     m = 0
     for t in range(offsets_t.shape[0] - 1):
+        if not use[q, t]:
+            continue
         v = vnode[offsets_t[t] + qleaves[q, t]]
         for e in range(lo_of[v], lo_of[v + 1]):
             vals[m] = ys[e]
@@ -114,16 +118,16 @@ def _quantiles_one(q, qleaves, offsets_t, vnode, lo_of, ys, ws, levels, out, rel
 
 
 @kernel(parallel=True)
-def _quantiles(qleaves, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol):
+def _quantiles(qleaves, use, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol):
     for q in prange(qleaves.shape[0]):
-        _quantiles_one(q, qleaves, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol)
+        _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol)
 
 
 #: Relative slack of the cumulative-weight test (see ``_quantiles_one``).
 REL_TOL = 1e-12
 
 
-def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col):
+def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col, use=None):
     """Weighted quantiles of the forest's outcome lists at each query row.
 
     For each query row: the entries of its trees' value nodes, sorted by outcome; the
@@ -141,6 +145,9 @@ def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col):
     levels : ndarray of float64, shape (n_levels,)
         In (0, 1], increasing.
     count_col : int
+    use : ndarray of bool, shape (n_query, n_trees), optional
+        Which trees each row takes (out-of-bag estimates: the trees that did not draw
+        it); all by default.
 
     Returns
     -------
@@ -150,7 +157,10 @@ def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col):
     levels = np.ascontiguousarray(levels, dtype=np.float64)
     out = np.empty((len(query_leaves), len(levels)))
     if len(query_leaves):
-        _quantiles(np.ascontiguousarray(query_leaves, dtype=np.int64),
+        n_trees = len(packed["tree_offsets"]) - 1
+        use = (np.ones((len(query_leaves), n_trees), dtype=np.bool_) if use is None
+               else np.ascontiguousarray(use, dtype=np.bool_))
+        _quantiles(np.ascontiguousarray(query_leaves, dtype=np.int64), use,
                    np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64), vnode,
                    np.ascontiguousarray(outcomes["offsets"], dtype=np.int64),
                    np.ascontiguousarray(outcomes["y"], dtype=np.float64),

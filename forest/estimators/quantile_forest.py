@@ -18,7 +18,8 @@ from forest.criteria.quantile import DEFAULT_OUTCOME_BINS, QuantileCriterion
 from forest.engine.honest_forest import global_ids, grow_honest_forest
 from forest.engine.importance import depth_weighted_importance, gain_importance
 from forest.engine.leaf_outcomes import gather_leaf_outcomes, weighted_quantiles
-from forest.engine.predictor import predict_leaves
+from forest.engine.predictor import predict_leaves, predict_leaves_binned
+from forest.engine.subsample import OUT, forest_row_codes
 from forest.estimators.base import EstimatorBase, RegressorMixin, check_is_fitted
 from forest.estimators.forest_weights import ForestWeightsMixin, WeightsSource
 from forest.estimators.regression_forest import (check_forest_params, forest_spec, rescaled_weights_again,
@@ -122,7 +123,8 @@ class QuantileForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Esti
         check_levels(self.quantiles)
         return seed
 
-    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None):
+    def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None,
+            checkpoint=None):
         """Fit on this rank's rows (collective under ``mpirun``: every rank ends with the same model).
 
         Parameters
@@ -137,6 +139,8 @@ class QuantileForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Esti
         binned : tuple (BinMapper, ndarray), optional
             As for :meth:`forest.RegressionForest.fit`.
         feature_names : sequence of str, optional
+        checkpoint : None
+            Not offered yet: the leaves' outcome lists are not part of a checkpoint.
 
         Returns
         -------
@@ -144,6 +148,9 @@ class QuantileForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Esti
         """
         comm = world() if comm is None else comm
         with collective_checks(comm) as checks:
+            if checkpoint is not None:
+                raise ValueError("QuantileForest does not checkpoint yet (its leaves' outcome lists are not part of "
+                                 "a checkpoint); fit without checkpoint")
             seed = self._check_params()
             X, binned, n = fit_features(self, X, binned, feature_names, min_samples=1 if comm.size == 1 else 0)
             resolve_mtry(self.max_features, self.n_features_in_)
@@ -216,6 +223,51 @@ class QuantileForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Esti
         X = validate_features(self, X, reset=False, min_samples=0)
         leaves = predict_leaves(self.estimators_, X)
         return weighted_quantiles(self.estimators_, self.leaf_outcomes_, leaves, levels, COUNT_COL)
+
+    def oob_predict(self, X=None, *, quantiles=None, comm=None, clusters=None):
+        """Out-of-bag quantiles of this rank's training rows (same rows and order as in ``fit``).
+
+        Each row's quantiles come from the trees that did not draw it, so its own
+        outcome is in none of the lists used (training rows predicted by ``predict``
+        see their own outcome).
+
+        Parameters
+        ----------
+        X : array-like, shape (n_local, n_features), optional
+            This rank's training rows exactly as passed to ``fit``; without it the rows
+            kept by the process that ran ``fit``.
+        quantiles : sequence of float, optional
+        comm : native.comm.Communicator, optional
+            The communicator of ``fit`` (global row ids are recomputed from it).
+        clusters : None
+            For the other forests' signature: this forest is fitted without clusters.
+
+        Returns
+        -------
+        ndarray of float64, shape (n_local, n_quantiles)
+            NaN for rows that every tree drew.
+        """
+        check_is_fitted(self, "estimators_")
+        if clusters is not None:
+            raise ValueError("this forest was fitted without clusters; clusters must be None")
+        levels = check_levels(self.quantiles if quantiles is None else quantiles)
+        if X is None:
+            source = getattr(self, "_weights_source_", None)
+            if source is None:
+                raise ValueError("out-of-bag estimates without X exist only in the process that ran fit; pass the "
+                                 "training rows: oob_predict(X)")
+            codes, gids = source.codes, source.gids
+        else:
+            comm = world() if comm is None else comm
+            with collective_checks(comm):
+                X = validate_features(self, X, reset=False, min_samples=0)
+            codes = self.bin_mapper_.transform(X)
+            gids, _ = global_ids(comm, len(X))
+        packed = self.estimators_
+        n_trees = len(packed["tree_offsets"]) - 1
+        out_of_bag = (forest_row_codes(self.sampling_, n_trees, gids) == OUT).T
+        leaves = predict_leaves_binned(packed, codes, self.bin_mapper_.missing_bin_)
+        return weighted_quantiles(packed, self.leaf_outcomes_, leaves, levels, COUNT_COL, use=out_of_bag)
 
     def score(self, X, y, sample_weight=None):
         """Coefficient of determination of the median prediction (scikit-learn's regressor score)."""

@@ -105,7 +105,8 @@ def column_names(estimator, prefix, trailing_shape):
     """Names of the columns of predictions with ``trailing_shape`` after the row axis.
 
     One name per entry, in C order (that of ``values.reshape(n, -1)``): ``prefix`` and
-    a suffix per axis longer than one. The first axis of a categorical treatment's
+    a suffix per axis longer than one. A quantile forest's axis is named by the level
+    (``prediction_q0.9``). The first axis of a categorical treatment's
     effects is named by the arm's level (``tau_2``: arm 2 minus the control, as
     ``classes_`` lists it), any other axis by position from 0 (treatment components,
     outcomes): ``tau_2_0`` is arm 2's effect on the first outcome.
@@ -124,6 +125,9 @@ def column_names(estimator, prefix, trailing_shape):
     arms = None
     if getattr(estimator, "treatment_type_", None) == "categorical" and hasattr(estimator, "predict_interval"):
         arms = [str(c) for c in np.asarray(estimator.classes_)[1:]]
+    elif hasattr(estimator, "leaf_outcomes_"):
+        # a quantile forest's columns are its quantile levels: prediction_q0.1, ...
+        arms = [f"q{level:g}" for level in np.asarray(estimator.quantiles, dtype=np.float64).reshape(-1)]
     names = []
     for index in np.ndindex(tuple(trailing_shape)):
         parts = [arms[i] if axis == 0 and arms is not None and size == len(arms) else str(i)

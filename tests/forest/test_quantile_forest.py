@@ -150,3 +150,16 @@ def test_quantiles_identical_at_any_rank_count(comm, same_model_file):
         np.testing.assert_array_equal(dist.leaf_outcomes_[key], ref.leaf_outcomes_[key])
     for key in ("feature", "bin_threshold", "left", "right"):
         np.testing.assert_array_equal(dist.estimators_[key], ref.estimators_[key])
+
+
+def test_out_of_bag_quantiles_leave_the_row_out():
+    X, y, _ = _hetero(1500, 8)
+    f = QuantileForest(60, random_state=2).fit(X, y, comm=SELF)
+    oob = f.oob_predict()
+    np.testing.assert_array_equal(f.oob_predict(X, comm=SELF), oob)
+    in_sample = f.predict(X)
+    # out of bag, the 0.1-0.9 interval covers about 80% of the training rows; in sample
+    # (each row's own outcome in its leaves) it covers more
+    cover_oob = np.mean((y >= oob[:, 0]) & (y <= oob[:, 2]))
+    cover_in = np.mean((y >= in_sample[:, 0]) & (y <= in_sample[:, 2]))
+    assert abs(cover_oob - 0.8) < 0.04 and cover_in > cover_oob
