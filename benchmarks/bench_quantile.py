@@ -111,6 +111,28 @@ def diabetes(trees, threads, seed=0):
     return row
 
 
+def outcome_bins_sweep(n, trees, seed=0, choices=(8, 16, 32)):
+    """Pinball loss and fit time of the relabelling's outcome bins J (the default's measurement)."""
+    import forest.estimators.quantile_forest as qf
+    rows = []
+    default = qf.DEFAULT_OUTCOME_BINS
+    try:
+        for name in ("step", "skewed"):
+            X, y = design(name, 2 * n, seed)
+            X, Xt, y, yt = X[:n], X[n:], y[:n], y[n:]
+            for J in choices:
+                qf.DEFAULT_OUTCOME_BINS = J
+                t0 = time.perf_counter()
+                f = qf.QuantileForest(trees, quantiles=LEVELS, random_state=seed).fit(X, y)
+                fit = time.perf_counter() - t0
+                pred = f.predict(Xt)
+                rows.append([name, n, J, f"{pinball(yt, pred):.5f}", f"{coverage(yt, pred):.3f}", f"{fit:.2f}"])
+                print(rows[-1], flush=True)
+    finally:
+        qf.DEFAULT_OUTCOME_BINS = default
+    return markdown_table(["design", "train rows", "outcome bins J", "pinball", "coverage", "fit s"], rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[20000, 200000])
@@ -118,6 +140,8 @@ def main():
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--test-rows", type=int, default=20000)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bins-sweep-rows", type=int, default=20000,
+                    help="rows of the outcome-bins sweep (0: skip it)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
@@ -139,6 +163,10 @@ def main():
     body = (f"{args.trees} trees each, {args.threads} threads each; predict times on {args.test_rows} held-out rows "
             f"(diabetes: the fold's rows, mean over folds). Anchor: quantile-forest's RandomForestQuantileRegressor "
             f"with its defaults.\n\n" + table)
+    if args.bins_sweep_rows:
+        body += ("\n\nThe relabelling's outcome bins J (forest.criteria.quantile.DEFAULT_OUTCOME_BINS), "
+                 f"{args.trees} trees, held-out rows as many as training rows:\n\n"
+                 + outcome_bins_sweep(args.bins_sweep_rows, args.trees))
     print(body)
     if not args.no_write:
         write_results_section(SECTION, body)

@@ -77,20 +77,25 @@ def gather_leaf_outcomes(packed, slices, y, factor, gids, count_col, comm):
 
 
 @kernel
-def _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol):
+def _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, bins, n_bins, levels, out, rel_tol):
+    # Entries of the query's trees, a weight histogram over the coarse outcome bins, then
+    # per level: the bin where the cumulative weight reaches it, and a sort of that bin's
+    # entries only (a full sort of every entry cost most of the prediction).
     n = 0
     for t in range(offsets_t.shape[0] - 1):
-        if not use[q, t]:
-            continue
-        v = vnode[offsets_t[t] + qleaves[q, t]]
-        n += lo_of[v + 1] - lo_of[v]
+        if use[q, t]:
+            v = vnode[offsets_t[t] + qleaves[q, t]]
+            n += lo_of[v + 1] - lo_of[v]
     if n == 0:
         for k in range(levels.shape[0]):
             out[q, k] = np.nan
         return
     vals = np.empty(n)
     wts = np.empty(n)
+    bs = np.empty(n, dtype=np.int64)
+    hist = np.zeros(n_bins)
     m = 0
+    total = 0.0
     for t in range(offsets_t.shape[0] - 1):
         if not use[q, t]:
             continue
@@ -98,29 +103,71 @@ def _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, levels, out
         for e in range(lo_of[v], lo_of[v + 1]):
             vals[m] = ys[e]
             wts[m] = ws[e]
+            bs[m] = bins[e]
+            hist[bins[e]] += ws[e]
+            total += ws[e]
             m += 1
-    order = np.argsort(vals, kind="mergesort")
-    total = 0.0
-    for r in range(n):
-        total += wts[order[r]]
-    k = 0
-    cum = 0.0
-    for r in range(n):
-        cum += wts[order[r]]
+    for k in range(levels.shape[0]):
         # a relative slack so that a cumulative weight equal to tau * total in exact
         # arithmetic takes the lower outcome whatever the rounding (any rank count)
-        while k < levels.shape[0] and cum >= levels[k] * total * (1.0 - rel_tol):
-            out[q, k] = vals[order[r]]
-            k += 1
-    while k < levels.shape[0]:
-        out[q, k] = vals[order[n - 1]]
-        k += 1
+        target = levels[k] * total * (1.0 - rel_tol)
+        before = 0.0
+        b = 0
+        while b < n_bins - 1 and before + hist[b] < target:
+            before += hist[b]
+            b += 1
+        cnt = 0
+        for r in range(n):
+            if bs[r] == b:
+                cnt += 1
+        sel_v = np.empty(cnt)
+        sel_w = np.empty(cnt)
+        c = 0
+        for r in range(n):
+            if bs[r] == b:
+                sel_v[c] = vals[r]
+                sel_w[c] = wts[r]
+                c += 1
+        order = np.argsort(sel_v, kind="mergesort")
+        cum = before
+        found = False
+        for r in range(cnt):
+            cum += sel_w[order[r]]
+            if cum >= target:
+                out[q, k] = sel_v[order[r]]
+                found = True
+                break
+        if not found:
+            # rounding left the target just above the last bin's sum: the largest outcome
+            best = vals[0]
+            for r in range(n):
+                if vals[r] > best:
+                    best = vals[r]
+            out[q, k] = best
 
 
 @kernel(parallel=True)
-def _quantiles(qleaves, use, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol):
+def _quantiles(qleaves, use, offsets_t, vnode, lo_of, ys, ws, bins, n_bins, levels, out, rel_tol):
     for q in prange(qleaves.shape[0]):
-        _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, levels, out, rel_tol)
+        _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, bins, n_bins, levels, out, rel_tol)
+
+
+#: Coarse outcome bins of the prediction kernel (quantiles of the stored outcomes).
+_COARSE_BINS = 256
+
+
+def coarse_bins(ys):
+    """Monotone coarse bin of every stored outcome: ``(bins int64 (E,), n_bins)``.
+
+    The edges are quantiles of the stored outcomes themselves, the same bits on every
+    rank (the lists are), so no model-file field is needed.
+    """
+    if not len(ys):
+        return np.zeros(0, dtype=np.int64), 1
+    # edges from an evenly strided sample (sorting every entry cost more than the kernel)
+    sample = ys[::max(1, len(ys) // 65536)]
+    edges = np.unique(np.quantile(sample, np.linspace(0.0, 1.0, _COARSE_BINS + 1)[1:-1]))
+    return np.searchsorted(edges, ys, side="left").astype(np.int64), len(edges) + 1
 
 
 #: Relative slack of the cumulative-weight test (see ``_quantiles_one``).
@@ -160,11 +207,13 @@ def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col, use=No
         n_trees = len(packed["tree_offsets"]) - 1
         use = (np.ones((len(query_leaves), n_trees), dtype=np.bool_) if use is None
                else np.ascontiguousarray(use, dtype=np.bool_))
+        ys = np.ascontiguousarray(outcomes["y"], dtype=np.float64)
+        bins, n_bins = coarse_bins(ys)
         _quantiles(np.ascontiguousarray(query_leaves, dtype=np.int64), use,
                    np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64), vnode,
-                   np.ascontiguousarray(outcomes["offsets"], dtype=np.int64),
-                   np.ascontiguousarray(outcomes["y"], dtype=np.float64),
-                   np.ascontiguousarray(outcomes["weight"], dtype=np.float64), levels, out, REL_TOL)
+                   np.ascontiguousarray(outcomes["offsets"], dtype=np.int64), ys,
+                   np.ascontiguousarray(outcomes["weight"], dtype=np.float64), bins, int(n_bins), levels, out,
+                   REL_TOL)
     return out
 
 

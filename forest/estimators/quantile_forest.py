@@ -14,7 +14,7 @@ from native.comm import world
 from forest._validation import (agreed_features, check_row_count, check_target, check_weight,
                                 feature_summary, fit_features, validate_features)
 from forest.collective_checks import collective_checks, total
-from forest.criteria.quantile import DEFAULT_OUTCOME_BINS, QuantileCriterion
+from forest.criteria.quantile import DEFAULT_OUTCOME_BINS, QuantileCriterion, split_levels
 from forest.engine.honest_forest import global_ids, grow_honest_forest
 from forest.engine.importance import depth_weighted_importance, gain_importance
 from forest.engine.leaf_outcomes import gather_leaf_outcomes, weighted_quantiles
@@ -169,7 +169,8 @@ class QuantileForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Esti
         gids, _ = global_ids(comm, n)
         sampling, _, mapper, codes = begin_forest(self, X, binned, self.n_features_in_, seed, comm)
         # the relabelling's outcome bins: weighted-quantile edges, the same at any rank count
-        outcome_mapper = BinMapper(max_bins=DEFAULT_OUTCOME_BINS, random_state=seed).fit(y[:, None], comm=comm)
+        n_bins = max(DEFAULT_OUTCOME_BINS, 2 * (len(split_levels(levels)) + 1))
+        outcome_mapper = BinMapper(max_bins=n_bins, random_state=seed).fit(y[:, None], comm=comm)
         outcome_bins = outcome_mapper.transform(y[:, None])[0]
         crit = QuantileCriterion(levels, int(outcome_mapper.n_bins_non_missing_[0]),
                                  min_samples_leaf=self.min_samples_leaf)
