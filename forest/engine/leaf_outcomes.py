@@ -20,6 +20,7 @@ for the weight). Building them is one ``allgatherv`` per fit of the estimation r
 Lists are ordered by ``(outcome, global row id)``, so they are the same bits at any
 rank count (weights up to the rounding of the rescaled sample weights).
 """
+import numba
 import numpy as np
 from numba import prange
 
@@ -77,36 +78,35 @@ def gather_leaf_outcomes(packed, slices, y, factor, gids, count_col, comm):
 
 
 @kernel
-def _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, bins, n_bins, levels, out, rel_tol):
-    # Entries of the query's trees, a weight histogram over the coarse outcome bins, then
-    # per level: the bin where the cumulative weight reaches it, and a sort of that bin's
-    # entries only (a full sort of every entry cost most of the prediction).
-    n = 0
-    for t in range(offsets_t.shape[0] - 1):
-        if use[q, t]:
-            v = vnode[offsets_t[t] + qleaves[q, t]]
-            n += lo_of[v + 1] - lo_of[v]
-    if n == 0:
-        for k in range(levels.shape[0]):
-            out[q, k] = np.nan
-        return
-    vals = np.empty(n)
-    wts = np.empty(n)
-    bs = np.empty(n, dtype=np.int64)
-    hist = np.zeros(n_bins)
+def _quantiles_one(q, qleaves, use, offsets_t, span, entries, levels, out, rel_tol, vals, wts, bs, hist, sel_v,
+                   sel_w):
+    # Entries of the query's trees into the scratch arrays, a weight histogram over the
+    # coarse outcome bins, then per level: the bin where the cumulative weight reaches it,
+    # and a sort of that bin's entries only (a full sort of every entry, and allocating
+    # per query, cost most of the prediction).
+    n_bins = hist.shape[0]
+    for b in range(n_bins):
+        hist[b] = 0.0
     m = 0
     total = 0.0
     for t in range(offsets_t.shape[0] - 1):
         if not use[q, t]:
             continue
-        v = vnode[offsets_t[t] + qleaves[q, t]]
-        for e in range(lo_of[v], lo_of[v + 1]):
-            vals[m] = ys[e]
-            wts[m] = ws[e]
-            bs[m] = bins[e]
-            hist[bins[e]] += ws[e]
-            total += ws[e]
+        node = offsets_t[t] + qleaves[q, t]
+        for e in range(span[node, 0], span[node, 1]):
+            y = entries[e, 0]
+            w = entries[e, 1]
+            b = int(entries[e, 2])
+            vals[m] = y
+            wts[m] = w
+            bs[m] = b
+            hist[b] += w
+            total += w
             m += 1
+    if m == 0:
+        for k in range(levels.shape[0]):
+            out[q, k] = np.nan
+        return
     for k in range(levels.shape[0]):
         # a relative slack so that a cumulative weight equal to tau * total in exact
         # arithmetic takes the lower outcome whatever the rounding (any rank count)
@@ -117,18 +117,12 @@ def _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, bins, n_bin
             before += hist[b]
             b += 1
         cnt = 0
-        for r in range(n):
+        for r in range(m):
             if bs[r] == b:
+                sel_v[cnt] = vals[r]
+                sel_w[cnt] = wts[r]
                 cnt += 1
-        sel_v = np.empty(cnt)
-        sel_w = np.empty(cnt)
-        c = 0
-        for r in range(n):
-            if bs[r] == b:
-                sel_v[c] = vals[r]
-                sel_w[c] = wts[r]
-                c += 1
-        order = np.argsort(sel_v, kind="mergesort")
+        order = np.argsort(sel_v[:cnt], kind="mergesort")
         cum = before
         found = False
         for r in range(cnt):
@@ -138,18 +132,45 @@ def _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, bins, n_bin
                 found = True
                 break
         if not found:
-            # rounding left the target just above the last bin's sum: the largest outcome
+            # rounding left the target just above the bins' sum: the largest outcome
             best = vals[0]
-            for r in range(n):
+            for r in range(m):
                 if vals[r] > best:
                     best = vals[r]
             out[q, k] = best
 
 
 @kernel(parallel=True)
-def _quantiles(qleaves, use, offsets_t, vnode, lo_of, ys, ws, bins, n_bins, levels, out, rel_tol):
-    for q in prange(qleaves.shape[0]):
-        _quantiles_one(q, qleaves, use, offsets_t, vnode, lo_of, ys, ws, bins, n_bins, levels, out, rel_tol)
+def _quantiles(qleaves, use, offsets_t, span, entries, n_bins, levels, out, rel_tol, bound, n_chunks):
+    # One scratch per chunk of queries, sized by the largest entry count among them.
+    n = qleaves.shape[0]
+    for c in prange(n_chunks):
+        a = c * n // n_chunks
+        b = (c + 1) * n // n_chunks
+        size = 1
+        for q in range(a, b):
+            if bound[q] > size:
+                size = bound[q]
+        vals = np.empty(size)
+        wts = np.empty(size)
+        bs = np.empty(size, dtype=np.int64)
+        sel_v = np.empty(size)
+        sel_w = np.empty(size)
+        hist = np.empty(n_bins)
+        for q in range(a, b):
+            _quantiles_one(q, qleaves, use, offsets_t, span, entries, levels, out, rel_tol, vals, wts, bs, hist,
+                           sel_v, sel_w)
+
+
+@kernel
+def _entry_bounds(qleaves, use, offsets_t, span, out):
+    for q in range(qleaves.shape[0]):
+        s = 0
+        for t in range(offsets_t.shape[0] - 1):
+            if use[q, t]:
+                node = offsets_t[t] + qleaves[q, t]
+                s += span[node, 1] - span[node, 0]
+        out[q] = s
 
 
 #: Coarse outcome bins of the prediction kernel (quantiles of the stored outcomes).
@@ -207,13 +228,21 @@ def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col, use=No
         n_trees = len(packed["tree_offsets"]) - 1
         use = (np.ones((len(query_leaves), n_trees), dtype=np.bool_) if use is None
                else np.ascontiguousarray(use, dtype=np.bool_))
+        # memory layout for the gather, which is bound by cache misses: each node's entry
+        # range in one row (through its value node), each entry's outcome, weight and coarse
+        # bin in one row
         ys = np.ascontiguousarray(outcomes["y"], dtype=np.float64)
         bins, n_bins = coarse_bins(ys)
-        _quantiles(np.ascontiguousarray(query_leaves, dtype=np.int64), use,
-                   np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64), vnode,
-                   np.ascontiguousarray(outcomes["offsets"], dtype=np.int64), ys,
-                   np.ascontiguousarray(outcomes["weight"], dtype=np.float64), bins, int(n_bins), levels, out,
-                   REL_TOL)
+        entries = np.empty((len(ys), 3))
+        entries[:, 0], entries[:, 1], entries[:, 2] = ys, outcomes["weight"], bins
+        lo_of = np.asarray(outcomes["offsets"], dtype=np.int64)
+        span = np.ascontiguousarray(np.stack([lo_of[vnode], lo_of[vnode + 1]], axis=1))
+        qleaves = np.ascontiguousarray(query_leaves, dtype=np.int64)
+        offsets_t = np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64)
+        bound = np.empty(len(qleaves), dtype=np.int64)
+        _entry_bounds(qleaves, use, offsets_t, span, bound)
+        n_chunks = max(1, min(len(qleaves), 8 * numba.get_num_threads()))
+        _quantiles(qleaves, use, offsets_t, span, entries, int(n_bins), levels, out, REL_TOL, bound, n_chunks)
     return out
 
 
