@@ -44,6 +44,7 @@ Covers (:func:`count_fractions`, :func:`honest_fractions`)
     node (:func:`count_fractions`), honest forests the estimation rows their leaf values
     come from (:func:`honest_fractions`).
 """
+import functools
 import itertools
 import math
 
@@ -457,6 +458,30 @@ def _path_features(feature, left, right, offsets, n_features):
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _gauss_legendre(n_q):
+    # Newton's method on the Legendre polynomial from the usual cosine guesses, in
+    # NumPy: numpy.polynomial.legendre.leggauss calls LAPACK, whose threads then spin
+    # on the cores the kernel's threads need.
+    x = np.cos(np.pi * (np.arange(1, n_q + 1) - 0.25) / (n_q + 0.5))
+    for _ in range(100):
+        p0, p1 = np.ones_like(x), x.copy()
+        for k in range(2, n_q + 1):
+            p0, p1 = p1, ((2 * k - 1) * x * p1 - (k - 1) * p0) / k
+        dp = n_q * (x * p1 - p0) / (x * x - 1.0) if n_q > 1 else np.ones_like(x)
+        step = p1 / dp
+        x = x - step
+        if np.abs(step).max() < 1e-16:
+            break
+    p0, p1 = np.ones_like(x), x.copy()
+    for k in range(2, n_q + 1):
+        p0, p1 = p1, ((2 * k - 1) * x * p1 - (k - 1) * p0) / k
+    dp = n_q * (x * p1 - p0) / (x * x - 1.0) if n_q > 1 else np.ones_like(x)
+    w = 2.0 / ((1.0 - x * x) * dp * dp)
+    order = np.argsort(x)
+    return (x[order] + 1.0) / 2.0, w[order] / 2.0
+
+
 def quadrature(n_elements):
     """Gauss-Legendre nodes and weights on (0, 1) exact for the Shapley weights of a path.
 
@@ -473,9 +498,8 @@ def quadrature(n_elements):
     -------
     nodes, weights : ndarray of float64, shape (q,)
     """
-    n_q = max(1, -(-int(n_elements) // 2))
-    x, w = np.polynomial.legendre.leggauss(n_q)
-    return (x + 1.0) / 2.0, w / 2.0
+    nodes, weights = _gauss_legendre(max(1, -(-int(n_elements) // 2)))
+    return nodes.copy(), weights.copy()
 
 
 def _quadrature_tables(packed, n_features):
@@ -539,7 +563,8 @@ def tree_shap(packed, X, frac, value=None):
             np.ascontiguousarray(packed["threshold"], dtype=np.float64),
             np.ascontiguousarray(packed["missing_left"], dtype=np.uint8),
             np.ascontiguousarray(packed_cat_bits(packed)), np.ascontiguousarray(packed["left"], dtype=np.int32),
-            np.ascontiguousarray(packed["right"], dtype=np.int32), value, frac, offsets, max_depth, tree_q, q_nodes, q_weights, out)
+            np.ascontiguousarray(packed["right"], dtype=np.int32), value, frac, offsets, max_depth, tree_q, q_nodes,
+            q_weights, out)
     threads = numba.get_num_threads()
     if X.shape[0] < PARALLEL_MIN_ROWS or threads == 1:
         _shap_rows(*args, 0, X.shape[0])
@@ -664,5 +689,5 @@ def shap_tree_dicts(packed, frac, value=None, root_cover=1.0):
     return trees
 
 
-__all__ = ["tree_shap", "tree_shap_reference", "expected_values", "count_fractions", "honest_fractions",
+__all__ = ["tree_shap", "tree_shap_reference", "expected_values", "count_fractions", "honest_fractions", "quadrature",
            "shap_tree_dicts", "PARALLEL_MIN_ROWS"]
