@@ -19,6 +19,7 @@ from native.comm import world
 from forest.engine.clusters import resolve_clusters
 from forest.collective_checks import collective_checks
 from forest.estimators.base import EstimatorBase, check_is_fitted
+from forest.estimators.explanations import ShapMixin
 from forest.io.fingerprint import content_hash
 from forest.engine.honest_forest import global_ids, oob_average, oob_sums_binned
 from forest.analysis.inference import blb_predict, oob_effects, solve_theta
@@ -30,7 +31,7 @@ from forest.io.training_rows import TrainingRowsMixin
 from forest.estimators.forest_weights import ForestWeightsMixin
 
 
-class EffectForestBase(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
+class EffectForestBase(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
     """Base class of the honest effect forests (see the module docstring).
 
     Subclasses define ``_layout()`` (the moment layout of their leaves),
@@ -45,6 +46,9 @@ class EffectForestBase(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
     #: scikit-learn checks that cannot hold for these estimators, with the reason: the same
     #: as the regression forest's (their trees subsample rows the same way).
     _expected_failed_checks = dict(RegressionForest._expected_failed_checks)
+
+    #: shap_values explains theta through its linearisation (forest.estimators.explanations).
+    _shap_kind = "effect"
 
     #: Nuisance estimates of the centering: (estimate name, seed offset, checkpoint
     #: stage, attribute of the fitted nuisance forest).

@@ -48,6 +48,7 @@ from forest.collective_checks import AgreedError, collective_checks, total
 from forest.io.continuation import fit_fingerprint, open_stage, warm_mapper
 from forest.criteria.basic import NewtonCriterion
 from forest.estimators.base import ClassifierMixin, EstimatorBase, RegressorMixin, check_is_fitted
+from forest.estimators.explanations import ShapMixin
 from forest.engine.expansion import LeafwiseGrower
 from forest.engine.growth_options import SPLIT_MODES
 from forest.engine.importance import gain_importance, split_counts
@@ -93,8 +94,10 @@ def _allreduce(comm, arr):
         return col.allreduce(comm, arr)
 
 
-class _BaseGBDT(EstimatorBase):
+class _BaseGBDT(ShapMixin, EstimatorBase):
     """Shared parameters, fit loop and prediction of the two estimators."""
+
+    _shap_kind = "margin"     # shap_values explains the raw score (forest.estimators.explanations)
 
     def __init__(self, *, learning_rate=0.1, n_estimators=100, max_leaf_nodes=31, max_depth=None,
                  min_samples_leaf=20, l2_regularization=0.0, min_child_weight=1e-3, min_gain_to_split=0.0,
@@ -486,6 +489,9 @@ class _BaseGBDT(EstimatorBase):
     def _check_predict_X(self, X):
         check_is_fitted(self, "trees_")
         return validate_features(self, X, reset=False)
+
+    def _numba_threads(self):
+        return _threads(self.n_threads)
 
     def _raw_predict(self, X):
         X = self._check_predict_X(X)

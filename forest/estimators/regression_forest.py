@@ -23,6 +23,7 @@ from forest.collective_checks import AgreedError, collective_checks, require_sam
 from forest.io.continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
 from forest.criteria.basic import VarianceCriterion
 from forest.estimators.base import EstimatorBase, RegressorMixin, check_is_fitted
+from forest.estimators.explanations import ShapMixin
 from forest.engine.growth_options import TreeParams
 from forest.engine.honest_forest import ForestSpec, global_ids, grow_honest_forest, oob_average, oob_sums_binned
 from forest.engine.importance import depth_weighted_importance, gain_importance
@@ -257,7 +258,7 @@ def n_estimators_fitted(packed):
     return len(packed["tree_offsets"]) - 1
 
 
-class RegressionForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, EstimatorBase):
+class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, EstimatorBase):
     """Honest random forest regression on binned histograms (GRF's ``regression_forest``).
 
     Parameters
@@ -320,6 +321,8 @@ class RegressionForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Es
     #: scikit-learn checks that cannot hold for this estimator, with the reason.
     #: (scikit-learn >= 1.6 dropped the ``_xfail_checks`` tag; its own forests keep
     #: this list in its test suite and pass it as ``expected_failed_checks``.)
+    _shap_kind = "ratio"      # shap_values explains the forest ratio (forest.estimators.explanations)
+
     _expected_failed_checks = {
         "check_sample_weight_equivalence_on_dense_data": (
             "sample_weight is not equivalent to repeating rows: each tree subsamples rows by a hash of the row "
