@@ -79,7 +79,7 @@ def test_three_text_classes():
 def test_bitwise_the_regression_forest_on_one_hot_targets(weighted):
     X, y, P = three_class_design(1500, seed=2)
     w = np.random.default_rng(5).uniform(0.2, 3.0, size=len(y)) if weighted else None
-    kw = dict(n_estimators=12, random_state=11, min_samples_leaf=3)
+    kw = dict(n_estimators=12, random_state=11, min_samples_leaf=3, max_samples=0.7)
     prob = ProbabilityForest(**kw).fit(X, y, sample_weight=w, comm=SELF)
     reg = RegressionForest(**kw).fit(X, one_hot(y, np.unique(y)), sample_weight=w, comm=SELF)
     for key in prob.estimators_:
@@ -87,6 +87,12 @@ def test_bitwise_the_regression_forest_on_one_hot_targets(weighted):
     np.testing.assert_array_equal(prob.predict_proba(X), reg.predict(X))
     np.testing.assert_array_equal(prob.oob_decision_function_, reg.oob_prediction_)
     np.testing.assert_array_equal(prob.feature_importances_, reg.feature_importances_)
+
+
+def test_defaults_are_the_regression_forests_but_max_samples():
+    prob, reg = ProbabilityForest().get_params(), RegressionForest().get_params()
+    assert prob.pop("max_samples") == 0.8 and reg.pop("max_samples") == 0.5
+    assert prob == reg
 
 
 def test_weights_are_class_weights_in_the_frequencies():
