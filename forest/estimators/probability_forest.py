@@ -246,8 +246,8 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
         Returns
         -------
         ndarray of float64, shape (n_local, n_classes)
-            With ``X``: NaN for rows no tree left out (only possible with
-            ``max_samples=1``; the fit's own estimates use the whole forest there).
+            A row that every tree drew (likely only with few trees: ``max_samples ** n_estimators``)
+            takes the whole forest's probabilities, as in the fit's ``oob_decision_function_``.
         """
         if X is None:
             check_is_fitted(self, "estimators_")
@@ -257,22 +257,22 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
                 raise ValueError("out-of-bag probabilities without X exist only in the process that ran fit; pass "
                                  "the training rows: oob_predict_proba(X)")
             return self.oob_decision_function_
-        return super().oob_predict(X, comm=comm, clusters=clusters)
+        proba = super().oob_predict(X, comm=comm, clusters=clusters)
+        # RegressionForest.oob_predict leaves such rows NaN; a classifier's summaries (forest-report,
+        # oob_predict's labels) need a probability for every row, and fit gives them this one.
+        missing = np.isnan(proba).any(axis=1)
+        if missing.any():
+            proba[missing] = self.predict_proba(X)[missing]
+        return proba
 
     def oob_predict(self, X=None, *, comm=None, clusters=None):
         """Out-of-bag class labels of this rank's training rows (the argmax of :meth:`oob_predict_proba`).
-
-        Rows no tree left out take :meth:`predict`'s label.
 
         Returns
         -------
         ndarray, shape (n_local,)
         """
-        proba = self.oob_predict_proba(X, comm=comm, clusters=clusters)
-        missing = np.isnan(proba).any(axis=1)
-        if missing.any():
-            proba = np.where(missing[:, None], self.predict_proba(X), proba)
-        return self.classes_[np.argmax(proba, axis=1)]
+        return self.classes_[np.argmax(self.oob_predict_proba(X, comm=comm, clusters=clusters), axis=1)]
 
     def _row_columns(self, y, *, n):
         """The target as ``fit`` codes it for :attr:`training_rows_`: ``[one-hot labels (n, n_classes)]``."""

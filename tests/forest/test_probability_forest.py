@@ -13,6 +13,7 @@ import pytest
 from forest.estimators.probability_forest import ProbabilityForest, one_hot
 from forest.estimators.regression_forest import RegressionForest
 from forest.io import model_io
+from forest.io.merge import merge_forests
 from native.blocks import block_range
 from native.comm import SelfCommunicator
 
@@ -159,6 +160,31 @@ def test_model_file_round_trip(tmp_path):
     np.testing.assert_array_equal(back.predict_proba(X), forest.predict_proba(X))
     np.testing.assert_array_equal(back.predict(X), forest.predict(X))
     np.testing.assert_array_equal(back.oob_decision_function_, forest.oob_decision_function_)
+
+
+def test_rows_every_tree_drew_take_the_whole_forest_out_of_bag():
+    # 600 rows, 10 trees of 80%: about 0.8**10 = 11% of the rows are in every tree
+    X, y, _ = logistic_design(600)
+    forest = ProbabilityForest(n_estimators=10, random_state=0).fit(X, y, comm=SELF)
+    proba = forest.oob_predict_proba(X, comm=SELF)
+    assert not np.isnan(proba).any()
+    np.testing.assert_array_equal(proba, forest.oob_decision_function_)
+    np.testing.assert_array_equal(forest.oob_predict(X, comm=SELF), forest.classes_[proba.argmax(axis=1)])
+
+
+def test_merged_forests_are_one_forest():
+    X, y, _ = three_class_design(800)
+    a = ProbabilityForest(n_estimators=6, random_state=1).fit(X, y, comm=SELF)
+    b = ProbabilityForest(n_estimators=4, random_state=2).fit(X, y, comm=SELF)
+    merged = merge_forests([a, b])
+    assert merged.classes_.tolist() == a.classes_.tolist() and "oob_decision_function_" not in vars(merged)
+    proba = merged.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(proba, (6 * a.predict_proba(X) + 4 * b.predict_proba(X)) / 10, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(model_io.loads(model_io.dumps(merged)).predict_proba(X), proba)
+    other = ProbabilityForest(n_estimators=4, random_state=3).fit(X, np.where(y == "red", "pink", y), comm=SELF)
+    with pytest.raises(ValueError, match="classes_"):
+        merge_forests([a, other])
 
 
 def test_model_file_of_another_kind_is_refused(tmp_path):
