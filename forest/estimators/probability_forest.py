@@ -19,6 +19,9 @@ estimate.
 """
 import numpy as np
 
+from native import collectives as col
+from native.comm import world
+
 from forest._validation import agreed_classes, check_labels, validate_features
 from forest.collective_checks import AgreedError
 from forest.estimators.base import ClassifierMixin, check_is_fitted
@@ -70,7 +73,16 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
         held-out log loss and Brier score on every data set of
         ``benchmarks/bench_probability.py`` (RESULTS.md, "ProbabilityForest (issue 34)").
         Little bags (``ci_group_size > 1``) need 0.5 or less.
-    honest, honesty_fraction, min_samples_leaf, max_depth, max_features, max_bins, ci_group_size, batch_size, categorical_features, random_state, equalize_cluster_weights, warm_start
+    oob_score : bool, default False
+        Compute the training rows' out-of-bag probabilities in ``fit``
+        (``oob_decision_function_``) and their accuracy (``oob_score_``), as scikit-learn's
+        forests do with ``oob_score=True``. Off by default, as there: it walks every training
+        row through the trees it was left out of, about 40% of a 200k-row fit's time
+        (RESULTS.md). :meth:`oob_predict_proba` with the training rows computes the same
+        probabilities later, either way.
+    honest, honesty_fraction, min_samples_leaf, max_depth, max_features, max_bins
+        As in :class:`RegressionForest`, with its defaults.
+    ci_group_size, batch_size, categorical_features, random_state, equalize_cluster_weights, warm_start
         As in :class:`RegressionForest`, with its defaults.
 
     Attributes
@@ -84,9 +96,11 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
     estimators_ : dict
         Packed forest; node values are ``[sum w 1[y=k] / rows for each class, rows, sum w / rows]``.
     oob_decision_function_ : ndarray, shape (n_local, n_classes)
-        Out-of-bag class probabilities of the rows this rank passed to ``fit``
-        (scikit-learn's name); only in the fitting process's model, as in
-        :class:`RegressionForest`.
+        With ``oob_score=True``: out-of-bag class probabilities of the rows this rank
+        passed to ``fit`` (scikit-learn's name).
+    oob_score_ : float
+        With ``oob_score=True``: the out-of-bag accuracy over all ranks' rows
+        (unweighted, as scikit-learn's).
     bin_mapper_, n_features_in_, feature_names_in_, feature_importances_, gain_importances_, sampling_
         As in :class:`RegressionForest`.
 
@@ -102,14 +116,30 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
     def __init__(self, n_estimators=200, *, max_samples=0.8, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, max_bins=255, ci_group_size=1, batch_size=None,
                  random_state=None, equalize_cluster_weights=False, warm_start=False,
-                 categorical_features="from_dtype"):
-        # Only max_samples's default differs from RegressionForest's (see the docstring);
-        # scikit-learn reads the parameters from this signature.
+                 categorical_features="from_dtype", oob_score=False):
+        # max_samples's default differs from RegressionForest's, and oob_score is the
+        # classifier's own (see the docstring); scikit-learn reads the parameters from this signature.
+        self.oob_score = oob_score
         super().__init__(n_estimators, max_samples=max_samples, honest=honest, honesty_fraction=honesty_fraction,
                          min_samples_leaf=min_samples_leaf, max_depth=max_depth, max_features=max_features,
                          max_bins=max_bins, ci_group_size=ci_group_size, batch_size=batch_size,
                          random_state=random_state, equalize_cluster_weights=equalize_cluster_weights,
                          warm_start=warm_start, categorical_features=categorical_features)
+
+    _oob_attribute = "oob_decision_function_"   # scikit-learn's name for a classifier's
+
+    def _oob_in_fit(self):
+        return bool(self.oob_score)
+
+    def _model_io_restore_(self):
+        super()._model_io_restore_()
+        self.__dict__.setdefault("oob_score", False)
+
+    def _check_params(self):
+        seed = super()._check_params()
+        if not isinstance(self.oob_score, (bool, np.bool_)):
+            raise TypeError(f"oob_score must be a bool, got {self.oob_score!r}")
+        return seed
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -142,13 +172,18 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
         -------
         self
         """
+        comm = world() if comm is None else comm
         super().fit(X, y, sample_weight, comm=comm, progress=progress, binned=binned, feature_names=feature_names,
                     clusters=clusters, checkpoint=checkpoint)
-        # The base stores its out-of-bag estimates as oob_prediction_; a classifier's are
-        # probabilities, which scikit-learn's forests call oob_decision_function_.
-        oob = self.__dict__.pop("oob_prediction_", None)
-        if oob is not None:
-            self.oob_decision_function_ = oob
+        self.__dict__.pop("oob_score_", None)
+        if self.oob_score:
+            # y passed fit's checks; the accuracy's two counts are summed over the ranks
+            labels = check_labels(y, len(self.oob_decision_function_), estimator=self)
+            right = self.classes_[np.argmax(self.oob_decision_function_, axis=1)] == labels
+            counts = np.array([np.count_nonzero(right), len(right)], dtype=np.float64)
+            if comm.size > 1:
+                counts = col.allreduce(comm, counts)
+            self.oob_score_ = float(counts[0] / counts[1])
         return self
 
     def _local_target(self, y, n):
@@ -237,7 +272,7 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
         ----------
         X : array-like, shape (n_local, n_features), optional
             Exactly the rows this rank passed to ``fit``. Without it, the fitting
-            process's own ``oob_decision_function_``.
+            process's own ``oob_decision_function_`` (``oob_score=True``).
         comm : native.comm.Communicator, optional
             The communicator used in ``fit`` (global row ids are recomputed from it).
         clusters : array-like, optional
@@ -254,8 +289,8 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
             if clusters is not None:
                 raise ValueError("clusters go with X: without X the fit's own rows and clusters are used")
             if getattr(self, "oob_decision_function_", None) is None:
-                raise ValueError("out-of-bag probabilities without X exist only in the process that ran fit; pass "
-                                 "the training rows: oob_predict_proba(X)")
+                raise ValueError("out-of-bag probabilities without X exist only in the process that ran fit with "
+                                 "oob_score=True; pass the training rows: oob_predict_proba(X)")
             return self.oob_decision_function_
         proba = super().oob_predict(X, comm=comm, clusters=clusters)
         # RegressionForest.oob_predict leaves such rows NaN; a classifier's summaries (forest-report,

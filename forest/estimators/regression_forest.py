@@ -330,6 +330,14 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
         tags.target_tags.multi_output = True
         return tags
 
+    #: Where ``fit`` keeps its out-of-bag estimates of the training rows.
+    _oob_attribute = "oob_prediction_"
+
+    def _oob_in_fit(self):
+        """Whether ``fit`` computes out-of-bag estimates of its rows: always (the causal forest's centering needs
+        them); a subclass may make them optional (they cost a walk of every training row through its trees)."""
+        return True
+
     def _model_io_restore_(self):
         """Defaults for the parameters that older model files lack (clusters, warm start)."""
         self.__dict__.setdefault("equalize_cluster_weights", False)
@@ -401,10 +409,11 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
         given = {"y": y2, "sample_weight": check_weight(sample_weight, len(y))}
         if layout is not None:
             given["clusters"] = layout.codes
+        oob = self._oob_in_fit()
         stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),
                            fingerprint=lambda: fit_fingerprint(self, comm, gids, n_global, codes, mapper, given))
         start, on_batch = continue_forest(stage, earlier, binned=codes, missing_bin=mapper.missing_bin_, gids=gids,
-                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=True,
+                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=oob,
                                           clusters=layout)
         if start is not None and start.trees:
             _check_value_width(start.trees, n_out + 2)
@@ -434,12 +443,15 @@ class RegressionForest(TrainingRowsMixin, RegressorMixin, EstimatorBase):
         self.sampling_ = sampling
         packed, acc, cnt = grow_honest_forest(
             codes, mapper, gids, channels, crit, forest_spec(self, sampling, n_features, value_fn, n_out),
-            n_global=n_global, comm=comm, oob=True, progress=progress, clusters=layout, start=start,
+            n_global=n_global, comm=comm, oob=oob, progress=progress, clusters=layout, start=start,
             on_batch=on_batch)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
-        oob = self._oob_from_sums(acc, cnt, codes)
-        self.oob_prediction_ = oob[:, 0] if y.ndim == 1 else oob
+        if oob:
+            values = self._oob_from_sums(acc, cnt, codes)
+            setattr(self, self._oob_attribute, values[:, 0] if y.ndim == 1 else values)
+        else:
+            self.__dict__.pop(self._oob_attribute, None)   # an earlier fit's, of other rows perhaps
         self._record_training_rows(comm, gids, n_global, codes, [y2])
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
         self.gain_importances_ = gain_importance(packed, n_features)

@@ -11,8 +11,9 @@ working, because the merged forest records the ``(seed, first tree, count)`` of 
 part (``sampling_["segments"]``, read by :func:`forest.engine.subsample.sampling_segments`).
 
 Not carried over: what ``fit`` computed on the training rows (``oob_prediction_`` of
-a regression forest, ``oob_decision_function_`` of a probability forest; ``ate_``, ``ate_stderr_``, ``dr_scores_`` and the out-of-bag
-analysis rows of a causal forest): they are those of one part. A merged causal forest
+a regression forest, ``oob_decision_function_`` and ``oob_score_`` of a probability
+forest; ``ate_``, ``ate_stderr_``, ``dr_scores_`` and the out-of-bag analysis rows of a
+causal forest): they are those of one part. A merged causal forest
 keeps the (shared) nuisance forests, so its analyses run on rows passed as ``X, t, y``.
 
 Causal forests draw their nuisance forests' seeds from ``random_state``, so two
@@ -39,7 +40,8 @@ SHAPE_ATTRIBUTES = {
     "CausalForest": ("n_features_in_", "treatment_type_", "classes_", "n_treatments_", "n_outcomes_", "y_ndim_"),
 }
 #: Fitted attributes that describe the training rows of one part only.
-ROW_SUMMARIES = ("oob_prediction_", "oob_decision_function_", "ate_", "ate_stderr_", "dr_scores_", "_oob_rows_")
+ROW_SUMMARIES = ("oob_prediction_", "oob_decision_function_", "oob_score_", "ate_", "ate_stderr_", "dr_scores_",
+                 "_oob_rows_")
 
 
 def _same(a, b):

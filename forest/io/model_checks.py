@@ -288,7 +288,7 @@ _FOREST_FITTED = ("estimators_", "bin_mapper_", "n_features_in_", "n_outputs_", 
 
 
 def check_regression_forest(est):
-    foreign = [a for a in ("classes_", "n_classes_", "oob_decision_function_") if a in vars(est)]
+    foreign = [a for a in ("classes_", "n_classes_", "oob_decision_function_", "oob_score_") if a in vars(est)]
     if foreign:
         raise ContentMismatch(f"it has {foreign[0]!r}, which a regression forest does not have")
     _check_regression_state(est)
@@ -308,6 +308,9 @@ def check_probability_forest(est):
     if oob is not None and not (isinstance(oob, np.ndarray) and oob.dtype == np.float64 and oob.ndim == 2
                                 and oob.shape[1] == n_classes):
         raise ValueError(f"oob_decision_function_ must be float64 of shape (n, {n_classes})")
+    score = vars(est).get("oob_score_")
+    if score is not None and not (isinstance(score, float) and 0.0 <= score <= 1.0):
+        raise ValueError(f"oob_score_ must be a float in [0, 1], got {score!r}")
 
 
 def _check_regression_state(est):

@@ -44,7 +44,7 @@ def three_class_design(n, seed=1):
 def test_probabilities_near_the_truth_and_calibrated():
     X, y, _ = logistic_design(6000)
     Xt, yt, pt = logistic_design(2000, seed=9)
-    forest = ProbabilityForest(n_estimators=100, random_state=3).fit(X, y, comm=SELF)
+    forest = ProbabilityForest(n_estimators=100, random_state=3, oob_score=True).fit(X, y, comm=SELF)
     proba = forest.predict_proba(Xt)
     assert proba.shape == (2000, 2) and forest.classes_.tolist() == [0, 1] and forest.n_classes_ == 2
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=0, atol=1e-12)
@@ -56,12 +56,13 @@ def test_probabilities_near_the_truth_and_calibrated():
     assert abs(forest.oob_decision_function_[:, 1].mean() - y.mean()) < 0.01
     assert np.mean(forest.predict(Xt) == yt) > 0.7
     assert forest.score(Xt, yt) == np.mean(forest.predict(Xt) == yt)
+    assert forest.oob_score_ == np.mean(forest.oob_predict() == y) and forest.oob_score_ > 0.7
 
 
 def test_three_text_classes():
     X, y, P = three_class_design(6000)
     Xt, yt, Pt = three_class_design(1500, seed=4)
-    forest = ProbabilityForest(n_estimators=60, random_state=0).fit(X, y, comm=SELF)
+    forest = ProbabilityForest(n_estimators=60, random_state=0, oob_score=True).fit(X, y, comm=SELF)
     assert forest.classes_.tolist() == ["blue", "green", "red"]      # sorted, as scikit-learn's
     proba = forest.predict_proba(Xt)
     truth = Pt[:, [2, 1, 0]]                                         # columns in classes_ order
@@ -81,7 +82,7 @@ def test_bitwise_the_regression_forest_on_one_hot_targets(weighted):
     X, y, P = three_class_design(1500, seed=2)
     w = np.random.default_rng(5).uniform(0.2, 3.0, size=len(y)) if weighted else None
     kw = dict(n_estimators=12, random_state=11, min_samples_leaf=3, max_samples=0.7)
-    prob = ProbabilityForest(**kw).fit(X, y, sample_weight=w, comm=SELF)
+    prob = ProbabilityForest(oob_score=True, **kw).fit(X, y, sample_weight=w, comm=SELF)
     reg = RegressionForest(**kw).fit(X, one_hot(y, np.unique(y)), sample_weight=w, comm=SELF)
     for key in prob.estimators_:
         np.testing.assert_array_equal(prob.estimators_[key], reg.estimators_[key])
@@ -93,7 +94,24 @@ def test_bitwise_the_regression_forest_on_one_hot_targets(weighted):
 def test_defaults_are_the_regression_forests_but_max_samples():
     prob, reg = ProbabilityForest().get_params(), RegressionForest().get_params()
     assert prob.pop("max_samples") == 0.8 and reg.pop("max_samples") == 0.5
+    assert prob.pop("oob_score") is False
     assert prob == reg
+
+
+def test_out_of_bag_in_fit_only_with_oob_score():
+    X, y, _ = logistic_design(600)
+    plain = ProbabilityForest(n_estimators=8, random_state=0).fit(X, y, comm=SELF)
+    assert not hasattr(plain, "oob_decision_function_") and not hasattr(plain, "oob_score_")
+    with pytest.raises(ValueError, match="oob_score=True; pass the training rows"):
+        plain.oob_predict_proba()
+    scored = ProbabilityForest(n_estimators=8, random_state=0, oob_score=True).fit(X, y, comm=SELF)
+    np.testing.assert_array_equal(scored.predict_proba(X), plain.predict_proba(X))
+    np.testing.assert_array_equal(plain.oob_predict_proba(X, comm=SELF), scored.oob_decision_function_)
+    # a refit without it drops the earlier fit's
+    scored.set_params(oob_score=False).fit(X, y, comm=SELF)
+    assert not hasattr(scored, "oob_decision_function_") and not hasattr(scored, "oob_score_")
+    with pytest.raises(TypeError, match="oob_score must be a bool"):
+        ProbabilityForest(oob_score=1).fit(X, y, comm=SELF)
 
 
 def test_weights_are_class_weights_in_the_frequencies():
@@ -151,7 +169,7 @@ def test_warm_start_adds_trees_and_keeps_the_classes():
 
 def test_model_file_round_trip(tmp_path):
     X, y, _ = three_class_design(800)
-    forest = ProbabilityForest(n_estimators=8, random_state=4).fit(X, y, comm=SELF)
+    forest = ProbabilityForest(n_estimators=8, random_state=4, oob_score=True).fit(X, y, comm=SELF)
     path = str(tmp_path / "p.model")
     model_io.save(forest, path)
     back = model_io.load(path)
@@ -160,12 +178,13 @@ def test_model_file_round_trip(tmp_path):
     np.testing.assert_array_equal(back.predict_proba(X), forest.predict_proba(X))
     np.testing.assert_array_equal(back.predict(X), forest.predict(X))
     np.testing.assert_array_equal(back.oob_decision_function_, forest.oob_decision_function_)
+    assert back.oob_score_ == forest.oob_score_ and back.oob_score is True
 
 
 def test_rows_every_tree_drew_take_the_whole_forest_out_of_bag():
     # 600 rows, 10 trees of 80%: about 0.8**10 = 11% of the rows are in every tree
     X, y, _ = logistic_design(600)
-    forest = ProbabilityForest(n_estimators=10, random_state=0).fit(X, y, comm=SELF)
+    forest = ProbabilityForest(n_estimators=10, random_state=0, oob_score=True).fit(X, y, comm=SELF)
     proba = forest.oob_predict_proba(X, comm=SELF)
     assert not np.isnan(proba).any()
     np.testing.assert_array_equal(proba, forest.oob_decision_function_)
@@ -199,14 +218,14 @@ def test_model_file_of_another_kind_is_refused(tmp_path):
 def test_same_probabilities_at_any_rank_count(comm):
     X, y, _ = three_class_design(900, seed=6)
     lo, hi = block_range(len(y), comm.size, comm.rank)
-    kw = dict(n_estimators=10, random_state=5, max_bins=64)
+    kw = dict(n_estimators=10, random_state=5, max_bins=64, oob_score=True)
     dist = ProbabilityForest(**kw).fit(X[lo:hi], y[lo:hi], comm=comm)
     ref = ProbabilityForest(**kw).fit(X, y, comm=SELF)
     same_trees = all(np.array_equal(dist.estimators_[k], ref.estimators_[k], equal_nan=True)
                      for k in ref.estimators_)
     same_proba = np.array_equal(dist.predict_proba(X), ref.predict_proba(X))
     same_oob = np.array_equal(dist.oob_decision_function_, ref.oob_decision_function_[lo:hi])
-    assert dist.classes_.tolist() == ref.classes_.tolist()
+    assert dist.classes_.tolist() == ref.classes_.tolist() and dist.oob_score_ == ref.oob_score_
     assert same_trees and same_proba and same_oob
 
 
