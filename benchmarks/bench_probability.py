@@ -18,9 +18,9 @@ what is compared). Log loss is scikit-learn's ``log_loss`` (probabilities clippe
 float64's eps, so a predicted 0 for the true class costs about 36); Brier is
 ``mean_i sum_k (p_ik - 1[y_i = k])^2``.
 
-``--alternatives`` also measures other ProbabilityForest settings (min_samples_leaf,
-max_samples, honesty, max_features) on every data set, to choose defaults by
-measurement.
+``--alternatives [NAME ...]`` also measures other ProbabilityForest settings
+(:data:`ALTERNATIVES`: oob_score, max_samples, min_samples_leaf, honesty) on every data
+set, to choose defaults by measurement.
 
 Targets (issue 34): log loss and Brier no worse than RandomForestClassifier, fit >= 5x
 faster at 200k rows.
@@ -44,6 +44,7 @@ SECTION = "ProbabilityForest (issue 34)"
 #: ProbabilityForest settings measured with --alternatives (the defaults first).
 ALTERNATIVES = {
     "defaults": {},
+    "oob_score=True": {"oob_score": True},
     "max_samples=0.5 (RegressionForest's and grf's)": {"max_samples": 0.5},
     "max_samples=0.9, min_samples_leaf=3": {"max_samples": 0.9, "min_samples_leaf": 3},
     "honest=False, max_samples=0.5, min_samples_leaf=10": {"honest": False, "max_samples": 0.5,
@@ -107,7 +108,10 @@ def warm_up(threads):
 
 def contenders(alternatives):
     out = [("RandomForestClassifier", fit_sklearn, {})]
-    chosen = ALTERNATIVES if alternatives else {"defaults": {}}
+    if alternatives is True:
+        alternatives = list(ALTERNATIVES)
+    names = ["defaults"] + [name for name in (alternatives or []) if name != "defaults"]
+    chosen = {name: ALTERNATIVES[name] for name in names}
     out += [(f"ProbabilityForest ({name})", fit_ours, params) for name, params in chosen.items()]
     return out
 
@@ -154,10 +158,13 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--splits", type=int, default=5)
     ap.add_argument("--datasets", nargs="+", default=["sim", "breast_cancer", "digits"])
-    ap.add_argument("--alternatives", action="store_true")
+    ap.add_argument("--alternatives", nargs="*", metavar="NAME", default=None,
+                    help="also these ProbabilityForest settings (names of ALTERNATIVES; none given: all)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
+    if args.alternatives == []:
+        args.alternatives = True
     load = os.getloadavg()
     warm_up(args.threads)
     blocks = [f"Load average before the run: {load[0]:.2f} (1 min), {load[1]:.2f} (5 min); {args.trees} trees, "

@@ -77,9 +77,9 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
         Compute the training rows' out-of-bag probabilities in ``fit``
         (``oob_decision_function_``) and their accuracy (``oob_score_``), as scikit-learn's
         forests do with ``oob_score=True``. Off by default, as there: it walks every training
-        row through the trees it was left out of, about 40% of a 200k-row fit's time
-        (RESULTS.md). :meth:`oob_predict_proba` with the training rows computes the same
-        probabilities later, either way.
+        row through the trees it was left out of (200k rows, 200 trees: 46.4 s against
+        43.4 s without, RESULTS.md). :meth:`oob_predict_proba` with the training rows
+        computes the same probabilities later, either way.
     honest, honesty_fraction, min_samples_leaf, max_depth, max_features, max_bins
         As in :class:`RegressionForest`, with its defaults.
     ci_group_size, batch_size, categorical_features, random_state, equalize_cluster_weights, warm_start
