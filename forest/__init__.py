@@ -4,7 +4,8 @@ The estimators are exported lazily (PEP 562), so ``import forest`` (and therefor
 ``forest-train --help``) does not pay for importing scikit-learn and compiling
 Numba kernels until an estimator is actually used::
 
-    from forest import CausalForest, InstrumentalForest, RegressionForest, GBDTRegressor, GBDTClassifier
+    from forest import CausalForest, InstrumentalForest, RegressionForest, ProbabilityForest
+    from forest import GBDTRegressor, GBDTClassifier
     from forest import Checkpoint, merge_forests    # checkpoint/resume, merging forests
     from forest import TrainingRowsNotice           # training rows passed as data: out of bag
     from forest import model_io, simulate           # model files; simulated designs with known answers
@@ -24,6 +25,7 @@ _EXPORTS = {
     "InstrumentalForest": "forest.estimators.instrumental_forest",
     "RegressionForest": "forest.estimators.regression_forest",
     "QuantileForest": "forest.estimators.quantile_forest",
+    "ProbabilityForest": "forest.estimators.probability_forest",
     "GBDTRegressor": "forest.estimators.gbdt",
     "GBDTClassifier": "forest.estimators.gbdt",
     "Checkpoint": "forest.io.checkpoint",

@@ -540,6 +540,82 @@ def check_class_labels(y):
     check_classification_targets(y)
 
 
+def check_labels(values, n_rows, *, estimator):
+    """A classifier's ``y``: one class label per row, as scikit-learn's classifiers accept them.
+
+    Integers, booleans, strings and whole-number floats are labels; continuous floats,
+    NaN, missing values (None, pandas ``NA``), multi-output ``y`` and labels that mix
+    text and numbers are refused with one line. A column vector ``(n, 1)`` is raveled
+    with scikit-learn's ``DataConversionWarning``.
+
+    Parameters
+    ----------
+    values : array-like or pandas Series, shape (n_rows,)
+    n_rows : int
+        Rows of ``X`` on this rank.
+    estimator : forest.estimators.base.EstimatorBase
+        For the message when ``values`` is None.
+
+    Returns
+    -------
+    ndarray, shape (n_rows,)
+        The labels, of their own dtype (int, bool, float, str or object).
+    """
+    y = check_target(values, "y", n_rows, estimator=estimator, dtype=None, multi_output=False)
+    if y.dtype.kind == "O":
+        missing = np.array([v is None or (isinstance(v, float) and v != v) or type(v).__name__ == "NAType"
+                            for v in y], dtype=bool)
+        if missing.any():
+            raise ValueError(f"y has {int(missing.sum())} missing label(s) (None or NaN; first at row "
+                             f"{int(np.flatnonzero(missing)[0])})")
+        kinds = {isinstance(v, (str, bytes)) for v in y}
+        if len(kinds) > 1:
+            raise ValueError("y mixes text and numeric labels; give every label the same type")
+    try:
+        check_class_labels(y)
+    except TypeError as exc:  # labels numpy cannot order
+        raise ValueError(f"y holds labels that cannot be sorted: {exc}") from None
+    return y
+
+
+def label_kind(labels):
+    """``"text"`` or ``"number"`` for an array of labels (booleans count as numbers, as in NumPy)."""
+    if labels.dtype.kind in "US" or (labels.dtype.kind == "O" and len(labels)
+                                     and isinstance(labels.flat[0], (str, bytes))):
+        return "text"
+    return "number"
+
+
+def agreed_classes(label_sets):
+    """The sorted union of every rank's labels: the same ``classes_`` at any rank count.
+
+    Parameters
+    ----------
+    label_sets : list of ndarray
+        Each rank's ``np.unique(labels)`` in rank order (the same list on every rank);
+        a rank without rows gives an empty array of any dtype.
+
+    Returns
+    -------
+    ndarray, shape (n_classes,)
+
+    Raises
+    ------
+    forest.collective_checks.AgreedError
+        When ranks hold labels of different kinds (text on one, numbers on another).
+    """
+    held = [(r, np.asarray(s)) for r, s in enumerate(label_sets) if len(s)]
+    if not held:
+        return np.zeros(0)
+    kinds = {label_kind(s) for _, s in held}
+    if len(kinds) > 1:
+        first, first_labels = held[0]
+        rank, labels = next((r, s) for r, s in held if label_kind(s) != label_kind(first_labels))
+        raise AgreedError(f"y holds {label_kind(labels)} labels on rank {rank} but {label_kind(first_labels)} labels "
+                          f"on rank {first}; give every rank labels of one kind")
+    return np.unique(np.concatenate([s for _, s in held]))
+
+
 def check_row_count(estimator, n_rows, minimum, n_ranks=1):
     """Raise unless ``n_rows`` (over all ranks) reaches the estimator's ``minimum``.
 

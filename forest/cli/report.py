@@ -60,8 +60,9 @@ def open_data(data, names, meta, html=None, targets=True, est=None):
     ``html`` (the page to write) is refused before any row is read when it names a data
     file or lies among the data (:func:`forest.cli.common.check_not_input`). With
     ``targets`` the training treatment, outcome and cluster columns are read too when
-    the data holds them (the causal sections use them; a classifier's outcome, which may
-    hold text labels, is not needed). ``X`` holds the model's categorical features (its
+    the data holds them (the causal sections use them, and the training-row check; a
+    class-label outcome, which may hold text, is read as labels by
+    :func:`forest.io.dataio.class_labels`, and left out when it cannot be). ``X`` holds the model's categorical features (its
     ``category_coder_``) as their codes, NaN missing or unseen (:func:`model_rows` turns
     them back into a table the model takes).
     """
@@ -76,10 +77,19 @@ def open_data(data, names, meta, html=None, targets=True, est=None):
              if targets and isinstance(c, str) and c in source.columns]
     numeric = names if est is None else numeric_columns(source, est, names)
     cats = [] if est is None else categorical_names(est, names)
-    dataio.check_columns(source, numeric=numeric + extra, any_type=cats)
+    from forest.estimators.kinds import kind_of
+
+    kind = None if est is None else kind_of(est)
+    labels = [c for c in extra if kind is not None and kind.class_labels and c == meta.get("outcome") and c not in cats]
+    extra = [c for c in extra if c not in labels]
+    dataio.check_columns(source, numeric=numeric + extra, any_type=cats + labels)
     if source.n_rows == 0:
         raise CLIError(f"{data!r} holds no rows (empty file)")
-    shard = dataio.read_shard(source, (0, len(source.groups)), numeric=numeric + extra, keep=cats)
+    shard = dataio.read_shard(source, (0, len(source.groups)), numeric=numeric + extra, keep=cats + labels)
+    for c in labels:
+        values, message = dataio.class_labels(shard.keep.column(c), c)
+        if message is None:  # unusable labels: the rows are recognised by their features alone
+            shard.columns[c] = values
     coder = getattr(est, "category_coder_", None)
     X = np.empty((shard.n_local, len(names)))
     for j, n in enumerate(names):
@@ -363,7 +373,8 @@ def rows_summary(est, match):
 
 
 def training_oob(est, shard, meta):
-    """``oob_predict(X)`` of the training rows, with the fit's clusters when it had them."""
+    """``oob_predict(X)`` of the training rows (a classifier's ``oob_predict_proba(X)``), with the fit's clusters
+    when it had them."""
     from native.comm import SelfCommunicator
 
     col = meta.get("cluster")
@@ -371,7 +382,9 @@ def training_oob(est, shard, meta):
     if est.sampling_.get("clusters", False) and clusters is None:
         raise CLIError("these are the training rows of a model fitted with --cluster, but the data has no "
                        f"{col!r} column: out-of-bag estimates need it")
-    return lambda X: est.oob_predict(X, comm=SelfCommunicator(), clusters=clusters)
+    # A classifier's summary is its class probabilities (forest.report.summary.summarised_quantity)
+    out_of_bag = est.oob_predict_proba if hasattr(est, "oob_predict_proba") else est.oob_predict
+    return lambda X: out_of_bag(X, comm=SelfCommunicator(), clusters=clusters)
 
 
 def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects, ranking=None,

@@ -70,6 +70,8 @@ KINDS = {k.name: k for k in (
               ("treatment", "outcome", "instrument"), clusters=True),
     ModelKind("regression", "forest.estimators.regression_forest", "RegressionForest", ("outcome",), clusters=True),
     ModelKind("quantile", "forest.estimators.quantile_forest", "QuantileForest", ("outcome",)),
+    ModelKind("probability", "forest.estimators.probability_forest", "ProbabilityForest", ("outcome",), clusters=True,
+              class_labels=True),
     ModelKind("gbdt-regressor", "forest.estimators.gbdt", "GBDTRegressor", ("outcome",)),
     ModelKind("gbdt-classifier", "forest.estimators.gbdt", "GBDTClassifier", ("outcome",), class_labels=True),
 )}

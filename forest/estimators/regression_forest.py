@@ -354,6 +354,14 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
         tags.target_tags.multi_output = True
         return tags
 
+    #: Where ``fit`` keeps its out-of-bag estimates of the training rows.
+    _oob_attribute = "oob_prediction_"
+
+    def _oob_in_fit(self):
+        """Whether ``fit`` computes out-of-bag estimates of its rows: always (the causal forest's centering needs
+        them); a subclass may make them optional (they cost a walk of every training row through its trees)."""
+        return True
+
     def _model_io_restore_(self):
         """Defaults for the parameters that older model files lack (clusters, warm start)."""
         self.__dict__.setdefault("equalize_cluster_weights", False)
@@ -425,10 +433,11 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
         given = {"y": y2, "sample_weight": check_weight(sample_weight, len(y))}
         if layout is not None:
             given["clusters"] = layout.codes
+        oob = self._oob_in_fit()
         stage = open_stage(checkpoint, comm, self, stage="forest", n_total=int(self.n_estimators),
                            fingerprint=lambda: fit_fingerprint(self, comm, gids, n_global, codes, mapper, given))
         start, on_batch = continue_forest(stage, earlier, binned=codes, missing_bin=mapper.missing_bin_, gids=gids,
-                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=True,
+                                          sampling=sampling, n_estimators=int(self.n_estimators), oob=oob,
                                           clusters=layout)
         if start is not None and start.trees:
             _check_value_width(start.trees, n_out + 2)
@@ -458,12 +467,15 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
         self.sampling_ = sampling
         packed, acc, cnt = grow_honest_forest(
             codes, mapper, gids, channels, crit, forest_spec(self, sampling, n_features, value_fn, n_out),
-            n_global=n_global, comm=comm, oob=True, progress=progress, clusters=layout, start=start,
+            n_global=n_global, comm=comm, oob=oob, progress=progress, clusters=layout, start=start,
             on_batch=on_batch)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
-        oob = self._oob_from_sums(acc, cnt, codes)
-        self.oob_prediction_ = oob[:, 0] if y.ndim == 1 else oob
+        if oob:
+            values = self._oob_from_sums(acc, cnt, codes)
+            setattr(self, self._oob_attribute, values[:, 0] if y.ndim == 1 else values)
+        else:
+            self.__dict__.pop(self._oob_attribute, None)   # an earlier fit's, of other rows perhaps
         self._record_training_rows(comm, gids, n_global, codes, [y2])
         self._keep_weights_source(codes, gids, g, layout)
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
@@ -489,22 +501,21 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
             seed = self._check_params()
             X, binned, n = fit_features(self, X, binned, feature_names, min_samples=1 if comm.size == 1 else 0)
             resolve_mtry(self.max_features, self.n_features_in_)
-            y = check_target(y, "y", n, estimator=self, warn_column=True)
+            y, target_summary = self._local_target(y, n)
             g = check_weight(sample_weight, n)
-            checks.share(rows=n, outputs=y.shape[1:], moments=moment_sums(g, y), y_range=target_range(as_columns(y)),
-                         weights=weight_range(g), **feature_summary(self))
+            # The channels hold the rescaled weights and the standardised y (|y| < 1): only
+            # the weights' sum is left to check, whatever the magnitude of y.
+            checks.share(rows=n, moments=moment_sums(g, None), weights=weight_range(g), target=target_summary,
+                         **feature_summary(self))
         summaries = checks.summaries
         agreed_features(summaries, self)
-        require_same(summaries, "outputs", lambda s: f"y has shape (n, {s[0]})" if s else "y is 1-D")
+        y, standardisation = self._agreed_target(summaries, y)
         n_global = total(summaries, "rows")
         check_row_count(self, n_global, 2, comm.size)
         moments = total(summaries, "moments")
         weight_total = moments[0]  # sum |g| = sum g: weights are non-negative
         g = scaled_weights(g, n_global, weight_total, [s["weights"] for s in summaries])
-        # The channels hold the rescaled weights and the standardised y (|y| < 1): only
-        # the weights' sum is left to check, whatever the magnitude of y.
         check_moment_sums(moments[:1] * (n_global / weight_total))
-        standardisation = target_standardisation([s["y_range"] for s in summaries])
         return seed, X, binned, y, g, n_global, standardisation
 
     def _weights_columns(self):
@@ -519,6 +530,47 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
     def _weights_factor(self, sample_weight, n_local, comm):
         """The fit's rescaled sample weights of training rows passed again (collective)."""
         return rescaled_weights_again(sample_weight, n_local, comm)
+
+    def _local_target(self, y, n):
+        """This rank's ``y``, checked, and what every rank shares of it (inside ``fit``'s collective checks).
+
+        The hook a forest of another target kind overrides (:class:`ProbabilityForest` codes class
+        labels) to reuse the rest of ``fit``.
+
+        Parameters
+        ----------
+        y : array-like, shape (n,) or (n, n_outputs)
+        n : int
+            Rows of ``X`` on this rank.
+
+        Returns
+        -------
+        y : ndarray of float64, shape (n,) or (n, n_outputs)
+        summary : dict
+            Small picklable values, read back by :meth:`_agreed_target` from every rank.
+        """
+        y = check_target(y, "y", n, estimator=self, warn_column=True)
+        return y, {"outputs": y.shape[1:], "y_range": target_range(as_columns(y))}
+
+    def _agreed_target(self, summaries, y):
+        """The target the trees grow on, from every rank's :meth:`_local_target` summary (the same on every rank).
+
+        Parameters
+        ----------
+        summaries : list of dict
+            :func:`forest.collective_checks.collective_checks`'s summaries; each holds ``target``.
+        y : ndarray
+            This rank's checked target.
+
+        Returns
+        -------
+        y : ndarray of float64, shape (n,) or (n, n_outputs)
+        standardisation : tuple of ndarray, shape (n_outputs,) each
+            ``(shift, scale)`` of :func:`target_standardisation`.
+        """
+        require_same([s["target"] for s in summaries], "outputs",
+                     lambda s: f"y has shape (n, {s[0]})" if s else "y is 1-D")
+        return y, target_standardisation([s["target"]["y_range"] for s in summaries])
 
     def _oob_from_sums(self, acc, cnt, codes):
         """Out-of-bag means (n, n_outputs_) from out-of-bag sums; rows every tree sampled get the forest mean."""

@@ -11,8 +11,9 @@ working, because the merged forest records the ``(seed, first tree, count)`` of 
 part (``sampling_["segments"]``, read by :func:`forest.engine.subsample.sampling_segments`).
 
 Not carried over: what ``fit`` computed on the training rows (``oob_prediction_`` of
-a regression forest; ``ate_``, ``ate_stderr_``, ``dr_scores_`` and the out-of-bag
-analysis rows of a causal forest): they are those of one part. A merged causal forest
+a regression forest, ``oob_decision_function_`` and ``oob_score_`` of a probability
+forest; ``ate_``, ``ate_stderr_``, ``dr_scores_`` and the out-of-bag analysis rows of a
+causal forest): they are those of one part. A merged causal forest
 keeps the (shared) nuisance forests, so its analyses run on rows passed as ``X, t, y``.
 
 Causal forests draw their nuisance forests' seeds from ``random_state``, so two
@@ -35,10 +36,12 @@ FREE_PARAMS = ("n_estimators", "random_state", "warm_start", "batch_size")
 #: Fitted attributes that must agree, per class name.
 SHAPE_ATTRIBUTES = {
     "RegressionForest": ("n_features_in_", "n_outputs_"),
+    "ProbabilityForest": ("n_features_in_", "n_outputs_", "classes_", "n_classes_"),
     "CausalForest": ("n_features_in_", "treatment_type_", "classes_", "n_treatments_", "n_outcomes_", "y_ndim_"),
 }
 #: Fitted attributes that describe the training rows of one part only.
-ROW_SUMMARIES = ("oob_prediction_", "ate_", "ate_stderr_", "dr_scores_", "_oob_rows_", "_weights_source_")
+ROW_SUMMARIES = ("oob_prediction_", "oob_decision_function_", "oob_score_", "ate_", "ate_stderr_", "dr_scores_",
+                 "_oob_rows_", "_weights_source_")
 
 
 def _same(a, b):
@@ -51,7 +54,8 @@ def _check_compatible(forests):
     first = forests[0]
     kind = type(first).__name__
     if kind not in SHAPE_ATTRIBUTES:
-        raise TypeError(f"merge_forests merges RegressionForest or CausalForest objects, not {kind} "
+        raise TypeError(f"merge_forests merges RegressionForest, ProbabilityForest or CausalForest objects, not "
+                        f"{kind} "
                         f"(boosted trees are a sequence, not a vote)")
     for i, other in enumerate(forests):
         if type(other) is not type(first):

@@ -226,9 +226,8 @@ def check_gbdt_regressor(est):
         _check_gbdt(est, 1)
 
 
-def check_gbdt_classifier(est):
-    if not _is_fitted(est, _GBDT_FITTED + ("classes_", "n_classes_")):
-        return
+def _check_classes(est):
+    """A classifier's ``classes_`` (at least two distinct sorted labels) and ``n_classes_``; returns the count."""
     classes = est.classes_
     # String labels from pandas (or an object array) keep the object dtype fit gave them.
     labels = isinstance(classes, np.ndarray) and classes.ndim == 1 and (
@@ -238,6 +237,13 @@ def check_gbdt_classifier(est):
     n_classes = _int(est, "n_classes_", 2)
     if n_classes != classes.size:
         raise ValueError(f"n_classes_ is {n_classes} but classes_ holds {classes.size} labels")
+    return n_classes
+
+
+def check_gbdt_classifier(est):
+    if not _is_fitted(est, _GBDT_FITTED + ("classes_", "n_classes_")):
+        return
+    n_classes = _check_classes(est)
     _check_gbdt(est, 1 if n_classes == 2 else n_classes)
 
 
@@ -277,9 +283,39 @@ def _check_forest(est, width):
         _float_array(est, name, (n_features,))
 
 
+_FOREST_FITTED = ("estimators_", "bin_mapper_", "n_features_in_", "n_outputs_", "sampling_", "feature_importances_",
+                  "gain_importances_")
+
+
 def check_regression_forest(est):
-    if not _is_fitted(est, ("estimators_", "bin_mapper_", "n_features_in_", "n_outputs_", "sampling_",
-                            "feature_importances_", "gain_importances_")):
+    foreign = [a for a in ("classes_", "n_classes_", "oob_decision_function_", "oob_score_") if a in vars(est)]
+    if foreign:
+        raise ContentMismatch(f"it has {foreign[0]!r}, which a regression forest does not have")
+    _check_regression_state(est)
+
+
+def check_probability_forest(est):
+    """A regression forest on one-hot targets, one output per class of ``classes_``."""
+    if "oob_prediction_" in vars(est):
+        raise ContentMismatch("it has 'oob_prediction_', which a probability forest keeps as oob_decision_function_")
+    if not _is_fitted(est, _FOREST_FITTED + ("classes_", "n_classes_")):
+        return
+    n_classes = _check_classes(est)
+    _check_regression_state(est)
+    if est.n_outputs_ != n_classes:
+        raise ValueError(f"n_outputs_ is {est.n_outputs_} but the forest has {n_classes} classes")
+    oob = vars(est).get("oob_decision_function_")
+    if oob is not None and not (isinstance(oob, np.ndarray) and oob.dtype == np.float64 and oob.ndim == 2
+                                and oob.shape[1] == n_classes):
+        raise ValueError(f"oob_decision_function_ must be float64 of shape (n, {n_classes})")
+    score = vars(est).get("oob_score_")
+    if score is not None and not (isinstance(score, float) and 0.0 <= score <= 1.0):
+        raise ValueError(f"oob_score_ must be a float in [0, 1], got {score!r}")
+
+
+def _check_regression_state(est):
+    """What a regression forest's fitted state must satisfy (the probability forest's too)."""
+    if not _is_fitted(est, _FOREST_FITTED):
         return
     k = _int(est, "n_outputs_", 1)
     # node values: k weighted sums over rows, the estimation rows, their mean weight (grf's

@@ -143,8 +143,9 @@ def summarised_quantity(estimator, out_of_bag=None):
     ----------
     estimator : fitted histforest estimator
     out_of_bag : callable, optional
-        ``out_of_bag(X)``: the forest's out-of-bag predictions (shape of ``predict``),
-        used instead of ``predict`` when the rows are the training rows.
+        ``out_of_bag(X)``: the forest's out-of-bag form of what is summarised (shape of
+        ``predict``, or of ``predict_proba`` for a classifier), used instead of it when
+        the rows are the training rows.
 
     Returns
     -------
@@ -164,7 +165,7 @@ def summarised_quantity(estimator, out_of_bag=None):
         return "effect tau(x)", effects
     if hasattr(estimator, "predict_proba") and hasattr(estimator, "classes_"):
         def probabilities(X):
-            proba = np.asarray(estimator.predict_proba(X), dtype=np.float64)
+            proba = np.asarray((out_of_bag or estimator.predict_proba)(X), dtype=np.float64)
             classes = [str(c) for c in estimator.classes_]
             if len(classes) == 2:
                 return [f"P({classes[1]})"], proba[:, 1:]

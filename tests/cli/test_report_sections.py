@@ -27,7 +27,7 @@ def _table(n=600, seed=4):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    from forest import CausalForest, GBDTClassifier, GBDTRegressor
+    from forest import CausalForest, GBDTClassifier, GBDTRegressor, ProbabilityForest
 
     folder = tmp_path_factory.mktemp("report")
     table = _table()
@@ -42,6 +42,8 @@ def files(tmp_path_factory):
         "gbdt-regressor": (GBDTRegressor(**gbdt).fit(X, table["y"].to_numpy(), comm=comm), "y"),
         "causal": (CausalForest(n_estimators=8, nuisance_estimators=4, random_state=0).fit(
             X, table["t"].to_numpy(), table["y"].to_numpy(), comm=comm), "y"),
+        "probability": (ProbabilityForest(n_estimators=N_TREES, random_state=0).fit(
+            X, table["klass"].to_numpy(), comm=comm), "klass"),
     }
     paths = {}
     for kind, (est, outcome) in models.items():
@@ -95,6 +97,24 @@ def test_classifier_report_summarises_probabilities(files):
     cols = rep_["predictions"]["columns"]
     assert list(cols) == ["P(0)", "P(1)", "P(2)"]
     assert sum(c["mean"] for c in cols.values()) == pytest.approx(1.0, abs=1e-12)
+    pdp = rep_["partial_dependence"]["features"]
+    assert all(np.asarray(v["mean"]).shape[1] == 3 for v in pdp.values())
+
+
+def test_probability_forest_report_summarises_out_of_bag_probabilities(files):
+    data, X, paths, models = files
+    est = models["probability"]
+    rep_, _, text = build_report(paths["probability"], data=data)
+    assert "Feature importance (sorted by GRF depth-weighted split frequency):" in text
+    np.testing.assert_allclose(rep_["importance"]["depth_weighted"], est.feature_importances_, rtol=1e-12)
+    pred = rep_["predictions"]
+    assert pred["what"] == "probability" and list(pred["columns"]) == ["P(0)", "P(1)", "P(2)"]
+    # the data are its training rows: out-of-bag probabilities, as the regression forests report
+    assert rep_["rows"]["source"] == "out-of-bag" and "(out of bag):" in text
+    oob = est.oob_predict_proba(X, comm=SelfCommunicator())
+    for k, col in enumerate(pred["columns"].values()):
+        assert col["mean"] == pytest.approx(oob[:, k].mean(), rel=1e-12)
+    assert sum(c["mean"] for c in pred["columns"].values()) == pytest.approx(1.0, abs=1e-12)
     pdp = rep_["partial_dependence"]["features"]
     assert all(np.asarray(v["mean"]).shape[1] == 3 for v in pdp.values())
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from native.comm import SelfCommunicator
-from forest import CausalForest, GBDTClassifier, GBDTRegressor, RegressionForest
+from forest import CausalForest, GBDTClassifier, GBDTRegressor, ProbabilityForest, RegressionForest
 from forest.io import model_io
 from forest.io.checkpoint import MANIFEST_NAME, Checkpoint, CheckpointError, CheckpointManifest
 from forest.engine.tree import unpack_trees
@@ -22,6 +22,7 @@ SELF = SelfCommunicator()
 
 MODELS = {
     "regression": lambda: RegressionForest(n_estimators=24, batch_size=4, random_state=2),
+    "probability": lambda: ProbabilityForest(n_estimators=24, batch_size=4, random_state=2, oob_score=True),
     "causal": lambda: CausalForest(n_estimators=16, batch_size=4, nuisance_estimators=8, random_state=2),
     "gbdt-regressor": lambda: GBDTRegressor(n_estimators=30, max_leaf_nodes=7, early_stopping=True,
                                             n_iter_no_change=50, random_state=1),
@@ -37,6 +38,9 @@ def fit(kind, comm, sl=slice(None), est=None, **kwargs):
     est = MODELS[kind]() if est is None else est
     if kind == "causal":
         return est.fit(X[sl], t[sl], y[sl], comm=comm, **kwargs)
+    if kind == "probability":   # text labels, the out-of-bag sums resumed too
+        return est.fit(X[sl], np.array(["low", "mid", "high"])[(y[sl] > 1.0).astype(int) + (y[sl] > 2.5)],
+                       comm=comm, **kwargs)
     if kind == "gbdt-classifier":
         return est.fit(X[sl], (y[sl] > 1.0).astype(int) + (y[sl] > 2.5), comm=comm, **kwargs)
     return est.fit(X[sl], y[sl], comm=comm, **kwargs)

@@ -134,3 +134,14 @@ def test_weights_identical_at_any_rank_count(comm):
     assert mine.shape == (20, hi - lo)
     np.testing.assert_allclose(mine, full[:, lo:hi], rtol=1e-12, atol=1e-15)
     np.testing.assert_array_equal(again, mine)
+
+
+def test_probability_forest_weights_give_its_probabilities():
+    from forest import ProbabilityForest
+    X, y, rng = _data(600, 7)
+    labels = np.where(y > 0.5, "hi", np.where(y < -0.5, "lo", "mid"))
+    w = rng.uniform(0.5, 2, size=len(y))
+    f = ProbabilityForest(20, random_state=0).fit(X, labels, sample_weight=w, comm=SELF)
+    Xq = rng.normal(size=(30, X.shape[1]))
+    onehot = (labels[:, None] == f.classes_[None, :]).astype(float)
+    np.testing.assert_allclose(f.get_forest_weights(Xq, comm=SELF) @ onehot, f.predict_proba(Xq), atol=1e-9)

@@ -1,6 +1,6 @@
 """scikit-learn's estimator checks for the forests (issue 19).
 
-``RegressionForest`` runs the whole suite. Checks that cannot hold by design are listed,
+``RegressionForest`` and ``ProbabilityForest`` (as a classifier) run the whole suite. Checks that cannot hold by design are listed,
 with the reason, in the estimator's ``_expected_failed_checks`` (scikit-learn >= 1.6
 takes them as ``expected_failed_checks``; its own forests list the same check) and run
 as strict expected failures, so one that starts passing is noticed.
@@ -23,6 +23,7 @@ from sklearn.utils.estimator_checks import (check_estimator, check_estimator_clo
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from forest.estimators.causal_forest import CausalForest
+from forest.estimators.probability_forest import ProbabilityForest
 from forest.estimators.regression_forest import RegressionForest
 from native.comm import SelfCommunicator
 
@@ -72,7 +73,8 @@ class TreatmentFromRows(BaseEstimator):
 SMALL_CF = dict(n_estimators=8, nuisance_estimators=4, max_bins=32)
 
 
-@parametrize_with_checks([RegressionForest(n_estimators=10), TreatmentFromRows(CausalForest(**SMALL_CF))],
+@parametrize_with_checks([RegressionForest(n_estimators=10), ProbabilityForest(n_estimators=10),
+                          TreatmentFromRows(CausalForest(**SMALL_CF))],
                          expected_failed_checks=expected_failed_checks, xfail_strict=True)
 def test_sklearn_checks(estimator, check):
     check(estimator)
@@ -86,9 +88,10 @@ def test_causal_forest_parameters(check):
     check("CausalForest", CausalForest(**SMALL_CF))
 
 
-def test_check_estimator_reports_only_documented_failures():
+@pytest.mark.parametrize("cls", [RegressionForest, ProbabilityForest])
+def test_check_estimator_reports_only_documented_failures(cls):
     """The issue's criterion, as a user would run it."""
-    results = check_estimator(RegressionForest(n_estimators=10), on_fail=None)
+    results = check_estimator(cls(n_estimators=10), on_fail=None)
     failed = {r["check_name"] for r in results if r["status"] == "failed"}
-    assert failed <= set(RegressionForest._expected_failed_checks), failed
+    assert failed <= set(cls._expected_failed_checks), failed
     assert len(results) > 40
