@@ -64,7 +64,11 @@ def run_ours(X, y, Xt, trees, seed):
     fit = time.perf_counter() - t0
     t0 = time.perf_counter()
     pred = f.predict(Xt)
-    return pred, fit, time.perf_counter() - t0
+    first = time.perf_counter() - t0
+    # a model's first prediction lays its outcome lists out for the kernel (kept for the next calls)
+    t0 = time.perf_counter()
+    f.predict(Xt)
+    return pred, fit, first, time.perf_counter() - t0
 
 
 def run_anchor(X, y, Xt, trees, seed, threads):
@@ -86,11 +90,11 @@ def warm_up():
 def simulated(name, n, test_rows, trees, threads, seed=0):
     X, y = design(name, n + test_rows, seed)
     X, Xt, y, yt = X[:n], X[n:], y[:n], y[n:]
-    ours, f_ours, p_ours = run_ours(X, y, Xt, trees, seed)
+    ours, f_ours, p_ours, p_again = run_ours(X, y, Xt, trees, seed)
     anchor, f_anchor, p_anchor = run_anchor(X, y, Xt, trees, seed, threads)
     return dict(design=name, n=n, ours=pinball(yt, ours), anchor=pinball(yt, anchor), cov_ours=coverage(yt, ours),
                 cov_anchor=coverage(yt, anchor), fit_ours=f_ours, fit_anchor=f_anchor, pred_ours=p_ours,
-                pred_anchor=p_anchor, test=len(yt))
+                pred_anchor=p_anchor, pred_again=p_again, test=len(yt))
 
 
 def diabetes(trees, threads, seed=0):
@@ -98,13 +102,14 @@ def diabetes(trees, threads, seed=0):
     from sklearn.model_selection import KFold
     X, y = load_diabetes(return_X_y=True)
     out = {k: [] for k in ("ours", "anchor", "cov_ours", "cov_anchor", "fit_ours", "fit_anchor", "pred_ours",
-                           "pred_anchor")}
+                           "pred_anchor", "pred_again")}
     for train, test in KFold(5, shuffle=True, random_state=seed).split(X):
-        ours, f_o, p_o = run_ours(X[train], y[train], X[test], trees, seed)
+        ours, f_o, p_o, p_again = run_ours(X[train], y[train], X[test], trees, seed)
         anchor, f_a, p_a = run_anchor(X[train], y[train], X[test], trees, seed, threads)
         for key, value in (("ours", pinball(y[test], ours)), ("anchor", pinball(y[test], anchor)),
                            ("cov_ours", coverage(y[test], ours)), ("cov_anchor", coverage(y[test], anchor)),
-                           ("fit_ours", f_o), ("fit_anchor", f_a), ("pred_ours", p_o), ("pred_anchor", p_a)):
+                           ("fit_ours", f_o), ("fit_anchor", f_a), ("pred_ours", p_o), ("pred_anchor", p_a),
+                           ("pred_again", p_again)):
             out[key].append(value)
     row = {k: float(np.mean(v)) for k, v in out.items()}
     row.update(design="diabetes (5-fold CV)", n=len(y), test=len(y))
@@ -155,11 +160,13 @@ def main():
     print(rows[-1], flush=True)
     table = markdown_table(
         ["design", "train rows", "pinball ours", "pinball anchor", "ratio", "coverage ours", "coverage anchor",
-         "fit ours s", "fit anchor s", "fit speed-up", "predict ours s", "predict anchor s", "predict speed-up"],
+         "fit ours s", "fit anchor s", "fit speed-up", "predict ours s (first / again)", "predict anchor s",
+         "predict speed-up (first / again)"],
         [[r["design"], r["n"], f"{r['ours']:.4f}", f"{r['anchor']:.4f}", f"{r['ours'] / r['anchor']:.3f}",
           f"{r['cov_ours']:.3f}", f"{r['cov_anchor']:.3f}", f"{r['fit_ours']:.2f}", f"{r['fit_anchor']:.2f}",
-          f"{r['fit_anchor'] / r['fit_ours']:.1f}x", f"{r['pred_ours']:.2f}", f"{r['pred_anchor']:.2f}",
-          f"{r['pred_anchor'] / r['pred_ours']:.1f}x"] for r in rows])
+          f"{r['fit_anchor'] / r['fit_ours']:.1f}x", f"{r['pred_ours']:.2f} / {r['pred_again']:.2f}",
+          f"{r['pred_anchor']:.2f}",
+          f"{r['pred_anchor'] / r['pred_ours']:.1f}x / {r['pred_anchor'] / r['pred_again']:.1f}x"] for r in rows])
     body = (f"{args.trees} trees each, {args.threads} threads each; predict times on {args.test_rows} held-out rows "
             f"(diabetes: the fold's rows, mean over folds). Anchor: quantile-forest's RandomForestQuantileRegressor "
             f"with its defaults.\n\n" + table)

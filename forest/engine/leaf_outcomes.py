@@ -195,13 +195,36 @@ def coarse_bins(ys):
 REL_TOL = 1e-12
 
 
-def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col, use=None):
+class PredictionLayout:
+    """The outcome lists laid out for the prediction kernel (built once per model and reused).
+
+    The gather is bound by cache misses, so each node's entry range is one row (through
+    its value node) and each entry's outcome, weight and coarse bin one row.
+
+    Attributes
+    ----------
+    span : ndarray of int64, shape (n_nodes, 2)
+    entries : ndarray of float64, shape (n_entries, 3)
+    n_bins : int
+    """
+
+    def __init__(self, packed, outcomes, count_col):
+        vnode = value_nodes(packed, count_col)
+        ys = np.ascontiguousarray(outcomes["y"], dtype=np.float64)
+        bins, self.n_bins = coarse_bins(ys)
+        self.entries = np.empty((len(ys), 3))
+        self.entries[:, 0], self.entries[:, 1], self.entries[:, 2] = ys, outcomes["weight"], bins
+        lo_of = np.asarray(outcomes["offsets"], dtype=np.int64)
+        self.span = np.ascontiguousarray(np.stack([lo_of[vnode], lo_of[vnode + 1]], axis=1))
+
+
+def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col, use=None, layout=None):
     """Weighted quantiles of the forest's outcome lists at each query row.
 
-    For each query row: the entries of its trees' value nodes, sorted by outcome; the
-    quantile at level ``tau`` is the smallest outcome whose cumulative weight reaches
-    ``tau`` of the total (grf's and the inverse-CDF definition). Rows with no entries
-    (every tree empty) get NaN.
+    For each query row: the entries of its trees' value nodes; the quantile at level
+    ``tau`` is the smallest outcome whose cumulative weight reaches ``tau`` of the total
+    (grf's and the inverse-CDF definition). Rows with no entries (every tree empty) get
+    NaN.
 
     Parameters
     ----------
@@ -216,33 +239,27 @@ def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col, use=No
     use : ndarray of bool, shape (n_query, n_trees), optional
         Which trees each row takes (out-of-bag estimates: the trees that did not draw
         it); all by default.
+    layout : PredictionLayout, optional
+        Of these ``packed`` and ``outcomes`` (built here when omitted).
 
     Returns
     -------
     ndarray of float64, shape (n_query, n_levels)
     """
-    vnode = value_nodes(packed, count_col)
     levels = np.ascontiguousarray(levels, dtype=np.float64)
     out = np.empty((len(query_leaves), len(levels)))
     if len(query_leaves):
+        layout = PredictionLayout(packed, outcomes, count_col) if layout is None else layout
         n_trees = len(packed["tree_offsets"]) - 1
         use = (np.ones((len(query_leaves), n_trees), dtype=np.bool_) if use is None
                else np.ascontiguousarray(use, dtype=np.bool_))
-        # memory layout for the gather, which is bound by cache misses: each node's entry
-        # range in one row (through its value node), each entry's outcome, weight and coarse
-        # bin in one row
-        ys = np.ascontiguousarray(outcomes["y"], dtype=np.float64)
-        bins, n_bins = coarse_bins(ys)
-        entries = np.empty((len(ys), 3))
-        entries[:, 0], entries[:, 1], entries[:, 2] = ys, outcomes["weight"], bins
-        lo_of = np.asarray(outcomes["offsets"], dtype=np.int64)
-        span = np.ascontiguousarray(np.stack([lo_of[vnode], lo_of[vnode + 1]], axis=1))
         qleaves = np.ascontiguousarray(query_leaves, dtype=np.int64)
         offsets_t = np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64)
         bound = np.empty(len(qleaves), dtype=np.int64)
-        _entry_bounds(qleaves, use, offsets_t, span, bound)
+        _entry_bounds(qleaves, use, offsets_t, layout.span, bound)
         n_chunks = max(1, min(len(qleaves), 8 * numba.get_num_threads()))
-        _quantiles(qleaves, use, offsets_t, span, entries, int(n_bins), levels, out, REL_TOL, bound, n_chunks)
+        _quantiles(qleaves, use, offsets_t, layout.span, layout.entries, int(layout.n_bins), levels, out, REL_TOL,
+                   bound, n_chunks)
     return out
 
 

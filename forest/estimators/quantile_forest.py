@@ -17,7 +17,7 @@ from forest.collective_checks import collective_checks, total
 from forest.criteria.quantile import DEFAULT_OUTCOME_BINS, QuantileCriterion, split_levels
 from forest.engine.honest_forest import global_ids, grow_honest_forest
 from forest.engine.importance import depth_weighted_importance, gain_importance
-from forest.engine.leaf_outcomes import gather_leaf_outcomes, weighted_quantiles
+from forest.engine.leaf_outcomes import PredictionLayout, gather_leaf_outcomes, weighted_quantiles
 from forest.engine.predictor import predict_leaves, predict_leaves_binned
 from forest.engine.subsample import OUT, forest_row_codes
 from forest.estimators.base import EstimatorBase, RegressorMixin, check_is_fitted
@@ -89,6 +89,9 @@ class QuantileForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Esti
     ci_group_size = 1
     equalize_cluster_weights = False
     warm_start = False
+
+    #: The prediction layout is rebuilt from the outcome lists, never stored.
+    _model_io_exclude_ = ("_prediction_layout_",)
 
     _expected_failed_checks = {
         "check_sample_weight_equivalence_on_dense_data": (
@@ -223,7 +226,16 @@ class QuantileForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Esti
         levels = check_levels(self.quantiles if quantiles is None else quantiles)
         X = validate_features(self, X, reset=False, min_samples=0)
         leaves = predict_leaves(self.estimators_, X)
-        return weighted_quantiles(self.estimators_, self.leaf_outcomes_, leaves, levels, COUNT_COL)
+        return weighted_quantiles(self.estimators_, self.leaf_outcomes_, leaves, levels, COUNT_COL,
+                                  layout=self._layout())
+
+    def _layout(self):
+        """The outcome lists laid out for prediction, built on first use (never in model files)."""
+        cached = getattr(self, "_prediction_layout_", None)
+        if cached is None or cached[0] is not self.leaf_outcomes_["y"]:
+            cached = (self.leaf_outcomes_["y"], PredictionLayout(self.estimators_, self.leaf_outcomes_, COUNT_COL))
+            self._prediction_layout_ = cached
+        return cached[1]
 
     def oob_predict(self, X=None, *, quantiles=None, comm=None, clusters=None):
         """Out-of-bag quantiles of this rank's training rows (same rows and order as in ``fit``).
@@ -268,7 +280,8 @@ class QuantileForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Esti
         n_trees = len(packed["tree_offsets"]) - 1
         out_of_bag = (forest_row_codes(self.sampling_, n_trees, gids) == OUT).T
         leaves = predict_leaves_binned(packed, codes, self.bin_mapper_.missing_bin_)
-        return weighted_quantiles(packed, self.leaf_outcomes_, leaves, levels, COUNT_COL, use=out_of_bag)
+        return weighted_quantiles(packed, self.leaf_outcomes_, leaves, levels, COUNT_COL, use=out_of_bag,
+                                  layout=self._layout())
 
     def score(self, X, y, sample_weight=None):
         """Coefficient of determination of the median prediction (scikit-learn's regressor score)."""
