@@ -47,6 +47,7 @@ VARIANTS = {
     "causal-given": "CausalForest, binary treatment, nuisance estimates given (y_hat, t_hat): no nuisance "
                     "forest, so its kernels are not shared with them (forest.criteria.compiled.PairedRecord)",
     "instrumental": "InstrumentalForest, with its nuisance forests",
+    "quantile": "QuantileForest (its relabelling split, outcome lists and quantile prediction)",
     "batch-walk": "the batch tree walk: out-of-bag sums of big forest fits (forest.engine.predictor."
                   "OOB_BATCH_MIN_PAIRS) and predict() on many rows",
 }
@@ -61,6 +62,9 @@ MODEL_VARIANTS = {
     "regression": ("regression", "batch-walk"),
     "causal": ("causal-binary", "causal-multiarm", "causal-continuous", "causal-given", "batch-walk"),
     "instrumental": ("instrumental", "batch-walk"),
+    "quantile": ("quantile",),
+    # a probability forest is a regression forest on one-hot labels: the same kernels
+    "probability": ("regression", "batch-walk"),
 }
 
 #: Rows of the synthetic warm-up data.
@@ -99,6 +103,9 @@ def _fit_variant(variant):
         InstrumentalForest(n_estimators=4, nuisance_estimators=4, random_state=0).fit(X, t, y + t, z, comm=comm)
     elif variant == "regression":
         RegressionForest(n_estimators=4, random_state=0).fit(X, y, comm=comm)
+    elif variant == "quantile":
+        from forest import QuantileForest
+        QuantileForest(n_estimators=4, random_state=0).fit(X, y, comm=comm).predict(X[:10])
     elif variant == "batch-walk":
         with _batch_oob_forced():
             RegressionForest(n_estimators=4, random_state=0).fit(X, y, comm=comm)
