@@ -42,6 +42,7 @@ import dataclasses
 import json
 import math
 import os
+import types
 from pathlib import Path
 
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
@@ -452,7 +453,7 @@ def forest_geometry(workload, spec, constants=None):
     """
     from forest.engine.growth_options import current_engine_options
     from forest.engine.honest_forest import PROGRESS_MIN_BATCH, auto_batch_size
-    from forest.estimators.regression_forest import resolve_mtry
+    from forest.estimators.regression_forest import resolve_mtry, size_rules
 
     constants = calibration() if constants is None else constants
     prm = workload.resolved()
@@ -462,7 +463,8 @@ def forest_geometry(workload, spec, constants=None):
     hf = float(prm["honesty_fraction"]) if honest else 1.0
     rows = n * s * hf
     est = n * s * (1.0 - hf) if honest else rows
-    m = max(int(prm["min_samples_leaf"]), 1)
+    # rows a leaf ends with: half the smallest node that splits (forest.estimators.regression_forest.size_rules)
+    m = max(int(size_rules(types.SimpleNamespace(**prm))[0] // 2), 1)
     depth = max(1.0, math.log2(max(rows / m, 2.0)))
     if prm["max_depth"] is not None:
         depth = min(depth, float(prm["max_depth"]))

@@ -35,6 +35,8 @@ PARAM_OPTIONS = (
     ("--max-depth", "max_depth", int, "maximum tree depth"),
     ("--max-leaf-nodes", "max_leaf_nodes", int, "maximum leaves per tree (GBDT)"),
     ("--min-samples-leaf", "min_samples_leaf", int, "minimum rows per leaf"),
+    ("--min-node-size", "min_node_size", int, "grf's min.node.size (regression and probability forests): nodes of "
+                                              "at most this many rows are not split, children may be smaller"),
     ("--max-features", "max_features", None, "features tried per split (int, float fraction, 'sqrt')"),
     ("--learning-rate", "learning_rate", float, "shrinkage (GBDT)"),
     ("--max-bins", "max_bins", int, "value bins per feature (<= 255)"),

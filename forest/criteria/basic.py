@@ -22,8 +22,12 @@ histogram kernel sums), so it also owns its constraints:
 ``node_value(stats (..., C)) -> (..., n_outputs)``
     The output vector a leaf with these sums gets.
 ``node_weight(stats (..., C)) -> (...)``
-    The node's weight (count, sum of sample weights or hessian mass) that growers use
-    for ``min_samples_split`` and to choose the smaller child.
+    The node's weight (count, sum of sample weights or hessian mass): the heavier
+    child takes the missing values when the node has none.
+``node_size(stats (..., C)) -> (...)``
+    What growers compare with ``min_samples_split`` (and the local-finishing
+    threshold); the base class returns ``node_weight``. Forests with sample weights
+    count rows here, as grf does (:class:`VarianceCriterion` with a count channel).
 ``node_objective(stats (..., C)) -> (...)``
     The node's objective (stored as the tree's ``impurity``).
 ``node_count(stats (..., C)) -> (...)``
@@ -71,6 +75,9 @@ class Criterion:
         return np.zeros(np.shape(stats)[:-1])
 
     def node_count(self, stats):
+        return self.node_weight(stats)
+
+    def node_size(self, stats):
         return self.node_weight(stats)
 
     def node_summary(self, stats, shrinkage=1.0):
@@ -295,7 +302,12 @@ class VarianceCriterion(Criterion):
     """Weighted variance reduction (CART regression), one or more targets.
 
     Channels: ``[w, w*y_0 .. w*y_{T-1}]`` plus, with ``count_channel=True``, a last
-    channel of ones (the row count, for ``min_samples_leaf`` under sample weights).
+    channel of ones (the row count). With it every size limit counts rows, as grf's
+    do: ``min_samples_leaf`` per child and ``min_samples_split`` (:meth:`node_size`);
+    the weights weigh the gain, the node values and the missing-value direction only.
+    So the forest is the same whatever the weights' scale, and a weight of 2 equals two
+    copies of the row wherever no size limit binds (grf's trade: weights that counted
+    as rows in the limits would make the forest change with their scale).
     The gain ``sum_t S_L^2/W_L + S_R^2/W_R - S_P^2/W_P`` equals the drop in the
     weighted sum of squared errors; the node value is ``S / W``.
 
@@ -307,9 +319,12 @@ class VarianceCriterion(Criterion):
     min_weight_leaf : float, default 0.0
         Fewest total sample weight per child (always ``> 0``).
     count_channel : bool, default False
+    alpha : float, default 0.0
+        grf's balance rule: each child also needs ``ceil(alpha * rows of the node)`` rows
+        (count channel if present, else weight), in ``[0, 0.25]``.
     """
 
-    def __init__(self, n_targets=1, min_samples_leaf=1, min_weight_leaf=0.0, count_channel=False):
+    def __init__(self, n_targets=1, min_samples_leaf=1, min_weight_leaf=0.0, count_channel=False, alpha=0.0):
         if n_targets < 1:
             raise ValueError(f"n_targets must be >= 1, got {n_targets}")
         self.n_targets = int(n_targets)
@@ -318,6 +333,15 @@ class VarianceCriterion(Criterion):
         self.n_channels = 1 + self.n_targets + (1 if self.count_channel else 0)
         self.min_samples_leaf = max(int(min_samples_leaf), 1)
         self.min_weight_leaf = float(min_weight_leaf)
+        self.alpha = float(alpha)
+
+    def min_child_size(self, parent):
+        """Fewest rows (or weight) a child of a node with sums ``parent`` (..., C) needs, shape (...).
+
+        ``max(min_samples_leaf, ceil(alpha * size))``; the compiled kernels compute the
+        same number in :func:`variance_prepare`.
+        """
+        return np.maximum(float(self.min_samples_leaf), np.ceil(self.alpha * self.node_size(parent)))
 
     def make_channels(self, y, sample_weight=None):
         """Build the ``(n, C)`` channel array.
@@ -357,7 +381,8 @@ class VarianceCriterion(Criterion):
             cl, cr = left[..., -1], right[..., -1]
         else:
             cl, cr = wl, wr
-        ok &= (cl >= self.min_samples_leaf) & (cr >= self.min_samples_leaf)
+        least = self.min_child_size(parent)
+        ok &= (cl >= least) & (cr >= least)
         return np.where(ok, g, -np.inf)
 
     def node_value(self, stats):
@@ -373,15 +398,20 @@ class VarianceCriterion(Criterion):
         stats = self._check_stats(stats)
         return stats[..., -1] if self.count_channel else stats[..., 0]
 
+    def node_size(self, stats):
+        """Rows with a count channel, else the weight (what ``min_samples_split`` compares)."""
+        return self.node_count(stats)
+
     def node_objective(self, stats):
         return -self._score(self._check_stats(stats))
 
     def compiled(self):
         """Compiled pieces for the growth kernels (:class:`forest.criteria.compiled.CompiledCriterion`)."""
         record = VarianceRecord(self.n_targets, self.count_channel, float(self.min_samples_leaf),
-                                self.min_weight_leaf)
+                                self.min_weight_leaf, self.alpha)
         # With a count channel a child needs min_samples_leaf rows; without, weights decide.
-        return CompiledCriterion(record, 0, self.min_samples_leaf if self.count_channel else 1, n_consts=1)
+        return CompiledCriterion(record, 0, self.min_samples_leaf if self.count_channel else 1, n_consts=2,
+                                 size_channel=self.n_channels - 1 if self.count_channel else 0)
 
 
 # ---------------------------------------------------------------------- compiled pieces
@@ -390,7 +420,8 @@ class VarianceCriterion(Criterion):
 # the node constant the gain needs (the parent's score), once per node.
 
 #: Parameter record of :class:`VarianceCriterion` in the compiled kernels.
-VarianceRecord = namedtuple("VarianceRecord", ["n_targets", "count_channel", "min_samples_leaf", "min_weight_leaf"])
+VarianceRecord = namedtuple("VarianceRecord", ["n_targets", "count_channel", "min_samples_leaf", "min_weight_leaf",
+                                               "alpha"])
 
 
 @compiled_only
@@ -404,8 +435,11 @@ def _variance_score(st, n_targets):
 
 
 def variance_prepare(p, parent, consts):
-    """Node constants of :class:`VarianceCriterion`: ``consts[0]`` = the parent's score."""
+    """Node constants of :class:`VarianceCriterion`: ``consts[0]`` = the parent's score,
+    ``consts[1]`` = the fewest rows a child needs (:meth:`VarianceCriterion.min_child_size`)."""
     consts[0] = _variance_score(parent, p.n_targets)
+    size = parent[parent.shape[0] - 1] if p.count_channel else parent[0]
+    consts[1] = max(p.min_samples_leaf, np.ceil(p.alpha * size))
 
 
 def variance_gains_rows(p, lefts, rights, consts, out, row, n):
@@ -416,7 +450,7 @@ def variance_gains_rows(p, lefts, rights, consts, out, row, n):
     p : VarianceRecord
     lefts, rights : ndarray of float64, shape (>= n, C)
         Children's channel sums, one candidate per row.
-    consts : ndarray of float64, shape (>= 1,)
+    consts : ndarray of float64, shape (>= 2,)
         From :func:`variance_prepare` on the node's sums.
     out : ndarray of float64, shape (>= row + 1, >= n)
         Gains (``-inf`` where a constraint fails).
@@ -433,7 +467,7 @@ def variance_gains_rows(p, lefts, rights, consts, out, row, n):
         cl = lefts[i, c] if p.count_channel else wl
         cr = rights[i, c] if p.count_channel else wr
         ok = ((wl > 0) & (wr > 0) & (wl >= p.min_weight_leaf) & (wr >= p.min_weight_leaf)
-              & (cl >= p.min_samples_leaf) & (cr >= p.min_samples_leaf))
+              & (cl >= consts[1]) & (cr >= consts[1]))
         g = -np.inf
         if ok:
             sl = 0.0

@@ -47,8 +47,9 @@ All are Numba-compilable functions whose first argument is the record ``p``:
 
 and, as plain numbers on the :class:`CompiledCriterion` it returns from its
 ``compiled()`` method: ``weight_channel`` (the channel ``node_weight`` reads; growth
-uses it for ``min_samples_split``, the smaller child and the missing-value
-direction), ``min_child_rows`` (fewest rows a child can have and pass) and
+uses it for the missing-value direction), ``size_channel`` (the channel ``node_size``
+reads, what ``min_samples_split`` compares; the weight channel unless given),
+``min_child_rows`` (fewest rows a child can have and pass) and
 ``n_consts``. Node values stay with the criterion's vectorised ``node_value``: the
 growers call it once on all new nodes' sums.
 
@@ -392,20 +393,24 @@ class CompiledCriterion:
     record : namedtuple
         Parameters of the criterion, an instance of a class passed to :func:`register`.
     weight_channel : int
-        The channel ``node_weight`` returns.
+        The channel ``node_weight`` returns (the missing-value direction's heavier child).
     min_child_rows : int
         Fewest rows a child can have and pass the constraints (``gains`` is ``-inf``
         below it), so candidates with fewer need not be scored; at least 1.
     n_consts : int
         Length of the node-constant array ``prepare`` fills.
+    size_channel : int, optional
+        The channel ``node_size`` returns (what ``min_samples_split`` compares); defaults
+        to ``weight_channel``.
     """
 
-    def __init__(self, record, weight_channel, min_child_rows=1, n_consts=8):
+    def __init__(self, record, weight_channel, min_child_rows=1, n_consts=8, size_channel=None):
         if not is_registered(type(record)):
             raise TypeError(f"{type(record).__name__} is not a registered criterion record "
                             "(forest.criteria.compiled.register)")
         self.record = record
         self.weight_channel = int(weight_channel)
+        self.size_channel = self.weight_channel if size_channel is None else int(size_channel)
         self.min_child_rows = max(int(min_child_rows), 1)
         self.n_consts = max(int(n_consts), 1)
 

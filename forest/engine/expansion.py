@@ -23,7 +23,7 @@ the smaller one and subtracting (:mod:`forest.engine.hist_builder`).
     next until ``max_leaf_nodes`` leaves (optionally also ``max_depth``). Per step
     one collective carries the smaller child's histogram and its exact row count.
 
-Stops everywhere at ``max_depth``, at nodes whose weight is below
+Stops everywhere at ``max_depth``, at nodes whose size (``Criterion.node_size``) is below
 ``min_samples_split``, and where no split has ``gain > min_gain``.
 
 Histogram memory: a level holds the histograms of its frontier,
@@ -149,21 +149,22 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, params=No
         # Totals first (a small collective): roots that local finishing takes whole
         # (all of them with the default threshold) need no histogram at all.
         stats = reducer.reduce_small(local_tot.ravel()).reshape(n_trees, -1)
-        r_weight = np.asarray(criterion.node_weight(stats), dtype=np.float64)
-        big = np.flatnonzero((r_weight >= min_split) & (0 < max_depth) & (r_weight > local_threshold))
+        r_size = np.asarray(criterion.node_size(stats), dtype=np.float64)
+        big = np.flatnonzero((r_size >= min_split) & (0 < max_depth) & (r_size > local_threshold))
         hist = np.zeros((n_trees, reducer.f1 - reducer.f0, bin_info.n_bins, channels.shape[1]))
         if len(big):
             hist[big], _ = reducer.reduce(builder.build_segments(channels, rows, starts[:-1][big], starts[1:][big]),
                                           np.zeros(0))
     trees = [Tree(criterion.n_outputs) for _ in range(n_trees)]
-    weight, count = add_roots(trees, criterion, stats)
+    _, count = add_roots(trees, criterion, stats)
+    size = np.asarray(criterion.node_size(stats), dtype=np.float64)
 
     f_tree = np.arange(n_trees)
     f_node = np.zeros(n_trees, dtype=np.int64)
     f_lo, f_hi = starts[:-1].copy(), starts[1:].copy()
     depth = 0
-    keep = (weight >= min_split) & (depth < max_depth)
-    small = keep & (weight <= local_threshold) if finisher is not None else np.zeros(n_trees, dtype=bool)
+    keep = (size >= min_split) & (depth < max_depth)
+    small = keep & (size <= local_threshold) if finisher is not None else np.zeros(n_trees, dtype=bool)
     # Pending small nodes: (tree, node, depth, lo, hi, rows) finished at the top of the loop.
     pend = (f_tree[small], f_node[small], np.zeros(int(small.sum()), dtype=np.int64), f_lo[small], f_hi[small],
             count[small])
@@ -194,8 +195,8 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, params=No
         right_ids = left_ids + 1
         lo, hi = f_lo[split], f_hi[split]
         mid = lo + n_left
-        lw = criterion.node_weight(res.left_stats[split])
-        rw = criterion.node_weight(res.right_stats[split])
+        lw = criterion.node_size(res.left_stats[split])
+        rw = criterion.node_size(res.right_stats[split])
         can_l = (lw >= min_split) & (child_depth < max_depth)
         can_r = (rw >= min_split) & (child_depth < max_depth)
         if finisher is not None:
@@ -216,7 +217,7 @@ def grow_levelwise(binned, channels, tree_rows, criterion, bin_mapper, params=No
             f_tree = f_tree[:0]
             continue
         p = np.flatnonzero(need)
-        # smaller child by global weight; ties build the left
+        # smaller child by global size (rows where the criterion counts them); ties build the left
         left_hist, right_hist = builder.children(reducer, channels, rows, hist[split[p]], lo[p], mid[p], hi[p],
                                                  lw[p] <= rw[p])
         # Next frontier: interleave (left, right) per split, keep the histogram ones.

@@ -48,7 +48,7 @@ class TreeParams:
     max_depth : int or None
         Root has depth 0; ``None`` means unlimited.
     min_samples_split : float
-        A node splits only if ``criterion.node_weight`` of its rows (all ranks) is at
+        A node splits only if ``criterion.node_size`` of its rows (all ranks) is at
         least this.
     min_gain : float
         A split needs ``gain > min_gain``.

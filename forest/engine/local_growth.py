@@ -79,12 +79,12 @@ _SERIAL_ROWS = 4096
 
 #: The growth settings of one :func:`grow_subtrees` call, as the kernel reads them:
 #: ``missing_bin``, ``min_rows`` (the criterion's ``min_child_rows``),
-#: ``weight_channel``, ``n_consts`` (the criterion's node-constant count),
-#: ``min_split``, ``max_depth``, ``min_gain``, ``rel_tol``, ``mtry`` (0: all
+#: ``weight_channel``, ``size_channel`` (compared with ``min_split``), ``n_consts`` (the
+#: criterion's node-constant count), ``min_split``, ``max_depth``, ``min_gain``, ``rel_tol``, ``mtry`` (0: all
 #: features), ``key1``/``key2`` (:func:`forest.engine.mtry.mtry_keys`), ``hist_rows`` and
 #: ``max_slots``.
-GrowthRecord = namedtuple("GrowthRecord", ["missing_bin", "min_rows", "weight_channel", "n_consts", "min_split",
-                                           "max_depth", "min_gain", "rel_tol", "mtry", "key1", "key2", "hist_rows",
+GrowthRecord = namedtuple("GrowthRecord", ["missing_bin", "min_rows", "weight_channel", "size_channel", "n_consts",
+                                           "min_split", "max_depth", "min_gain", "rel_tol", "mtry", "key1", "key2", "hist_rows",
                                            "max_slots"])
 
 
@@ -323,6 +323,7 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
             missing_bin = gp.missing_bin
             n_codes = missing_bin + 1
             wch = gp.weight_channel
+            sch = gp.size_channel
             min_rows = gp.min_rows
             hist_rows = gp.hist_rows
             hist_task = m > hist_rows
@@ -373,7 +374,7 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                     for i in range(m):
                         acc += chl[i, k]
                     st_stats[0, k] = acc
-                if not (st_stats[0, wch] >= gp.min_split and root_depth < gp.max_depth):
+                if not (st_stats[0, sch] >= gp.min_split and root_depth < gp.max_depth):
                     sp = 0
             # At most two candidates per distinct code plus the missing-alone one: bounded by
             # the bin count as well as by the rows (root tasks of big trees stay small here).
@@ -446,7 +447,7 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                         for i in range(n_node):
                             acc += ch[i, k]
                         st_stats[sp, k] = acc
-                    if not (st_stats[sp, wch] >= gp.min_split and depth < gp.max_depth):
+                    if not (st_stats[sp, sch] >= gp.min_split and depth < gp.max_depth):
                         continue
                 if not in_scan and slot < 0:
                     n_free -= 1
@@ -594,8 +595,8 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                     rec_f[rec, 1 + k] = left[k]
                     rec_f[rec, 1 + c + k] = right[k]
                 rec += 1
-                can_l = left[wch] >= gp.min_split and depth + 1 < gp.max_depth
-                can_r = right[wch] >= gp.min_split and depth + 1 < gp.max_depth
+                can_l = left[sch] >= gp.min_split and depth + 1 < gp.max_depth
+                can_r = right[sch] >= gp.min_split and depth + 1 < gp.max_depth
                 slot_l = -1
                 slot_r = -1
                 if not in_scan:
@@ -772,7 +773,8 @@ def grow_subtrees(binned, channels, rows, task_starts, task_tree, task_node, tas
     rec_count = np.zeros(n_trees, dtype=np.int64)
     key1, key2 = mtry_keys(seed)
     engine = current_engine_options()
-    gp = GrowthRecord(int(missing_bin), compiled.min_child_rows, compiled.weight_channel, compiled.n_consts,
+    gp = GrowthRecord(int(missing_bin), compiled.min_child_rows, compiled.weight_channel, compiled.size_channel,
+                      compiled.n_consts,
                       float(min_samples_split), np.iinfo(np.int64).max if max_depth is None else int(max_depth),
                       float(min_gain), float(rel_tol), 0 if mtry is None else int(mtry), key1, key2,
                       _as_row_bound(engine.hist_rows if hist_rows is None else hist_rows),
@@ -817,6 +819,7 @@ def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task
     categorical = np.zeros(n_features, bool) if categorical is None else np.asarray(categorical, dtype=bool)
     nb = np.asarray(n_bins_non_missing, dtype=np.int64)
     wch = criterion.compiled().weight_channel
+    sch = criterion.compiled().size_channel
     max_depth = np.iinfo(np.int64).max if max_depth is None else int(max_depth)
     n_trees = len(tree_next)
     ints = [[] for _ in range(n_trees)]
@@ -827,7 +830,7 @@ def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task
             seg = np.asarray(rows[task_starts[task]:task_starts[task + 1]], dtype=np.int64)
             root_stats = channels[seg].sum(axis=0) if len(seg) else np.zeros(c)
             stack = [(seg, int(task_node[task]), int(task_depth[task]), root_stats)]
-            if not (root_stats[wch] >= min_samples_split and task_depth[task] < max_depth):
+            if not (root_stats[sch] >= min_samples_split and task_depth[task] < max_depth):
                 stack = []
             while stack:
                 seg, node, depth, pstats = stack.pop()
@@ -884,7 +887,7 @@ def grow_subtrees_reference(binned, channels, rows, task_starts, task_tree, task
                                + halves.tolist())
                 floats[t].append(np.concatenate([[best], left, right]))
                 for child_rows, cid, st in ((seg[~left_rows], lid + 1, right), (seg[left_rows], lid, left)):
-                    if st[wch] >= min_samples_split and depth + 1 < max_depth:
+                    if st[sch] >= min_samples_split and depth + 1 < max_depth:
                         stack.append((child_rows, cid, depth + 1, st))
     starts = np.zeros(n_trees + 1, dtype=np.int64)
     np.cumsum([len(x) for x in ints], out=starts[1:])

@@ -31,10 +31,6 @@ from forest.engine.predictor import predict_leaves, predict_leaves_binned
 from forest.engine.subsample import forest_row_codes
 from forest.estimators.base import check_is_fitted
 
-#: Trees routed at a time when grouping the training rows (bounds the leaf-index buffer).
-_TREE_CHUNK = 64
-
-
 class WeightsSource:
     """This rank's training rows as a forest's weights need them.
 
@@ -137,15 +133,10 @@ class ForestWeightsMixin:
         return sparse.csr_matrix((data, indices, indptr), shape=(len(queries), len(source.gids)))
 
     def _estimation_slices(self, packed, source):
-        """:func:`forest.engine.forest_weights.estimation_slices` of this rank's rows, trees routed in chunks."""
+        """:func:`forest.engine.forest_weights.estimation_slices` of this rank's training rows."""
         n_trees = len(packed["tree_offsets"]) - 1
         codes = forest_row_codes(self.sampling_, n_trees, source.gids, source.clusters)
-        leaves = np.empty((len(source.gids), n_trees), dtype=np.int32)
-        offsets = packed["tree_offsets"]
-        for lo in range(0, n_trees, _TREE_CHUNK):
-            hi = min(n_trees, lo + _TREE_CHUNK)
-            sub = dict(packed, tree_offsets=offsets[lo:hi + 1])
-            leaves[:, lo:hi] = predict_leaves_binned(sub, source.codes, self.bin_mapper_.missing_bin_)
+        leaves = predict_leaves_binned(packed, source.codes, self.bin_mapper_.missing_bin_)
         return estimation_slices(packed, leaves, codes)
 
     def _source_from(self, X_train, sample_weight, clusters, comm):

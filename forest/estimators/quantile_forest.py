@@ -41,7 +41,7 @@ def check_levels(quantiles, name="quantiles"):
         raise ValueError(f"{name} must be a sequence of numbers in (0, 1), got {quantiles!r}") from None
     if (not len(levels) or not np.all(np.isfinite(levels)) or np.any(levels <= 0) or np.any(levels >= 1)
             or np.any(np.diff(levels) <= 0)):
-        raise ValueError(f"{name} must be distinct, increasing and in (0, 1), got {list(levels)}")
+        raise ValueError(f"{name} must be distinct, increasing and in (0, 1), got {levels.tolist()}")
     return levels
 
 

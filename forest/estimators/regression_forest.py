@@ -189,8 +189,11 @@ def check_forest_params(est):
     ValueError
         A parameter out of range.
     """
-    check_param_types(est, ints=("n_estimators", "min_samples_leaf", "max_bins", "ci_group_size"),
-                      optional_ints=("max_depth", "batch_size", "random_state"),
+    grf_sizes = hasattr(est, "min_node_size")      # the forests that offer grf's size rules
+    check_param_types(est, ints=("n_estimators", "max_bins", "ci_group_size") + (() if grf_sizes else
+                                                                                ("min_samples_leaf",)),
+                      optional_ints=("max_depth", "batch_size", "random_state")
+                      + (("min_samples_leaf", "min_node_size") if grf_sizes else ()),
                       reals=("max_samples", "honesty_fraction"), bools=("honest", "equalize_cluster_weights"))
     resolve_mtry(est.max_features, 1)  # every accepted form of max_features, whatever the data
     if not isinstance(est.n_estimators, (int, np.integer)) or est.n_estimators < 1:
@@ -199,8 +202,16 @@ def check_forest_params(est):
         raise ValueError(f"max_samples (the sample fraction) must be in (0, 1], got {est.max_samples}")
     if not 0.0 < est.honesty_fraction < 1.0:
         raise ValueError(f"honesty_fraction must be in (0, 1), got {est.honesty_fraction}")
-    if est.min_samples_leaf < 1:
-        raise ValueError(f"min_samples_leaf must be >= 1, got {est.min_samples_leaf}")
+    if est.min_samples_leaf is not None and est.min_samples_leaf < 1:
+        raise ValueError(f"min_samples_leaf must be >= 1 (or None), got {est.min_samples_leaf}")
+    if grf_sizes:
+        if est.min_node_size is not None and est.min_node_size < 1:
+            raise ValueError(f"min_node_size must be >= 1 or None, got {est.min_node_size}")
+        alpha = est.alpha
+        if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer,
+                                                                                   np.floating))
+                                  or not 0.0 <= alpha <= 0.25):
+            raise ValueError(f"alpha must be a number in [0, 0.25] or None, got {alpha!r}")
     if est.max_depth is not None and est.max_depth < 0:
         raise ValueError(f"max_depth must be >= 0 or None, got {est.max_depth}")
     if not 2 <= est.max_bins <= 255:
@@ -217,6 +228,48 @@ def check_forest_params(est):
     if not is_seed(seed):
         raise ValueError(f"random_state must be an int in [0, 2**32 - 1] or None, got {est.random_state!r}")
     return int(seed)
+
+
+def size_rules(est):
+    """``(min_samples_split, min_samples_leaf, alpha)`` the trees of a forest grow under.
+
+    Two sets of rules, counted in rows of the tree's split half (sample weights never
+    count: see :class:`forest.criteria.basic.VarianceCriterion`):
+
+    scikit-learn's (``min_node_size=None``, the default)
+        Each child has at least ``min_samples_leaf`` rows (default 5), so a node splits
+        only if it has ``2 * min_samples_leaf`` rows; no balance rule (``alpha`` 0).
+    grf's (``min_node_size`` given)
+        A node of at most ``min_node_size`` rows is not split (grf's ``min.node.size``);
+        each child needs ``max(min_samples_leaf, ceil(alpha * rows of the node))`` rows
+        with ``min_samples_leaf`` 1 and ``alpha`` grf's 0.05 unless given. Trees grow
+        deeper than under the first rules at the same number.
+
+    Parameters
+    ----------
+    est : RegressionForest or a forest with ``min_samples_leaf`` (and possibly
+        ``min_node_size`` and ``alpha``)
+
+    Returns
+    -------
+    min_samples_split : float
+    min_samples_leaf : int
+    alpha : float
+    """
+    node = getattr(est, "min_node_size", None)
+    leaf = est.min_samples_leaf
+    alpha = getattr(est, "alpha", None) if hasattr(est, "min_node_size") else None
+    if node is None:
+        leaf = DEFAULT_MIN_SAMPLES_LEAF if leaf is None else int(leaf)
+        return float(2 * leaf), leaf, 0.0 if alpha is None else float(alpha)
+    leaf = 1 if leaf is None else int(leaf)
+    return float(int(node) + 1), leaf, GRF_ALPHA if alpha is None else float(alpha)
+
+
+#: ``min_samples_leaf`` of the scikit-learn size rules when not given (:func:`size_rules`).
+DEFAULT_MIN_SAMPLES_LEAF = 5
+#: grf's default ``alpha`` (regression_forest), the balance rule under ``min_node_size``.
+GRF_ALPHA = 0.05
 
 
 def forest_spec(est, sampling, n_features, value_fn, count_col):
@@ -238,7 +291,7 @@ def forest_spec(est, sampling, n_features, value_fn, count_col):
     -------
     ForestSpec
     """
-    tree = TreeParams(max_depth=est.max_depth, min_samples_split=2 * est.min_samples_leaf,
+    tree = TreeParams(max_depth=est.max_depth, min_samples_split=size_rules(est)[0],
                       mtry=resolve_mtry(est.max_features, n_features), seed=sampling["seed"])
     return ForestSpec(int(est.n_estimators), sampling, tree, value_fn=value_fn, count_col=count_col,
                       batch_size=est.batch_size)
@@ -270,7 +323,17 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
         Grow on one part of each tree's subsample, estimate leaves on the other.
     honesty_fraction : float, default 0.5
         Share of the subsample used for growing.
-    min_samples_leaf : int, default 5
+    min_samples_leaf : int or None, default None
+        Fewest rows of the tree's split half in a child: 5 when None, or 1 with
+        ``min_node_size`` (:func:`size_rules`). Rows, not sample weights, as in grf.
+    min_node_size : int or None, default None
+        grf's ``min.node.size``: nodes of at most this many rows are not split and
+        children may be smaller (down to ``min_samples_leaf`` and the ``alpha`` rule).
+        ``None``: scikit-learn's rule, a node splits only into two children of
+        ``min_samples_leaf`` rows each.
+    alpha : float or None, default None
+        grf's balance rule: each child needs ``ceil(alpha * rows of the node)`` rows, in
+        ``[0, 0.25]``. None: grf's 0.05 with ``min_node_size``, else 0.
     max_depth : int or None, default None
     max_features : None, int, float, "sqrt" or "log2", default None
         Features tried per node; ``None`` is GRF's ``min(ceil(sqrt(d) + 20), d)``.
@@ -329,11 +392,13 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
             "id, so a row of weight 2 is drawn once where its two copies would be drawn independently"),
     }
 
-    def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
-                 max_depth=None, max_features=None, max_bins=255, ci_group_size=1, batch_size=None,
-                 random_state=None, equalize_cluster_weights=False, warm_start=False,
+    def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=None,
+                 min_node_size=None, alpha=None, max_depth=None, max_features=None, max_bins=255, ci_group_size=1,
+                 batch_size=None, random_state=None, equalize_cluster_weights=False, warm_start=False,
                  categorical_features="from_dtype"):
         self.n_estimators = n_estimators
+        self.min_node_size = min_node_size
+        self.alpha = alpha
         self.categorical_features = categorical_features
         self.max_samples = max_samples
         self.honest = honest
@@ -366,6 +431,8 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
         """Defaults for the parameters that older model files lack (clusters, warm start)."""
         self.__dict__.setdefault("equalize_cluster_weights", False)
         self.__dict__.setdefault("warm_start", False)
+        self.__dict__.setdefault("min_node_size", None)
+        self.__dict__.setdefault("alpha", None)
 
     def _check_params(self):
         """Validate the parameters before any data is touched; returns the seed.
@@ -441,7 +508,8 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
                                           clusters=layout)
         if start is not None and start.trees:
             _check_value_width(start.trees, n_out + 2)
-        crit = VarianceCriterion(n_out, min_samples_leaf=self.min_samples_leaf, count_channel=True)
+        _, min_leaf, alpha = size_rules(self)
+        crit = VarianceCriterion(n_out, min_samples_leaf=min_leaf, count_channel=True, alpha=alpha)
         # Trees grow on the standardised outcome (target_standardisation); values map back.
         channels = crit.make_channels((y2 - shift) / scale, g)
 

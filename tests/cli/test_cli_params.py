@@ -37,6 +37,9 @@ def _one_error(main, argv, capsys, prog="forest-train"):
     (REGRESSION, ["--param", "ci_group_size=2.5"], r"ci_group_size must be an int, got 2.5"),
     (REGRESSION, ["--max-bins", "300"], r"--max-bins 300: max_bins must be in \[2, 255\]"),
     (REGRESSION, ["--min-samples-leaf", "x"], r"--min-samples-leaf expects int, got 'x'"),
+    (REGRESSION, ["--min-node-size", "0"], r"--min-node-size 0: min_node_size must be >= 1 or None, got 0"),
+    (REGRESSION, ["--param", "alpha=0.3"], r"--param alpha=0.3: alpha must be a number in \[0, 0.25\] or None"),
+    (CAUSAL, ["--min-node-size", "3"], r"model 'causal' \(CausalForest\) has no parameter 'min_node_size'"),
     (GBDT, ["--learning-rate", "-1"], r"--learning-rate -1: learning_rate must be > 0"),
     (GBDT, ["--param", "l2_regularization=abc"], r"l2_regularization must be a real number, got 'abc'"),
     (GBDT, ["--param", "backend=gpu"], r"--param backend=gpu: backend must be one of"),
@@ -63,6 +66,15 @@ def test_good_parameters_are_accepted(small_parquet, tmp_path):
     params = model_io.load(out).get_params()
     assert params["max_features"] == "sqrt" and params["honest"] is False and params["alpha"] == 0.1
     assert params["max_depth"] is None
+
+
+def test_grf_size_rules_reach_the_regression_forest(small_parquet, tmp_path):
+    out = str(tmp_path / "m.model")
+    assert train.main([small_parquet, "--out", out] + REGRESSION + ["--min-node-size", "3", "--param", "alpha=0.1"]) == 0
+    from forest.io import model_io
+
+    params = model_io.load(out).get_params()
+    assert (params["min_node_size"], params["alpha"], params["min_samples_leaf"]) == (3, 0.1, None)
 
 
 def test_quantized_option_trains_a_quantized_model(small_parquet, tmp_path):
