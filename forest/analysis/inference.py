@@ -228,6 +228,66 @@ def _blb_finish(theta, between, within, n_good, L):
     return theta, var
 
 
+def ratio_blb_variance(tree_values, k, ci_group_size, valid=None):
+    """Bootstrap-of-little-bags variance of a regression forest's ratio estimate.
+
+    A regression forest predicts ``mu = num / den``, the ratio of its trees' averaged
+    leaf sums (``num_b = sum w y / rows``, ``den_b = sum w / rows`` of the leaf the point
+    reaches in tree ``b``; grf's forest-weighted mean). Linearised in the trees' sums,
+    tree ``b`` deviates by ``psi_b = (num_b - mu den_b) / den`` (forest average exactly
+    zero), and the rest is :func:`blb_variance`'s: ``Var = mean_q psibar_q^2`` over the
+    groups of ``ci_group_size`` trees, less the Monte-Carlo noise (within-group variance
+    / group size), made non-negative by the same posterior mean. Without sample weights
+    ``den_b = 1`` and ``psi_b`` is the tree's leaf mean minus the forest's, grf's
+    regression variance.
+
+    Parameters
+    ----------
+    tree_values : ndarray of float64, shape (n, B, >= k + 2)
+        Each tree's leaf values at each point: ``[num_0 .. num_{k-1}, rows, den]``.
+        Trees ``q*L .. q*L+L-1`` form group ``q``; a trailing partial group is ignored.
+    k : int
+        Outputs.
+    ci_group_size : int
+        ``L >= 2``.
+    valid : ndarray of bool, shape (n, B), optional
+        Trees that may enter at each point (out-of-bag estimates: the trees that left
+        the row out); a group counts only where all its trees may, as in grf.
+
+    Returns
+    -------
+    mu : ndarray, shape (n, k)
+        The estimate over the usable groups' trees.
+    var : ndarray, shape (n, k)
+        NaN where fewer than two groups are usable.
+    """
+    tree_values = np.asarray(tree_values, dtype=np.float64)
+    L, G = _check_groups(ci_group_size, tree_values.shape[1])
+    n = tree_values.shape[0]
+    tv = tree_values[:, : G * L]
+    num, den = tv[..., :k], tv[..., k + 1]
+    usable = den > 0                                   # a leaf without weight says nothing
+    if valid is not None:
+        usable &= np.asarray(valid, dtype=bool)[:, : G * L]
+    good = usable.reshape(n, G, L).all(axis=2)         # (n, G)
+    n_good = good.sum(axis=1)
+    gmask = np.repeat(good, L, axis=1)                 # (n, G*L)
+    used = np.maximum(n_good * L, 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        num_bar = np.where(gmask[..., None], num, 0.0).sum(axis=1) / used[:, None]
+        den_bar = np.where(gmask, den, 0.0).sum(axis=1) / used
+        mu = num_bar / den_bar[:, None]
+        psi = np.where(gmask[..., None], (num - mu[:, None, :] * den[..., None]) / den_bar[:, None, None], 0.0)
+    psi = psi.reshape(n, G, L, k)
+    ng = np.maximum(n_good, 1)[:, None]
+    group_mean = psi.mean(axis=2)                                        # (n, G, k)
+    between = (group_mean ** 2).sum(axis=1) / ng
+    within = ((psi - group_mean[:, :, None]) ** 2).sum(axis=(1, 2)) / (ng * (L - 1))
+    with np.errstate(invalid="ignore"):
+        mu3, var = _blb_finish(mu[..., None], between[..., None], within[..., None], n_good, L)
+    return mu3[..., 0], var[..., 0]
+
+
 #: NumPy's pairwise summation: blocks of at most this many terms are summed directly.
 _PAIRWISE_BLOCK = 128
 

@@ -453,6 +453,7 @@ def forest_geometry(workload, spec, constants=None):
     """
     from forest.engine.growth_options import current_engine_options
     from forest.engine.honest_forest import PROGRESS_MIN_BATCH, auto_batch_size
+    from forest.engine.subsample import little_bag_size
     from forest.estimators.regression_forest import resolve_mtry, size_rules
 
     constants = calibration() if constants is None else constants
@@ -478,7 +479,8 @@ def forest_geometry(workload, spec, constants=None):
     if spec.progress:  # grow_honest_forest's rule: at least ten progress updates
         batch = min(batch, max(PROGRESS_MIN_BATCH, _ceil_div(spec.n_trees, 10)))
     # the causal forest's nuisance forests are RegressionForests with ci_group_size 1
-    ci = int(prm.get("ci_group_size", 1)) if spec.family == workload_family(workload) else 1
+    ci = little_bag_size(prm.get("ci_group_size", 1), float(prm["max_samples"])) \
+        if spec.family == workload_family(workload) else 1
     if ci > 1:
         batch = max(ci, batch - batch % ci)
     batches = [min(batch, spec.n_trees - i) for i in range(0, spec.n_trees, batch)]

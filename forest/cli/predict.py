@@ -19,6 +19,7 @@ import time
 from forest.cli.common import (CLIError, Parser, agree, categorical_names, check_not_input, check_unique,
                                feature_input, guarded, load_model, model_feature_names, numeric_columns, plan_source,
                                run_tool, world)
+from forest.estimators.base import predicts_effects
 from forest.cli.output import ParquetOutput, Spill, receive_in_rank_order, send_spill
 
 PROG = "forest-predict"
@@ -44,7 +45,8 @@ def build_parser():
     p.add_argument("--keep", nargs="+", default=[], metavar="COL",
                    help="input columns (e.g. ids) copied to the output")
     p.add_argument("--interval", action="store_true",
-                   help="add tau_lower/tau_upper confidence bounds (causal models)")
+                   help="add confidence bounds: tau_lower/tau_upper (causal and instrumental models), "
+                        "prediction_lower/prediction_upper (regression forests)")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="1 - confidence level of --interval (default 0.05)")
     return p
@@ -140,10 +142,10 @@ def _body(argv):
         names = model_feature_names(est, header)
         if not names:
             raise ValueError(f"model file {args.model!r} does not record its feature names")
-        causal = meta.get("model") == "causal" or hasattr(est, "predict_interval")
-        if args.interval and not hasattr(est, "predict_interval"):
+        causal = meta.get("model") == "causal" or predicts_effects(est)
+        if args.interval and not (hasattr(est, "predict_interval") and not hasattr(est, "predict_proba")):
             raise ValueError(f"model file {args.model!r} holds a {type(est).__name__}; --interval "
-                             f"needs a causal model")
+                             f"needs a causal, instrumental or regression forest")
         if comm.rank == 0:
             model_io.check_writable(args.out)
         return est, names, causal

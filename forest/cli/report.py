@@ -22,6 +22,7 @@ training rows is refused with one line. The report says which rows it used.
 import json
 import sys
 
+from forest.estimators.base import predicts_effects
 from forest.cli.common import (CLIError, Parser, categorical_names, check_not_input, env_rank, feature_input,
                                load_model, model_feature_names, numeric_columns, run_tool)
 
@@ -246,7 +247,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
             lines += ["", f"Qini and RATE {ranking.describe()}."]
         except ValueError as exc:     # e.g. an outcome with NaN: no half forest, so no honest ranking
             ranking_error = str(exc).strip().splitlines()[0]
-    if hasattr(est, "predict_interval") and observed and len(labels) == 1:
+    if predicts_effects(est) and observed and len(labels) == 1:
         t, y = shard.columns[t_col], shard.columns[y_col]
         if type(est).__name__ == "InstrumentalForest":
             # the observed treatment is endogenous: treated minus control is confounded
@@ -270,7 +271,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
                 figures["qini"] = rep.qini_figure(qc)
         else:
             lines += ["", f"(no Qini curve: {t_col!r} is not a binary 0/1 treatment with both arms)"]
-    if hasattr(est, "predict_interval") and observed and hasattr(est, "dr_scores"):
+    if predicts_effects(est) and observed and hasattr(est, "dr_scores"):
         _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, values, ranking,
                       ranking_error)
     return report, figures, "\n".join(lines)

@@ -107,6 +107,19 @@ def _codes_parallel(seed, trees, ids, group_size, keep_frac, honest, honesty_fra
                      per_cluster, out)
 
 
+def little_bag_size(ci_group_size, sample_fraction):
+    """Trees per little bag of a fit: ``ci_group_size``, or for ``None`` grf's 2 where each tree's
+    subsample fits in half of the data (``sample_fraction <= 0.5``) and 1 otherwise.
+
+    ``RegressionForest`` defaults to ``None``: its variance estimates need little bags
+    (as grf's ``regression_forest``, whose ``ci.group.size`` is 2), yet a larger sample
+    fraction alone must not become an error.
+    """
+    if ci_group_size is None:
+        return 2 if sample_fraction <= 0.5 else 1
+    return int(ci_group_size)
+
+
 def keep_fraction(sample_fraction, ci_group_size):
     """Per-tree keep probability inside the tree's pool (the group's half, or all rows)."""
     return 2.0 * sample_fraction if ci_group_size > 1 else sample_fraction

@@ -300,6 +300,15 @@ class ClassifierMixin(_SupervisedMixin):
     _score_metric = "accuracy_score"
 
 
+def predicts_effects(estimator):
+    """Whether an estimator's predictions are treatment effects (the causal and instrumental forests).
+
+    The command-line tools and the report name such columns ``tau`` and add the effect
+    analyses; other models with intervals (a regression forest's) are not effects.
+    """
+    return bool(getattr(type(estimator), "_predicts_effects", False))
+
+
 def check_is_fitted(estimator, attribute):
     """Raise scikit-learn's ``NotFittedError`` unless ``estimator`` has ``attribute``.
 

@@ -43,6 +43,8 @@ class EffectForestBase(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Estimat
     ``y_ndim_`` and ``sampling_``.
     """
 
+    _predicts_effects = True      # forest.estimators.base.predicts_effects
+
     #: scikit-learn checks that cannot hold for these estimators, with the reason: the same
     #: as the regression forest's (their trees subsample rows the same way).
     _expected_failed_checks = dict(RegressionForest._expected_failed_checks)
@@ -70,8 +72,9 @@ class EffectForestBase(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Estimat
 
     def _nuisance_params(self):
         """Parameters of the nuisance forests (besides their tree count and seed)."""
+        # no little bags (grf's nuisance forests: ci.group.size = 1): only their out-of-bag means are used
         return dict(max_samples=0.5, honest=True, min_samples_leaf=self.min_samples_leaf, max_bins=self.max_bins,
-                    max_features=self.max_features, batch_size=self.batch_size)
+                    max_features=self.max_features, batch_size=self.batch_size, ci_group_size=1)
 
     def _centering(self, X, targets, g, given, binned, seed, comm, stage, warm, layout, gids):
         """Nuisance estimates (centering) of each target in :attr:`_nuisance_specs`, and :attr:`nuisance_`.

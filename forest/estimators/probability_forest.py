@@ -83,7 +83,9 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
     honest, honesty_fraction, min_samples_leaf, min_node_size, alpha, max_depth, max_features, max_bins
         As in :class:`RegressionForest`, with its defaults.
     ci_group_size, batch_size, categorical_features, random_state, equalize_cluster_weights, warm_start
-        As in :class:`RegressionForest`, with its defaults.
+        As in :class:`RegressionForest`, with its defaults (``ci_group_size=None`` gives no
+        little bags at the default ``max_samples=0.8``: ``predict_var`` and
+        ``predict_interval``, of the class probabilities, need ``max_samples <= 0.5``).
 
     Attributes
     ----------
@@ -114,7 +116,7 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
     """
 
     def __init__(self, n_estimators=200, *, max_samples=0.8, honest=True, honesty_fraction=0.5, min_samples_leaf=None,
-                 min_node_size=None, alpha=None, max_depth=None, max_features=None, max_bins=255, ci_group_size=1,
+                 min_node_size=None, alpha=None, max_depth=None, max_features=None, max_bins=255, ci_group_size=None,
                  batch_size=None, random_state=None, equalize_cluster_weights=False, warm_start=False,
                  categorical_features="from_dtype", oob_score=False):
         # max_samples's default differs from RegressionForest's, and oob_score is the
@@ -300,6 +302,12 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
         if missing.any():
             proba[missing] = self.predict_proba(X)[missing]
         return proba
+
+    def _interval_center(self, X):
+        return self.predict_proba(X)
+
+    def _oob_interval_center(self, X, comm, clusters):
+        return self.oob_predict_proba(X, comm=comm, clusters=clusters)
 
     def oob_predict(self, X=None, *, comm=None, clusters=None):
         """Out-of-bag class labels of this rank's training rows (the argmax of :meth:`oob_predict_proba`).

@@ -27,9 +27,12 @@ from forest.estimators.explanations import ShapMixin
 from forest.engine.growth_options import TreeParams
 from forest.engine.honest_forest import ForestSpec, global_ids, grow_honest_forest, oob_average, oob_sums_binned
 from forest.engine.importance import depth_weighted_importance, gain_importance
+from forest.engine.subsample import little_bag_size
 from forest.engine.predictor import predict_values, predict_values_binned
 from forest.io.training_rows import TrainingRowsMixin
 from forest.estimators.forest_weights import ForestWeightsMixin
+from forest.estimators.regression_variance import RegressionVarianceMixin
+from forest.estimators.local_linear import LocalLinearMixin
 from forest.io import model_checks, model_io
 
 
@@ -190,10 +193,10 @@ def check_forest_params(est):
         A parameter out of range.
     """
     grf_sizes = hasattr(est, "min_node_size")      # the forests that offer grf's size rules
-    check_param_types(est, ints=("n_estimators", "max_bins", "ci_group_size") + (() if grf_sizes else
-                                                                                ("min_samples_leaf",)),
+    check_param_types(est, ints=("n_estimators", "max_bins") + (() if grf_sizes else
+                                                               ("min_samples_leaf", "ci_group_size")),
                       optional_ints=("max_depth", "batch_size", "random_state")
-                      + (("min_samples_leaf", "min_node_size") if grf_sizes else ()),
+                      + (("min_samples_leaf", "min_node_size", "ci_group_size") if grf_sizes else ()),
                       reals=("max_samples", "honesty_fraction"), bools=("honest", "equalize_cluster_weights"))
     resolve_mtry(est.max_features, 1)  # every accepted form of max_features, whatever the data
     if not isinstance(est.n_estimators, (int, np.integer)) or est.n_estimators < 1:
@@ -220,7 +223,8 @@ def check_forest_params(est):
         raise ValueError(f"batch_size must be >= 1 or None, got {est.batch_size}")
     # Little bags of ci_group_size trees share a half-sample, so each tree's subsample
     # must fit inside half of the data.
-    if est.ci_group_size < 1 or (est.ci_group_size > 1 and est.max_samples > 0.5):
+    group = little_bag_size(est.ci_group_size, est.max_samples)
+    if group < 1 or (group > 1 and est.max_samples > 0.5):
         raise ValueError(f"ci_group_size must be >= 1, and max_samples <= 0.5 when it is > 1; got "
                          f"{est.ci_group_size}, {est.max_samples}")
     seed = 0 if est.random_state is None else est.random_state
@@ -311,7 +315,8 @@ def n_estimators_fitted(packed):
     return len(packed["tree_offsets"]) - 1
 
 
-class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, EstimatorBase):
+class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, ForestWeightsMixin, TrainingRowsMixin,
+                       RegressorMixin, EstimatorBase):
     """Honest random forest regression on binned histograms (GRF's ``regression_forest``).
 
     Parameters
@@ -338,9 +343,10 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
     max_features : None, int, float, "sqrt" or "log2", default None
         Features tried per node; ``None`` is GRF's ``min(ceil(sqrt(d) + 20), d)``.
     max_bins : int, default 255
-    ci_group_size : int, default 1
-        Trees per little bag (only the sampling scheme; the regression forest does
-        not report variances).
+    ci_group_size : int or None, default None
+        Trees per little bag (groups of trees sharing a half-sample), which
+        :meth:`predict_var` and :meth:`predict_interval` need (2 or more). ``None``: grf's
+        2 when ``max_samples <= 0.5``, else 1 (no variance estimates).
     batch_size : int or None, default None
         Trees grown together level by level (``None``: chosen from a memory budget).
     categorical_features : "from_dtype", list of str or int, array-like of bool, or None, default "from_dtype"
@@ -393,7 +399,7 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
     }
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=None,
-                 min_node_size=None, alpha=None, max_depth=None, max_features=None, max_bins=255, ci_group_size=1,
+                 min_node_size=None, alpha=None, max_depth=None, max_features=None, max_bins=255, ci_group_size=None,
                  batch_size=None, random_state=None, equalize_cluster_weights=False, warm_start=False,
                  categorical_features="from_dtype"):
         self.n_estimators = n_estimators
@@ -732,7 +738,8 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
         Returns
         -------
         ndarray, shape (n_local,) or (n_local, n_outputs)
-            NaN for rows no tree left out.
+            A row that every tree drew (few trees, or little bags: a group's trees share
+            its half-sample) takes the whole forest's prediction, as in ``oob_prediction_``.
         """
         if X is None:
             check_is_fitted(self, "estimators_")
@@ -749,8 +756,11 @@ class RegressionForest(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Regress
         gids, _ = global_ids(comm, len(X))
         layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
                                   fitted=self.sampling_.get("clusters", False))
-        avg, _ = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
+        avg, cnt = oob_average(self.estimators_, X, gids, self.sampling_, clusters=layout)
         avg = self._forest_ratio(avg)
+        if (cnt == 0).any():
+            # rows every tree drew: the whole forest's prediction, as fit's oob_prediction_ has
+            avg[cnt == 0] = self._predict_raw(X[cnt == 0])
         return avg[:, 0] if self.n_outputs_ == 1 else avg
 
 

@@ -20,6 +20,7 @@ nuisance estimates.
 """
 import warnings
 
+from forest.engine.subsample import little_bag_size
 from forest.io.checkpoint import Stage, as_checkpoint, open_run
 from forest.io.fingerprint import data_fingerprint, mapper_digest
 from forest.engine.honest_forest import ForestStart, fit_binning, oob_sums_binned
@@ -31,7 +32,7 @@ SAMPLING_KEYS = ("seed", "sample_fraction", "ci_group_size", "honest", "honesty_
 
 def forest_sampling(est, seed, clustered):
     """The ``sampling_`` dict of a forest fit (what decides each tree's rows)."""
-    return dict(seed=int(seed), sample_fraction=float(est.max_samples), ci_group_size=int(est.ci_group_size),
+    return dict(seed=int(seed), sample_fraction=float(est.max_samples), ci_group_size=little_bag_size(est.ci_group_size, est.max_samples),
                 honest=bool(est.honest), honesty_fraction=float(est.honesty_fraction), clusters=bool(clustered))
 
 

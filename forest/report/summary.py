@@ -35,6 +35,7 @@ import numpy as np
 
 from forest.engine import importance
 from forest.engine.tree import Tree
+from forest.estimators.base import predicts_effects
 
 #: GRF's defaults for the depth-weighted split frequency.
 GRF_DECAY_EXPONENT = 2.0
@@ -123,7 +124,7 @@ def column_names(estimator, prefix, trailing_shape):
     list of str
     """
     arms = None
-    if getattr(estimator, "treatment_type_", None) == "categorical" and hasattr(estimator, "predict_interval"):
+    if getattr(estimator, "treatment_type_", None) == "categorical" and predicts_effects(estimator):
         arms = [str(c) for c in np.asarray(estimator.classes_)[1:]]
     elif hasattr(estimator, "leaf_outcomes_"):
         # a quantile forest's columns are its quantile levels: prediction_q0.1, ...
@@ -157,7 +158,7 @@ def summarised_quantity(estimator, out_of_bag=None):
         column per effect component), class probabilities (of the second class only
         when there are two; one column per class otherwise) or predictions.
     """
-    if hasattr(estimator, "predict_interval"):
+    if predicts_effects(estimator):
         def effects(X):
             tau = np.asarray((out_of_bag or estimator.predict)(X), dtype=np.float64)
             width = int(np.prod(tau.shape[1:], dtype=np.int64))

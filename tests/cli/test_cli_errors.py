@@ -115,8 +115,22 @@ def test_model_file_problems(small_parquet, tmp_path, capsys):
     assert train.main([small_parquet, "--out", model] + TRAIN_REG) == 0
     capsys.readouterr()
     pred = str(tmp_path / "p.parquet")
-    _expect_error(predict.main, [model, small_parquet, "--out", pred, "--interval"], capsys,
-                  r"holds a RegressionForest; --interval needs a causal model", prog="forest-predict")
+    gbdt = str(tmp_path / "gb.model")
+    assert train.main([small_parquet, "--out", gbdt] + TRAIN_REG[2:] + ["--model", "gbdt-regressor"]) == 0
+    capsys.readouterr()
+    _expect_error(predict.main, [gbdt, small_parquet, "--out", pred, "--interval"], capsys,
+                  r"holds a GBDTRegressor; --interval needs a causal, instrumental or regression forest",
+                  prog="forest-predict")
+    # a regression forest has intervals (little bags of 2 trees by default)
+    written = str(tmp_path / "intervals.parquet")
+    assert predict.main([model, small_parquet, "--out", written, "--interval"]) == 0
+    capsys.readouterr()
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(written)
+    assert {"prediction", "prediction_lower", "prediction_upper"} <= set(table.column_names)
+    lower, mid, upper = (table[c].to_numpy() for c in ("prediction_lower", "prediction", "prediction_upper"))
+    assert (lower <= mid).all() and (mid <= upper).all() and (upper > lower).any()
     _expect_error(predict.main, [small_parquet, small_parquet, "--out", pred], capsys,
                   r"is not a histforest model file", prog="forest-predict")
     data = open(model, "rb").read()

@@ -34,7 +34,7 @@ def _one_error(main, argv, capsys, prog="forest-train"):
     (CAUSAL, ["--param", "treatment_type=weird"], r"treatment_type must be one of"),
     (CAUSAL[:4] + FEATURES, ["--param", "nuisance_estimators=0"], r"nuisance_estimators must be >= 1"),
     (CAUSAL, ["--param", "imbalance_penalty=-1"], r"imbalance_penalty must be >= 0"),
-    (REGRESSION, ["--param", "ci_group_size=2.5"], r"ci_group_size must be an int, got 2.5"),
+    (REGRESSION, ["--param", "ci_group_size=2.5"], r"ci_group_size must be an int or None, got 2.5"),
     (REGRESSION, ["--max-bins", "300"], r"--max-bins 300: max_bins must be in \[2, 255\]"),
     (REGRESSION, ["--min-samples-leaf", "x"], r"--min-samples-leaf expects int, got 'x'"),
     (REGRESSION, ["--min-node-size", "0"], r"--min-node-size 0: min_node_size must be >= 1 or None, got 0"),

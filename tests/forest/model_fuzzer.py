@@ -294,6 +294,7 @@ def exercise(est, X):
         except ValueError as exc:  # documented: fewer than two little bags of trees
             if "variance estimates need" not in str(exc):
                 raise
+    if hasattr(est, "dr_scores"):
         # Held-out doubly robust scores walk the nuisance forests too.
         levels = est.classes_ if est.classes_ is not None else np.array([0.0, 1.0])
         t = levels[np.arange(len(X)) % len(levels)]
