@@ -288,6 +288,37 @@ def ratio_blb_variance(tree_values, k, ci_group_size, valid=None):
     return mu3[..., 0], var[..., 0]
 
 
+def tree_jackknife_error(tree_values, k, valid, y):
+    """grf's out-of-bag error decomposition of a regression forest's ratio estimate.
+
+    Parameters
+    ----------
+    tree_values : ndarray of float64, shape (n, B, >= k + 2)
+        Each tree's leaf values at each training row: ``[num_0 .. num_{k-1}, rows, den]``.
+    k : int
+    valid : ndarray of bool, shape (n, B)
+        The trees that left each row out.
+    y : ndarray of float64, shape (n, k)
+
+    Returns
+    -------
+    debiased, excess : ndarray, shape (n, k)
+        ``excess = sum_b (mu_b - mu)^2 / (B (B - 1))`` over the ``B`` valid trees with
+        weight in the leaf (``mu_b = num_b / den_b``, ``mu = sum num / sum den``), and
+        ``debiased = (mu - y)^2 - excess``; NaN where ``B < 2``.
+    """
+    num, den = tree_values[..., :k], tree_values[..., k + 1]
+    use = np.asarray(valid, dtype=bool) & (den > 0)
+    B = use.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mu = np.where(use[..., None], num, 0.0).sum(axis=1) / np.where(use, den, 0.0).sum(axis=1)[:, None]
+        mu_b = num / np.where(use, den, 1.0)[..., None]
+        dev = np.where(use[..., None], (mu_b - mu[:, None, :]) ** 2, 0.0).sum(axis=1)
+        excess = dev / (B * (B - 1.0))[:, None]
+    excess[B < 2] = np.nan
+    return (mu - y) ** 2 - excess, excess
+
+
 #: NumPy's pairwise summation: blocks of at most this many terms are summed directly.
 _PAIRWISE_BLOCK = 128
 

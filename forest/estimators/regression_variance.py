@@ -16,8 +16,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-from forest._validation import validate_features
-from forest.analysis.inference import ratio_blb_variance
+from forest._validation import as_columns, check_target, validate_features
+from forest.analysis.inference import ratio_blb_variance, tree_jackknife_error
 from forest.engine.clusters import layout_rows, resolve_clusters
 from forest.engine.honest_forest import global_ids
 from forest.engine.predictor import predict_leaves, predict_leaves_binned
@@ -144,16 +144,58 @@ class RegressionVarianceMixin:
         center = self._oob_interval_center(X, comm, clusters)
         return _interval(center, self.oob_predict_var(X, comm=comm, clusters=clusters), alpha)
 
-    def _training_codes(self, X, comm, clusters):
+    def oob_error_estimates(self, y, X=None, *, comm=None, clusters=None):
+        """grf's out-of-bag error estimates of the training rows: ``(debiased_error, excess_error)``.
+
+        ``excess_error`` is the Monte-Carlo part of the squared out-of-bag error, what a
+        forest of finitely many trees adds to an infinite forest's: the jackknife
+        ``sum_b (mu_b - mu)^2 / (B (B - 1))`` over the ``B`` trees that left the row out
+        (``mu_b`` a tree's leaf mean, ``mu`` the out-of-bag prediction). ``debiased_error``
+        is ``(mu - y)^2 - excess_error``, an estimate of the infinite forest's squared
+        error (grf's ``debiased.error``; its mean is what grf's tuning minimises).
+
+        Parameters
+        ----------
+        y : array-like, shape (n_local,) or (n_local, n_outputs)
+            The training outcomes of this rank, as passed to ``fit``.
+        X, comm, clusters
+            As :meth:`oob_predict_var`.
+
+        Returns
+        -------
+        debiased_error, excess_error : ndarray, shape (n_local,) or (n_local, n_outputs)
+            NaN for rows left out by fewer than two trees.
+        """
+        codes, gids, layout = self._training_codes(X, comm, clusters, need_groups=False)
+        y = as_columns(check_target(y, "y", len(gids), estimator=self))
+        k = self.n_outputs_
+        if y.shape[1] != k:
+            raise ValueError(f"y has {y.shape[1]} output(s), the forest {k}")
+        debiased = np.empty((len(gids), k))
+        excess = np.empty((len(gids), k))
+        n_trees = len(self.estimators_["tree_offsets"]) - 1
+        offsets = self.estimators_["tree_offsets"][:-1]
+        for lo, hi in self._chunks(len(gids)):
+            leaves = predict_leaves_binned(self.estimators_, codes, self.bin_mapper_.missing_bin_,
+                                           rows=np.arange(lo, hi))
+            roles = forest_row_codes(self.sampling_, n_trees, gids[lo:hi], layout_rows(layout, lo, hi))
+            debiased[lo:hi], excess[lo:hi] = tree_jackknife_error(
+                self.estimators_["value"][leaves + offsets[None, :]], k, (roles == OUT).T, y[lo:hi])
+        return self._shape(debiased), self._shape(excess)
+
+    def _training_codes(self, X, comm, clusters, need_groups=True):
         """``(codes (n_features, n), gids (n,), cluster layout or None)`` of this rank's training rows."""
-        self._group_size()
+        if need_groups:
+            self._group_size()
+        else:
+            check_is_fitted(self, "estimators_")
         if X is None:
             if clusters is not None:
                 raise ValueError("clusters go with X: without X the fit's own rows and clusters are used")
             source = getattr(self, "_weights_source_", None)
             if source is None:
-                raise ValueError("out-of-bag variances without X exist only in the process that ran fit; pass the "
-                                 "training rows: oob_predict_var(X)")
+                raise ValueError("out-of-bag estimates without X exist only in the process that ran fit; pass the "
+                                 "training rows X")
             return source.codes, source.gids, source.clusters
         comm = world() if comm is None else comm
         with collective_checks(comm):

@@ -181,3 +181,55 @@ def test_variances_same_for_any_rank_count(comm):
     np.testing.assert_allclose(dist.oob_predict_var(), ref.oob_predict_var()[sl], rtol=1e-9, atol=1e-15)
     np.testing.assert_allclose(dist.oob_predict_var(X[sl], comm=comm, clusters=clusters[sl]),
                                ref.oob_predict_var()[sl], rtol=1e-9, atol=1e-15)
+    for got, want in zip(dist.oob_error_estimates(y[sl]), ref.oob_error_estimates(y)):
+        np.testing.assert_allclose(got, want[sl], rtol=1e-9, atol=1e-15)
+
+
+def test_tree_jackknife_error_equals_its_definition():
+    from forest.analysis.inference import tree_jackknife_error
+
+    rng = np.random.default_rng(4)
+    n, B, k = 25, 12, 2
+    tv = np.empty((n, B, k + 2))
+    den = rng.uniform(0.3, 2.0, (n, B))
+    den[rng.random((n, B)) < 0.05] = 0.0
+    tv[..., :k] = rng.normal(size=(n, B, k)) * den[..., None]
+    tv[..., k] = 1.0
+    tv[..., k + 1] = den
+    valid = rng.random((n, B)) < 0.6
+    valid[0] = False
+    valid[1] = False
+    valid[1, 3] = True                    # one tree: no jackknife
+    y = rng.normal(size=(n, k))
+    debiased, excess = tree_jackknife_error(tv, k, valid, y)
+    for i in range(n):
+        trees = [b for b in range(B) if valid[i, b] and den[i, b] > 0]
+        if len(trees) < 2:
+            assert np.isnan(excess[i]).all() and np.isnan(debiased[i]).all()
+            continue
+        mu = tv[i, trees, :k].sum(axis=0) / den[i, trees].sum()
+        dev = sum((tv[i, b, :k] / den[i, b] - mu) ** 2 for b in trees) / (len(trees) * (len(trees) - 1))
+        np.testing.assert_allclose(excess[i], dev, rtol=1e-12)
+        np.testing.assert_allclose(debiased[i], (mu - y[i]) ** 2 - dev, rtol=1e-12)
+
+
+def test_debiased_error_estimates_the_error_of_a_larger_forest():
+    """grf's debiased.error: the out-of-bag error of 20 trees, less the jackknife Monte-Carlo part,
+    estimates the error of many trees (here 1000 trees' raw out-of-bag error) far better than the
+    raw error of the 20 trees does."""
+    rng = np.random.default_rng(0)
+    n = 2000
+    X = rng.normal(size=(n, 5))
+    y = X[:, 0] + np.sin(2 * X[:, 1]) + rng.normal(size=n)
+    small = RegressionForest(20, random_state=1).fit(X, y, comm=SELF)
+    big = RegressionForest(1000, random_state=2).fit(X, y, comm=SELF)
+    debiased, excess = small.oob_error_estimates(y)
+    target = np.mean((big.oob_predict() - y) ** 2)
+    raw = np.mean((small.oob_predict() - y) ** 2)
+    ok = np.isfinite(debiased)
+    assert ok.mean() > 0.99 and (excess[ok] >= 0).all()
+    assert abs(np.mean(debiased[ok]) - target) < 0.35 * (raw - target), (np.mean(debiased[ok]), raw, target)
+    np.testing.assert_allclose(small.oob_error_estimates(y, X, comm=SELF)[0], debiased, rtol=0, atol=0,
+                               equal_nan=True)
+    with pytest.raises(ValueError, match="y has"):
+        small.oob_error_estimates(np.column_stack([y, y]))
