@@ -135,6 +135,54 @@ def test_calibration(comm, rows, contrasts=None):
                          note=_covariance_note(rows) + "; one-sided p-values")
 
 
+def regression_calibration(comm, predictions, y, weight, layout=None):
+    """grf's calibration test of a regression forest's (out-of-bag) predictions.
+
+    Weighted least squares of ``y`` on the weighted mean prediction (a constant column)
+    and the prediction's deviation from it, without intercept: both coefficients are 1
+    for a calibrated forest; a differential coefficient above 0 says the forest's
+    variation is real.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    predictions, y : ndarray, shape (n_local, k)
+    weight : ndarray, shape (n_local,)
+    layout : forest.engine.clusters.ClusterLayout, optional
+        Cluster-robust standard errors over these clusters.
+
+    Returns
+    -------
+    forest.analysis.result.EstimateTable
+        Terms ``mean.forest.prediction``, ``differential.forest.prediction`` (one row per
+        output when ``k > 1``), HC3 standard errors, one-sided p-values.
+    """
+    k = predictions.shape[1]
+    sums = np.concatenate([(weight[:, None] * predictions).sum(axis=0), [weight.sum()]])
+    if comm.size > 1:
+        sums = col.allreduce(comm, sums)
+    mean = sums[:-1] / sums[-1]
+    fits = []
+    for j in range(k):
+        design = np.column_stack([np.full(len(y), mean[j]), predictions[:, j] - mean[j]])
+        try:
+            fits.append(robust_ols(comm, design, y[:, j], weight, layout, vcov="HC3"))
+        except ValueError as exc:
+            if "singular" not in str(exc):
+                raise
+            raise ValueError("the calibration test is undefined here: the forest's predictions are constant "
+                             "(or their mean is zero), so its two regressors are collinear") from None
+    note = ("HC3 heteroskedasticity-robust standard errors" if layout is None else
+            f"HC3 cluster-robust standard errors ({layout.n_clusters} clusters)") + "; one-sided p-values"
+    title = "Best linear fit using forest predictions (out-of-bag) and their mean"
+    if k == 1:
+        return EstimateTable(CALIBRATION_TERMS, fits[0].coef, fits[0].stderr, title=title, dof=fits[0].dof,
+                             alternative="greater", note=note)
+    return EstimateTable(CALIBRATION_TERMS, np.stack([f.coef for f in fits]), np.stack([f.stderr for f in fits]),
+                         title=title, dof=min(f.dof for f in fits), alternative="greater",
+                         contrasts=[f"output {j}" for j in range(k)], note=note)
+
+
 def _contrast_names(contrasts, E):
     names = [f"effect {j}" for j in range(E)] if contrasts is None else list(contrasts)
     if len(names) != E:

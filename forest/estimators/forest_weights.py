@@ -64,6 +64,26 @@ class ForestWeightsMixin:
         """Record this rank's training rows for :meth:`get_forest_weights` (fitting process only)."""
         self._weights_source_ = WeightsSource(codes, gids, np.ascontiguousarray(factor, dtype=np.float64), clusters)
 
+    def apply(self, X):
+        """The leaf each row reaches in each tree (grf's ``get_leaf_node``, scikit-learn's ``apply``).
+
+        The leaves the forest weights are built from: two rows share a tree's leaf
+        exactly when the tree counts each in the other's estimate.
+
+        Parameters
+        ----------
+        X : array-like, shape (n, n_features)
+
+        Returns
+        -------
+        ndarray of int32, shape (n, n_estimators)
+            Node ids local to each tree (0 is the root), as ``export`` and the packed
+            arrays number them from the tree's offset.
+        """
+        check_is_fitted(self, "estimators_")
+        X = validate_features(self, X, reset=False, min_samples=0)
+        return predict_leaves(self.estimators_, X)
+
     def _weights_factor(self, sample_weight, n_local, comm):
         """Per-row factors of training rows passed again (default: 1, the weight lives in the moments)."""
         return np.ones(n_local)

@@ -16,9 +16,10 @@ from statistics import NormalDist
 
 import numpy as np
 
-from forest._validation import as_columns, check_target, validate_features
+from forest._validation import as_columns, check_target, check_weight, validate_features
+from forest.analysis.linear_projection import regression_calibration
 from forest.analysis.inference import ratio_blb_variance, tree_jackknife_error
-from forest.engine.clusters import layout_rows, resolve_clusters
+from forest.engine.clusters import layout_rows, observation_weights, resolve_clusters
 from forest.engine.honest_forest import global_ids
 from forest.engine.predictor import predict_leaves, predict_leaves_binned
 from forest.engine.subsample import OUT, forest_row_codes
@@ -143,6 +144,47 @@ class RegressionVarianceMixin:
         """
         center = self._oob_interval_center(X, comm, clusters)
         return _interval(center, self.oob_predict_var(X, comm=comm, clusters=clusters), alpha)
+
+    def test_calibration(self, y, X=None, *, sample_weight=None, clusters=None, comm=None):
+        """grf's calibration test of the out-of-bag predictions (``test_calibration`` on a regression forest).
+
+        Regresses ``y`` on the mean out-of-bag prediction and the prediction's deviation
+        from it (:func:`forest.analysis.linear_projection.regression_calibration`).
+
+        Parameters
+        ----------
+        y : array-like, shape (n_local,) or (n_local, n_outputs)
+            This rank's training outcomes, as passed to ``fit``.
+        X : array-like, optional
+            This rank's training rows; without it the fitting process's own.
+        sample_weight, clusters : array-like, optional
+            The fit's (the observation weights are the sample weights, or with
+            ``equalize_cluster_weights`` one over the cluster size, as grf's). Without
+            ``X``, the fit's own weights and clusters are used.
+        comm : native.comm.Communicator, optional
+
+        Returns
+        -------
+        forest.analysis.result.EstimateTable
+        """
+        comm = world() if comm is None else comm
+        if getattr(self, "_target_kind", None) != "regressor":
+            raise ValueError(f"the calibration test is for regression forests, not a {type(self).__name__}")
+        codes, gids, layout = self._training_codes(X, comm, clusters, need_groups=False)
+        if X is None:
+            if sample_weight is not None:
+                raise ValueError("sample_weight goes with X: without X the fit's own weights are used")
+            weight = observation_weights(self._weights_source_.factor, layout, len(gids))
+            pred = self.oob_predict()
+        else:
+            weight = observation_weights(None if sample_weight is None else check_weight(sample_weight, len(gids)),
+                                         layout, len(gids))
+            pred = self.oob_predict(X, comm=comm, clusters=clusters)
+        y = as_columns(check_target(y, "y", len(gids), estimator=self))
+        pred = as_columns(np.asarray(pred, dtype=np.float64))
+        if y.shape[1] != pred.shape[1]:
+            raise ValueError(f"y has {y.shape[1]} output(s), the forest {pred.shape[1]}")
+        return regression_calibration(comm, pred, y, weight, layout)
 
     def oob_error_estimates(self, y, X=None, *, comm=None, clusters=None):
         """grf's out-of-bag error estimates of the training rows: ``(debiased_error, excess_error)``.

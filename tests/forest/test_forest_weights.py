@@ -145,3 +145,25 @@ def test_probability_forest_weights_give_its_probabilities():
     Xq = rng.normal(size=(30, X.shape[1]))
     onehot = (labels[:, None] == f.classes_[None, :]).astype(float)
     np.testing.assert_allclose(f.get_forest_weights(Xq, comm=SELF) @ onehot, f.predict_proba(Xq), atol=1e-9)
+
+
+def test_apply_gives_the_leaves_the_weights_come_from():
+    """grf's get_leaf_node: two rows share a tree's leaf exactly where that tree gives each weight in
+    the other's estimate; the ids are leaves of their trees."""
+    from forest import RegressionForest
+    from native.comm import SelfCommunicator
+
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(300, 3))
+    y = X[:, 0] + rng.normal(size=300)
+    rf = RegressionForest(10, honest=False, max_samples=1.0, random_state=0).fit(X, y, comm=SelfCommunicator())
+    leaves = rf.apply(X)
+    assert leaves.shape == (300, 10)
+    pk = rf.estimators_
+    offsets = pk["tree_offsets"][:-1]
+    assert (pk["left"][leaves + offsets] < 0).all()                  # every id is a leaf of its tree
+    # one tree, every training row drawn, no honesty: x's weights are its leaf-mates
+    single = RegressionForest(1, honest=False, max_samples=1.0, random_state=0).fit(X, y, comm=SelfCommunicator())
+    w = single.get_forest_weights(X[:20]).toarray()
+    mates = single.apply(X[:20]) == single.apply(X).T[0][None, :]
+    np.testing.assert_array_equal(w > 0, mates)

@@ -183,6 +183,9 @@ def test_variances_same_for_any_rank_count(comm):
                                ref.oob_predict_var()[sl], rtol=1e-9, atol=1e-15)
     for got, want in zip(dist.oob_error_estimates(y[sl]), ref.oob_error_estimates(y)):
         np.testing.assert_allclose(got, want[sl], rtol=1e-9, atol=1e-15)
+    got, want = dist.test_calibration(y[sl]), ref.test_calibration(y, comm=SELF)
+    np.testing.assert_allclose(got.estimate, want.estimate, rtol=1e-9)
+    np.testing.assert_allclose(got.stderr, want.stderr, rtol=1e-9)
 
 
 def test_tree_jackknife_error_equals_its_definition():
@@ -233,3 +236,32 @@ def test_debiased_error_estimates_the_error_of_a_larger_forest():
                                equal_nan=True)
     with pytest.raises(ValueError, match="y has"):
         small.oob_error_estimates(np.column_stack([y, y]))
+
+
+def test_calibration_test_of_a_regression_forest():
+    """grf's test_calibration on a regression forest: y on the mean out-of-bag prediction and its
+    deviation, no intercept (coefficients exactly those of weighted least squares); about 1 and 1
+    with a real signal, the differential insignificant without one."""
+    rng = np.random.default_rng(6)
+    n = 2000
+    X = rng.normal(size=(n, 4))
+    y = X[:, 0] + 0.5 * rng.normal(size=n)
+    w = rng.uniform(0.5, 2.0, n)
+    rf = RegressionForest(200, random_state=0).fit(X, y, sample_weight=w, comm=SELF)
+    table = rf.test_calibration(y, X, sample_weight=w, comm=SELF)
+    assert list(table.terms) == ["mean.forest.prediction", "differential.forest.prediction"]
+    pred = rf.oob_predict()
+    mean = np.average(pred, weights=w)
+    design = np.column_stack([np.full(n, mean), pred - mean])
+    sw = np.sqrt(w)
+    coef = np.linalg.lstsq(design * sw[:, None], y * sw, rcond=None)[0]
+    np.testing.assert_allclose(table.estimate, coef, rtol=1e-9)
+    assert abs(table.estimate[0] - 1) < 3 * table.stderr[0] + 0.02
+    assert 0.8 < table.estimate[1] < 1.4 and table.pvalue[1] < 1e-10
+    # in the fitting process, without X: the fit's own (rescaled) weights give the same coefficients
+    np.testing.assert_allclose(rf.test_calibration(y).estimate, table.estimate, rtol=1e-9)
+    y0 = rng.normal(size=n)
+    null = RegressionForest(200, random_state=0).fit(X, y0, comm=SELF)
+    assert null.test_calibration(y0).pvalue[1] > 0.01
+    with pytest.raises(ValueError, match="sample_weight goes with X"):
+        rf.test_calibration(y, sample_weight=w)
