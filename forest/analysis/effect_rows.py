@@ -15,7 +15,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from forest.engine.clusters import ClusterLayout
-from forest.analysis.inference import aipw_scores
+from forest.analysis.inference import aipw_scores, instrumental_scores
 
 
 class EffectRows(NamedTuple):
@@ -23,7 +23,7 @@ class EffectRows(NamedTuple):
 
     Attributes
     ----------
-    kind : {"binary", "categorical", "continuous"}
+    kind : {"binary", "categorical", "continuous", "instrumental"}
     tau : ndarray, shape (n, K, M)
         Effect estimates (out-of-bag for training rows).
     W : ndarray, shape (n, K)
@@ -110,6 +110,33 @@ def make_effect_rows(kind, tau, W, arm, Y, y_hat, t_hat, V, weight, gids, layout
     scores = aipw_scores(kind, tau, t_arg, Y, y_hat, t_hat, V)
     return EffectRows(kind, tau, W, arm, Y, y_hat, t_hat, V, np.asarray(weight, dtype=np.float64),
                       np.asarray(gids, dtype=np.int64), layout, scores, source)
+
+
+def make_instrumental_rows(tau, t, y, z, y_hat, t_hat, z_hat, compliance, weight, gids, layout,
+                           source="held-out"):
+    """:class:`EffectRows` of an instrumental forest (kind ``"instrumental"``, one treatment and outcome).
+
+    The scores are :func:`forest.analysis.inference.instrumental_scores`; ``W`` holds the
+    treatment, ``t_hat`` its estimate, and the instrument enters only through the scores.
+
+    Parameters
+    ----------
+    tau, t, y, z, y_hat, t_hat, z_hat, compliance, weight : ndarray, shape (n,)
+    gids : ndarray of int64, shape (n,)
+    layout : ClusterLayout or None
+    source : {"out-of-bag", "held-out"}
+
+    Returns
+    -------
+    EffectRows
+    """
+    tau, t, y, z, y_hat, t_hat, z_hat, compliance = (np.asarray(a, dtype=np.float64).reshape(-1) for a in
+                                                     (tau, t, y, z, y_hat, t_hat, z_hat, compliance))
+    n = len(tau)
+    scores = instrumental_scores(tau, t, y, z, y_hat, t_hat, z_hat, compliance)
+    return EffectRows("instrumental", tau.reshape(n, 1, 1), t.reshape(n, 1), None, y.reshape(n, 1),
+                      y_hat.reshape(n, 1), t_hat.reshape(n, 1), None, np.asarray(weight, dtype=np.float64),
+                      np.asarray(gids, dtype=np.int64), layout, scores.reshape(n, 1, 1), source)
 
 
 def subset_weights(rows, subset):

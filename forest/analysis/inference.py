@@ -530,6 +530,31 @@ def blb_predict(forest, X, layout, ci_group_size, chunk_rows=None):
 
 
 # ---------------------------------------------------------------------- AIPW
+def instrumental_scores(tau, t, y, z, y_hat, t_hat, z_hat, compliance):
+    """Doubly robust scores of the average (conditional local) treatment effect of an instrumental forest.
+
+    grf's ``get_scores`` of an instrumental forest with a binary instrument:
+    ``tau + (z - z_hat) / (z_hat (1 - z_hat) c) * (y - y_hat - tau (t - t_hat))`` with
+    ``c(x)`` the compliance score ``E[t | z=1, x] - E[t | z=0, x]``. Their mean is the
+    average of ``tau(x)`` (the average local effect among the population's covariates,
+    weighted by nothing else), robust to errors in either the instrument propensity or
+    the outcome model.
+
+    Parameters
+    ----------
+    tau, t, y, z, y_hat, t_hat, z_hat, compliance : ndarray, shape (n,)
+        ``z_hat`` is clipped into ``[PROPENSITY_CLIP, 1 - PROPENSITY_CLIP]``.
+
+    Returns
+    -------
+    ndarray, shape (n,)
+    """
+    e = np.clip(z_hat, PROPENSITY_CLIP, 1.0 - PROPENSITY_CLIP)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = (z - e) / (e * (1.0 - e)) / compliance
+    return tau + weight * (y - y_hat - tau * (t - t_hat))
+
+
 def aipw_scores(kind, tau, t, y, y_hat, t_hat, local_cov=None):
     """Doubly robust scores ``Gamma_i`` whose mean is the average effect.
 

@@ -28,6 +28,7 @@ from forest.engine.clusters import resolve_clusters
 from forest.collective_checks import AgreedError, collective_checks, total
 from forest.io.continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
 from forest.estimators.effect_forest import EffectForestBase
+from forest.estimators.instrumental_analysis import InstrumentalAnalysisMixin
 from forest.engine.honest_forest import global_ids, grow_honest_forest
 from forest.engine.importance import depth_weighted_importance, gain_importance
 from forest.criteria.instrumental import InstrumentalChannels, InstrumentalCriterion
@@ -58,7 +59,7 @@ def _check_overflow(sums, names):
         check_moment_sums(row, y_name=a, t_name=b)
 
 
-class InstrumentalForest(EffectForestBase):
+class InstrumentalForest(InstrumentalAnalysisMixin, EffectForestBase):
     """Generalized random forest for heterogeneous local average treatment effects.
 
     grf's ``instrumental_forest``: the effect ``theta(x)`` of a scalar treatment ``t``
