@@ -36,7 +36,11 @@ def _covariance_note(rows):
     return f"HC3 cluster-robust standard errors ({rows.layout.n_clusters} clusters)"
 
 
-def best_linear_projection(comm, rows, A=None, subset=None, names=None, contrasts=None):
+#: Populations of :func:`best_linear_projection` (grf's ``target.sample``).
+PROJECTION_TARGETS = ("all", "overlap")
+
+
+def best_linear_projection(comm, rows, A=None, subset=None, names=None, contrasts=None, target="all"):
     """Best linear projection of the effect on covariates ``A``.
 
     Parameters
@@ -52,12 +56,19 @@ def best_linear_projection(comm, rows, A=None, subset=None, names=None, contrast
         ``A1 .. Aq``).
     contrasts : sequence of str, optional
         Names of the ``K * M`` effect columns (needed when there is more than one).
+    target : {"all", "overlap"}
+        ``"overlap"`` multiplies each row's weight by ``e(x)(1 - e(x))`` (grf's
+        ``target.sample = "overlap"``; binary treatments only).
 
     Returns
     -------
     forest.analysis.result.EstimateTable
         Terms ``(Intercept)`` then ``A``'s columns.
     """
+    if target not in PROJECTION_TARGETS:
+        raise ValueError(f"target must be one of {PROJECTION_TARGETS}, got {target!r}")
+    if target == "overlap" and rows.kind != "binary":
+        raise ValueError(f"target='overlap' needs a binary treatment (weights e(x)(1 - e(x))), not a {rows.kind} one")
     n = rows.n
     if A is None:
         A = np.zeros((n, 0))
@@ -79,12 +90,16 @@ def best_linear_projection(comm, rows, A=None, subset=None, names=None, contrast
     if len(names) != q:
         raise ValueError(f"names has {len(names)} entries for {q} columns of A")
     w = np.where(missing, 0.0, subset_weights(rows, subset))
+    if target == "overlap":
+        e = rows.t_hat[:, 0]
+        w = w * e * (1.0 - e)
     design = np.concatenate([np.ones((n, 1)), A], axis=1)
     K, M = rows.shape
     G = rows.scores.reshape(n, K * M)
     fits = [robust_ols(comm, design, G[:, j], w, rows.layout, vcov="HC3") for j in range(K * M)]
-    return _table(fits, ["(Intercept)"] + names, contrasts,
-                  "Best linear projection of the conditional average treatment effect", _covariance_note(rows))
+    title = "Best linear projection of the conditional average treatment effect" + \
+        (" (overlap-weighted)" if target == "overlap" else "")
+    return _table(fits, ["(Intercept)"] + names, contrasts, title, _covariance_note(rows))
 
 
 def test_calibration(comm, rows, contrasts=None):

@@ -34,7 +34,7 @@ from histogram.jit import kernel, zeros
 from histogram.rowhash import uniform
 from native import collectives as col
 
-from forest.analysis.result import RATEResult
+from forest.analysis.result import EstimateTable, RATEResult
 from forest.analysis.global_sort import sort_descending
 
 TARGETS = ("AUTOC", "QINI")
@@ -264,3 +264,60 @@ def rank_average_treatment_effect(comm, scores, priorities, weight, unit_ids, gi
     return RATEResult(target, np.array(est), np.array(se), q=q_used, toc=np.array(toc), toc_stderr=np.array(toc_se),
                       n_bootstrap=n_bootstrap, contrasts=names)
 
+
+
+#: Terms of :func:`compare_priorities`, grf's names for two priority columns.
+COMPARISON_TERMS = ("priority 1", "priority 2", "priority 1 - priority 2")
+
+
+def compare_priorities(comm, scores, first, second, weight, unit_ids, gids, *, target="AUTOC", q=None,
+                       n_bootstrap=200, seed=0, contrasts=None):
+    """RATE of two prioritisation rules and of their difference, from the same bootstrap replicates.
+
+    grf's ``rank_average_treatment_effect`` with two priority columns: each rule's RATE and
+    ``RATE(first) - RATE(second)``, whose standard error is the spread of the paired
+    differences over replicates (a unit is in replicate ``b`` for both rules or for
+    neither), so what the two rules share cancels.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    scores : ndarray, shape (n_local, E)
+    first, second : ndarray, shape (n_local,) or (n_local, E)
+        The two rules' priorities (higher treated first).
+    weight, unit_ids, gids, target, q, n_bootstrap, seed, contrasts
+        As :func:`rank_average_treatment_effect`.
+
+    Returns
+    -------
+    forest.analysis.result.EstimateTable
+        Terms :data:`COMPARISON_TERMS`; one row per effect column when ``E > 1``.
+    """
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+    if int(n_bootstrap) < 2:
+        raise ValueError(f"n_bootstrap must be at least 2, got {n_bootstrap}")
+    scores = np.asarray(scores, dtype=np.float64)
+    n, E = scores.shape
+    rules = []
+    for prio in (first, second):
+        prio = np.asarray(prio, dtype=np.float64)
+        if prio.shape not in ((n,), (n, E)):
+            raise ValueError(f"priorities must have shape ({n},) or ({n}, {E}), got {prio.shape}")
+        if not np.all(np.isfinite(prio)):
+            raise ValueError("priorities contain NaN or infinite values")
+        rules.append(prio)
+    key = "autoc" if target == "AUTOC" else "qini"
+    est, se = [], []
+    for e in range(E):
+        values = [rate_statistics(comm, scores[:, e], p if p.ndim == 1 else p[:, e], weight, unit_ids, gids, q=q,
+                                  n_bootstrap=n_bootstrap, seed=seed)[key] for p in rules]
+        diff = values[0] - values[1]
+        est.append([values[0][0], values[1][0], diff[0]])
+        se.append([np.std(v[1:], ddof=1) for v in (values[0], values[1], diff)])
+    title = f"RATE ({target}) of two prioritisation rules and their difference ({n_bootstrap} paired half-sample " \
+            f"bootstrap replicates)"
+    if E == 1:
+        return EstimateTable(COMPARISON_TERMS, est[0], se[0], title=title)
+    names = [f"effect {j}" for j in range(E)] if contrasts is None else list(contrasts)
+    return EstimateTable(COMPARISON_TERMS, np.array(est), np.array(se), title=title, contrasts=names)

@@ -363,7 +363,7 @@ class CausalAnalysisMixin:
         est, se = average_effects.average_treatment_effect(comm, rows, target, subset)
         return self._shape_one(est), self._shape_one(se)
 
-    def best_linear_projection(self, A=None, subset=None, *, names=None, X=None, t=None, y=None,
+    def best_linear_projection(self, A=None, subset=None, *, names=None, target="all", X=None, t=None, y=None,
                                sample_weight=None, clusters=None, comm=None):
         """Linear projection of the effect on covariates, fitted on the doubly robust scores.
 
@@ -375,6 +375,9 @@ class CausalAnalysisMixin:
         subset : array-like of bool, shape (n_local,), optional
         names : sequence of str, optional
             Names of ``A``'s columns (default ``A1 .. Aq``).
+        target : {"all", "overlap"}
+            grf's ``target.sample``: all rows, or rows weighted by ``e(x)(1 - e(x))``
+            (binary treatment), the projection over the population with overlap.
         X, t, y, sample_weight, clusters, comm
             As in :meth:`average_treatment_effect`.
 
@@ -387,7 +390,8 @@ class CausalAnalysisMixin:
         """
         comm = world() if comm is None else comm
         rows = self._rows(X, t, y, sample_weight, clusters, comm)
-        return linear_projection.best_linear_projection(comm, rows, A, subset, names, self.contrast_names())
+        return linear_projection.best_linear_projection(comm, rows, A, subset, names, self.contrast_names(),
+                                                        target=target)
 
     def test_calibration(self, *, X=None, t=None, y=None, sample_weight=None, clusters=None, comm=None):
         """grf's calibration test: mean and differential forest prediction coefficients.
@@ -406,6 +410,52 @@ class CausalAnalysisMixin:
         comm = world() if comm is None else comm
         rows = self._rows(X, t, y, sample_weight, clusters, comm)
         return linear_projection.test_calibration(comm, rows, self.contrast_names())
+
+    def compare_priorities(self, priorities, other_priorities, X=None, t=None, y=None, *, target="AUTOC", q=None,
+                           n_bootstrap=200, seed=None, subset=None, sample_weight=None, clusters=None, comm=None):
+        """RATE of two prioritisation rules and of their difference (grf's RATE with two priority columns).
+
+        Parameters
+        ----------
+        priorities, other_priorities : array-like, shape (n_local,) or (n_local, K)
+            The two rules (as ``priorities`` of :meth:`rank_average_treatment_effect`).
+        X, t, y, target, q, n_bootstrap, seed, subset, sample_weight, clusters, comm
+            As in :meth:`rank_average_treatment_effect`.
+
+        Returns
+        -------
+        forest.analysis.result.EstimateTable
+            ``priority 1``, ``priority 2`` and ``priority 1 - priority 2`` with paired
+            half-sample bootstrap standard errors (:func:`forest.analysis.rate.compare_priorities`).
+        """
+        comm = world() if comm is None else comm
+        rows, w, prios, n_units, seed = self._rate_inputs((priorities, other_priorities), X, t, y, seed, subset,
+                                                          sample_weight, clusters, comm)
+        if n_units < 4:
+            raise ValueError(f"the half-sample bootstrap needs at least 4 units (clusters, or rows), got {n_units}")
+        K, M = rows.shape
+        return rate.compare_priorities(comm, rows.scores.reshape(rows.n, K * M), prios[0], prios[1], w,
+                                       rows.unit_ids(), rows.gids, target=target, q=q, n_bootstrap=n_bootstrap,
+                                       seed=seed, contrasts=self.contrast_names() if K * M > 1 else None)
+
+    def _rate_inputs(self, priority_sets, X, t, y, seed, subset, sample_weight, clusters, comm):
+        """Rows, weights, priority arrays (one column per effect column, or one), unit count and seed."""
+        if self.treatment_type_ == "continuous":
+            raise ValueError("rank_average_treatment_effect needs a binary or categorical treatment (as in grf)")
+        rows = self._rows(X, t, y, sample_weight, clusters, comm)
+        w = subset_weights(rows, subset)
+        K, M = rows.shape
+        prios = []
+        for priorities in priority_sets:
+            prio = np.asarray(priorities, dtype=np.float64)
+            if prio.ndim == 2 and prio.shape[1] == 1:
+                prio = prio[:, 0]
+            if prio.ndim == 2 and M > 1:
+                prio = np.repeat(prio, M, axis=1)                # one column per arm, shared by outcomes
+            prios.append(prio)
+        _, _, n_units = cluster_moments(comm, np.zeros((rows.n, 1)), rows.layout, include=w > 0)
+        seed = self.sampling_["seed"] if seed is None else int(seed)
+        return rows, w, prios, n_units, seed
 
     def rank_average_treatment_effect(self, priorities, X=None, t=None, y=None, *, target="AUTOC", q=None,
                                       n_bootstrap=200, seed=None, subset=None, sample_weight=None, clusters=None,
@@ -439,18 +489,9 @@ class CausalAnalysisMixin:
             ``toc_stderr``; per arm against the control for multi-arm forests.
         """
         comm = world() if comm is None else comm
-        if self.treatment_type_ == "continuous":
-            raise ValueError("rank_average_treatment_effect needs a binary or categorical treatment (as in grf)")
-        rows = self._rows(X, t, y, sample_weight, clusters, comm)
-        w = subset_weights(rows, subset)
-        prio = np.asarray(priorities, dtype=np.float64)
-        if prio.ndim == 2 and prio.shape[1] == 1:
-            prio = prio[:, 0]
+        rows, w, (prio,), n_units, seed = self._rate_inputs((priorities,), X, t, y, seed, subset, sample_weight,
+                                                            clusters, comm)
         K, M = rows.shape
-        if prio.ndim == 2 and M > 1:
-            prio = np.repeat(prio, M, axis=1)                # one column per arm, shared by outcomes
-        _, _, n_units = cluster_moments(comm, np.zeros((rows.n, 1)), rows.layout, include=w > 0)
-        seed = self.sampling_["seed"] if seed is None else int(seed)
         names = self.contrast_names()
         return rate.rank_average_treatment_effect(
             comm, rows.scores.reshape(rows.n, K * M), prio, w, rows.unit_ids(), rows.gids, target=target, q=q,
