@@ -322,9 +322,13 @@ class VarianceCriterion(Criterion):
     alpha : float, default 0.0
         grf's balance rule: each child also needs ``ceil(alpha * rows of the node)`` rows
         (count channel if present, else weight), in ``[0, 0.25]``.
+    imbalance_penalty : float, default 0.0
+        grf's ``imbalance.penalty``: a split's gain loses ``imbalance_penalty * (1/n_L +
+        1/n_R)`` (rows, or weight without a count channel), in the gain's own units.
     """
 
-    def __init__(self, n_targets=1, min_samples_leaf=1, min_weight_leaf=0.0, count_channel=False, alpha=0.0):
+    def __init__(self, n_targets=1, min_samples_leaf=1, min_weight_leaf=0.0, count_channel=False, alpha=0.0,
+                 imbalance_penalty=0.0):
         if n_targets < 1:
             raise ValueError(f"n_targets must be >= 1, got {n_targets}")
         self.n_targets = int(n_targets)
@@ -334,6 +338,9 @@ class VarianceCriterion(Criterion):
         self.min_samples_leaf = max(int(min_samples_leaf), 1)
         self.min_weight_leaf = float(min_weight_leaf)
         self.alpha = float(alpha)
+        if not imbalance_penalty >= 0:
+            raise ValueError(f"imbalance_penalty must be >= 0, got {imbalance_penalty}")
+        self.imbalance_penalty = float(imbalance_penalty)
 
     def min_child_size(self, parent):
         """Fewest rows (or weight) a child of a node with sums ``parent`` (..., C) needs, shape (...).
@@ -383,6 +390,9 @@ class VarianceCriterion(Criterion):
             cl, cr = wl, wr
         least = self.min_child_size(parent)
         ok &= (cl >= least) & (cr >= least)
+        if self.imbalance_penalty > 0:
+            with np.errstate(divide="ignore"):
+                g = g - self.imbalance_penalty * (1.0 / cl + 1.0 / cr)
         return np.where(ok, g, -np.inf)
 
     def node_value(self, stats):
@@ -408,7 +418,7 @@ class VarianceCriterion(Criterion):
     def compiled(self):
         """Compiled pieces for the growth kernels (:class:`forest.criteria.compiled.CompiledCriterion`)."""
         record = VarianceRecord(self.n_targets, self.count_channel, float(self.min_samples_leaf),
-                                self.min_weight_leaf, self.alpha)
+                                self.min_weight_leaf, self.alpha, self.imbalance_penalty)
         # With a count channel a child needs min_samples_leaf rows; without, weights decide.
         return CompiledCriterion(record, 0, self.min_samples_leaf if self.count_channel else 1, n_consts=2,
                                  size_channel=self.n_channels - 1 if self.count_channel else 0)
@@ -421,7 +431,7 @@ class VarianceCriterion(Criterion):
 
 #: Parameter record of :class:`VarianceCriterion` in the compiled kernels.
 VarianceRecord = namedtuple("VarianceRecord", ["n_targets", "count_channel", "min_samples_leaf", "min_weight_leaf",
-                                               "alpha"])
+                                               "alpha", "imbalance_penalty"])
 
 
 @compiled_only
@@ -476,6 +486,8 @@ def variance_gains_rows(p, lefts, rights, consts, out, row, n):
                 sl += lefts[i, 1 + t] * lefts[i, 1 + t] / wl
                 sr += rights[i, 1 + t] * rights[i, 1 + t] / wr
             g = sl + sr - consts[0]
+            if p.imbalance_penalty > 0:
+                g -= p.imbalance_penalty * (1.0 / cl + 1.0 / cr)
         out[row, i] = g
 
 

@@ -126,6 +126,18 @@ def scaled_weights(g, n_global, weight_total, ranges):
     return g
 
 
+def g_scale(n_global, weight_total, ranges):
+    """The factor :func:`scaled_weights` multiplies the given weights by (up to its rounding to 1).
+
+    Used to express parameters given in units of the raw weights (grf's imbalance penalty)
+    in the units the trees grow in.
+    """
+    seen = [r for r in ranges if r is not None]
+    if seen and min(r[0] for r in seen) == max(r[1] for r in seen):
+        return 1.0 / seen[0][0]
+    return n_global / weight_total
+
+
 def rescaled_weights_again(sample_weight, n_local, comm):
     """:func:`scaled_weights` of training rows passed again, as ``fit`` computed them (collective).
 
@@ -210,6 +222,10 @@ def check_forest_params(est):
     if grf_sizes:
         if est.min_node_size is not None and est.min_node_size < 1:
             raise ValueError(f"min_node_size must be >= 1 or None, got {est.min_node_size}")
+        penalty = getattr(est, "imbalance_penalty", 0.0)
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(penalty) or penalty < 0:
+            raise ValueError(f"imbalance_penalty must be a finite number >= 0, got {penalty!r}")
         alpha = est.alpha
         if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer,
                                                                                    np.floating))
@@ -339,6 +355,9 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
     alpha : float or None, default None
         grf's balance rule: each child needs ``ceil(alpha * rows of the node)`` rows, in
         ``[0, 0.25]``. None: grf's 0.05 with ``min_node_size``, else 0.
+    imbalance_penalty : float, default 0.0
+        grf's ``imbalance.penalty``: a split's gain (in the units of ``y`` and the sample
+        weights as given) loses ``imbalance_penalty * (1/n_left + 1/n_right)`` (rows).
     max_depth : int or None, default None
     max_features : None, int, float, "sqrt" or "log2", default None
         Features tried per node; ``None`` is GRF's ``min(ceil(sqrt(d) + 20), d)``.
@@ -399,12 +418,13 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
     }
 
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=None,
-                 min_node_size=None, alpha=None, max_depth=None, max_features=None, max_bins=255, ci_group_size=None,
+                 min_node_size=None, alpha=None, imbalance_penalty=0.0, max_depth=None, max_features=None, max_bins=255, ci_group_size=None,
                  batch_size=None, random_state=None, equalize_cluster_weights=False, warm_start=False,
                  categorical_features="from_dtype"):
         self.n_estimators = n_estimators
         self.min_node_size = min_node_size
         self.alpha = alpha
+        self.imbalance_penalty = imbalance_penalty
         self.categorical_features = categorical_features
         self.max_samples = max_samples
         self.honest = honest
@@ -439,6 +459,7 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         self.__dict__.setdefault("warm_start", False)
         self.__dict__.setdefault("min_node_size", None)
         self.__dict__.setdefault("alpha", None)
+        self.__dict__.setdefault("imbalance_penalty", 0.0)
 
     def _check_params(self):
         """Validate the parameters before any data is touched; returns the seed.
@@ -488,7 +509,7 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         self
         """
         comm = world() if comm is None else comm
-        seed, X, binned, y, g, n_global, (shift, scale) = self._fit_inputs(X, y, sample_weight, binned,
+        seed, X, binned, y, g, n_global, (shift, scale), w_scale = self._fit_inputs(X, y, sample_weight, binned,
                                                                           feature_names, comm)
         n_features = self.n_features_in_
         y2 = as_columns(y)
@@ -515,7 +536,15 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         if start is not None and start.trees:
             _check_value_width(start.trees, n_out + 2)
         _, min_leaf, alpha = size_rules(self)
-        crit = VarianceCriterion(n_out, min_samples_leaf=min_leaf, count_channel=True, alpha=alpha)
+        # grf's penalty is in units of the raw outcome and weights' gain; the trees grow on
+        # (y - shift) / scale with weights times w_scale, whose gains are w_scale / scale**2 times
+        # as large (several outputs: their mean).
+        penalty = 0.0
+        if self.imbalance_penalty > 0:
+            with np.errstate(over="ignore", divide="ignore"):
+                penalty = float(np.float64(self.imbalance_penalty) * w_scale / np.mean(scale * scale))
+        crit = VarianceCriterion(n_out, min_samples_leaf=min_leaf, count_channel=True, alpha=alpha,
+                                 imbalance_penalty=penalty)
         # Trees grow on the standardised outcome (target_standardisation); values map back.
         channels = crit.make_channels((y2 - shift) / scale, g)
 
@@ -570,6 +599,8 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         n_global : int
         standardisation : tuple of ndarray, shape (n_outputs,) each
             ``(shift, scale)`` of :func:`target_standardisation`.
+        weight_scale : float
+            About ``g / sample_weight`` (:func:`g_scale`).
         """
         with collective_checks(comm) as checks:
             seed = self._check_params()
@@ -588,9 +619,10 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         check_row_count(self, n_global, 2, comm.size)
         moments = total(summaries, "moments")
         weight_total = moments[0]  # sum |g| = sum g: weights are non-negative
+        w_scale = g_scale(n_global, weight_total, [s["weights"] for s in summaries])
         g = scaled_weights(g, n_global, weight_total, [s["weights"] for s in summaries])
         check_moment_sums(moments[:1] * (n_global / weight_total))
-        return seed, X, binned, y, g, n_global, standardisation
+        return seed, X, binned, y, g, n_global, standardisation, w_scale
 
     def _weights_columns(self):
         """``(count_col, norm_col)`` of the leaves for :meth:`get_forest_weights`."""

@@ -103,7 +103,8 @@ def test_count_shortcuts_never_drop_a_finite_gain(case):
 @pytest.mark.parametrize("crit", [VarianceCriterion(1, min_samples_leaf=3, min_weight_leaf=0.5, count_channel=True),
                                   VarianceCriterion(3, min_samples_leaf=2), VarianceCriterion(2),
                                   VarianceCriterion(1, min_samples_leaf=1, count_channel=True, alpha=0.2),
-                                  VarianceCriterion(2, min_samples_leaf=2, alpha=0.15)])
+                                  VarianceCriterion(2, min_samples_leaf=2, alpha=0.15),
+                                  VarianceCriterion(1, min_samples_leaf=1, count_channel=True, imbalance_penalty=0.3)])
 def test_variance_compiled_gains_equal_vectorised(crit):
     rng = np.random.default_rng(3)
     comp = crit.compiled()

@@ -101,20 +101,20 @@ def _compare(a, b, c):
 
 # hist_rows: None keeps these small tasks on the sorted-code scan; 0 and 20 put every
 # node (of more than 0 / 20 rows) on the histogram path with sibling subtraction.
-# sizes: (min_samples_leaf, alpha, min_samples_split) of scikit-learn's rules and of grf's
+# sizes: (min_samples_leaf, alpha, min_samples_split, imbalance_penalty) of scikit-learn's rules and of grf's
 # (forest.estimators.regression_forest.size_rules); the weights are not 1, so a size limit
 # that compared weights instead of the count channel would grow other trees than the reference.
 @pytest.mark.parametrize("hist_rows", [None, 0, 20])
 @pytest.mark.parametrize("mtry,max_depth,missing", [(None, None, 0.0), (None, 4, 0.15), (2, None, 0.15)])
-@pytest.mark.parametrize("sizes", [(3, 0.0, 6.0), (1, 0.1, 6.0)])
+@pytest.mark.parametrize("sizes", [(3, 0.0, 6.0, 0.0), (1, 0.1, 6.0, 0.0), (1, 0.0, 4.0, 0.2)])
 def test_grow_subtrees_variance_matches_reference(mtry, max_depth, missing, hist_rows, sizes):
     rng = np.random.default_rng(5)
     n_rows, n_features, missing_bin = 300, 4, 16
     binned = _binned(rng, n_rows, n_features, 12, missing_bin, missing)
     nb = np.full(n_features, 12)
     y = rng.normal(size=n_rows) + binned[1] * 0.1
-    leaf, alpha, min_split = sizes
-    crit = VarianceCriterion(1, min_samples_leaf=leaf, count_channel=True, alpha=alpha)
+    leaf, alpha, min_split, penalty = sizes
+    crit = VarianceCriterion(1, min_samples_leaf=leaf, count_channel=True, alpha=alpha, imbalance_penalty=penalty)
     ch = crit.make_channels(y, rng.uniform(0.5, 2, n_rows))
     rows, starts, tree, node, depth, nxt = _tasks(rng, 3, n_rows, [60, 7, 1, 25])
     kw = dict(min_samples_split=min_split, max_depth=max_depth, mtry=mtry, seed=11)

@@ -29,9 +29,10 @@ def test_a_file_of_before_the_move_predicts_as_it_did(kind):
 
 
 #: Parameters added since the files were written: the model-file defaults of ADDED_PARAMS, and
-#: alpha, a RegressionForest parameter since issue 38 (restored by its _model_io_restore_) that
-#: the CausalForest had before, so it is dropped only where the old file lacks it.
-ADDED_SINCE = tuple(ADDED_PARAMS) + ("alpha",)
+#: alpha and imbalance_penalty, RegressionForest parameters since issue 38 (restored by its
+#: _model_io_restore_) that the CausalForest had before, so they are dropped only where the old
+#: file lacks them.
+ADDED_SINCE = tuple(ADDED_PARAMS) + ("alpha", "imbalance_penalty")
 
 
 def _without_added(node, then):

@@ -128,3 +128,32 @@ def test_min_node_size_and_weights_same_forest_for_any_rank_count(comm):
     for k in ("feature", "bin_threshold", "left", "count"):
         np.testing.assert_array_equal(dist.estimators_[k], ref.estimators_[k])
     np.testing.assert_allclose(dist.predict(X), ref.predict(X), rtol=0, atol=1e-9)
+
+
+def test_imbalance_penalty_is_in_the_units_of_y_and_the_weights_as_given():
+    """grf's imbalance.penalty: the gain of a split loses penalty * (1/n_left + 1/n_right). The trees grow
+    on a standardised outcome and rescaled weights, so the penalty is converted: scaling y by c and the
+    penalty by c**2 (or the weights and the penalty by the same factor) grows the same trees."""
+    rng = np.random.default_rng(12)
+    n = 1500
+    X = rng.normal(size=(n, 4))
+    y = 3 * X[:, 0] + rng.normal(size=n)
+    w = rng.uniform(0.5, 2.0, n)
+    kw = dict(n_estimators=10, min_samples_leaf=1, random_state=0)
+    base = RegressionForest(imbalance_penalty=0.5, **kw).fit(X, y, sample_weight=w, comm=SELF)
+    for c in (4.0, 0.25):
+        scaled = RegressionForest(imbalance_penalty=0.5 * c * c, **kw).fit(X, c * y, sample_weight=w, comm=SELF)
+        np.testing.assert_array_equal(scaled.estimators_["feature"], base.estimators_["feature"])
+        weighted = RegressionForest(imbalance_penalty=0.5 * c, **kw).fit(X, y, sample_weight=c * w, comm=SELF)
+        np.testing.assert_array_equal(weighted.estimators_["feature"], base.estimators_["feature"])
+    # grf's claims: a positive penalty still grows deep trees; a tiny one is the unpenalised forest
+    # (out-of-bag errors), a large one is not
+    free = RegressionForest(imbalance_penalty=0.0, **kw).fit(X, y, comm=SELF)
+    tiny = RegressionForest(imbalance_penalty=1e-7, **kw).fit(X, y, comm=SELF)
+    large = RegressionForest(imbalance_penalty=100.0, **kw).fit(X, y, comm=SELF)
+    assert base.estimators_["depth"].max() >= 4
+    assert np.mean(np.abs(tiny.oob_predict() - free.oob_predict())) < \
+        0.1 * np.mean(np.abs(large.oob_predict() - free.oob_predict()))
+    assert len(large.estimators_["feature"]) < len(free.estimators_["feature"])
+    with pytest.raises(ValueError, match="imbalance_penalty"):
+        RegressionForest(3, imbalance_penalty=-1).fit(X, y, comm=SELF)
