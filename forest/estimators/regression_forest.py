@@ -619,8 +619,8 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         check_row_count(self, n_global, 2, comm.size)
         moments = total(summaries, "moments")
         weight_total = moments[0]  # sum |g| = sum g: weights are non-negative
+        g = scaled_weights(g, n_global, weight_total, [s["weights"] for s in summaries])   # checks the total first
         w_scale = g_scale(n_global, weight_total, [s["weights"] for s in summaries])
-        g = scaled_weights(g, n_global, weight_total, [s["weights"] for s in summaries])
         check_moment_sums(moments[:1] * (n_global / weight_total))
         return seed, X, binned, y, g, n_global, standardisation, w_scale
 

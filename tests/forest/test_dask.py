@@ -27,6 +27,9 @@ def client():
            "NUMBA_NUM_THREADS": "1"}
     cluster = LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None, env=env)
     with Client(cluster) as c:
+        # On a loaded machine the worker processes can register after the cluster object
+        # exists (seen once in a clean-clone run: "the cluster has 0 workers").
+        c.wait_for_workers(3, timeout=180)
         yield c
     cluster.close()
 
