@@ -44,6 +44,7 @@ This module owns the statistics downstream of the trees:
   :mod:`forest.analysis.average_effects`, :mod:`forest.analysis.linear_projection` and :mod:`forest.analysis.rate`.
 """
 import math
+from statistics import NormalDist
 
 import numpy as np
 from numba import prange
@@ -226,6 +227,25 @@ def _blb_finish(theta, between, within, n_good, L):
     var = _debias(raw, scale)
     var[n_good < 2] = np.nan
     return theta, var
+
+
+def check_interval_alpha(alpha):
+    """Raise ``ValueError`` unless ``alpha`` (1 - confidence level) is a number in (0, 1)."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)) \
+            or not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+
+
+def normal_interval(center, var, alpha):
+    """Normal ``1 - alpha`` confidence bounds ``center -/+ z_{1 - alpha/2} sqrt(var)`` (checks ``alpha``).
+
+    Returns
+    -------
+    lower, upper : ndarray, shape of ``center``
+    """
+    check_interval_alpha(alpha)
+    half = NormalDist().inv_cdf(1.0 - alpha / 2.0) * np.sqrt(var)
+    return center - half, center + half
 
 
 def ratio_blb_variance(tree_values, k, ci_group_size, valid=None):

@@ -10,7 +10,6 @@ which reads the moments through the subclass's layout (``_layout()``:
 :class:`forest.criteria.causal.CausalChannels` or
 :class:`forest.criteria.instrumental.InstrumentalChannels`).
 """
-from statistics import NormalDist
 
 import numpy as np
 
@@ -22,7 +21,8 @@ from forest.estimators.base import EstimatorBase, check_is_fitted
 from forest.estimators.explanations import ShapMixin
 from forest.io.fingerprint import content_hash
 from forest.engine.honest_forest import global_ids, oob_average, oob_sums_binned
-from forest.analysis.inference import blb_predict, oob_effects, solve_theta
+from forest.analysis.inference import (blb_predict, check_interval_alpha, normal_interval, oob_effects,
+                                      solve_theta)
 from forest.engine.predictor import predict_values, predict_values_binned
 from forest.profiling import phase
 from forest._validation import check_param_types, validate_features
@@ -196,12 +196,8 @@ class EffectForestBase(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Estimat
         lower, upper : ndarray
             Shape of ``predict``.
         """
-        if not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-        theta, var = self._theta_var(X)
-        z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
-        half = z * np.sqrt(var)
-        return theta - half, theta + half
+        check_interval_alpha(alpha)
+        return normal_interval(*self._theta_var(X), alpha)
 
     def _oob_theta_binned(self, codes, gids, layout, fallback):
         """Out-of-bag effects ``(n, K, M)`` of training rows given as codes, recomputed from the trees.

@@ -20,6 +20,7 @@ from forest._validation import as_columns, check_target, validate_features
 from forest.analysis.local_linear import DEFAULT_LAMBDA, local_linear_solve, local_linear_sums
 from forest.collective_checks import collective_checks
 from forest.estimators.base import check_is_fitted
+from forest.io.feature_table import named_columns
 
 
 class LocalLinearMixin:
@@ -99,18 +100,9 @@ class LocalLinearMixin:
             if not len(cols):
                 raise ValueError("every feature is categorical: local linear correction needs numeric variables")
             return cols
-        names = list(getattr(self, "feature_names_in_", []))
-        cols = []
-        for v in variables:
-            if isinstance(v, str):
-                if v not in names:
-                    raise ValueError(f"variables names {v!r}, not a feature of this model")
-                cols.append(names.index(v))
-            elif isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= v < n:
-                cols.append(int(v))
-            else:
-                raise ValueError(f"variables must be feature names or indices in [0, {n}), got {v!r}")
-        cols = np.array(sorted(set(cols)), dtype=np.int64)
+        names = getattr(self, "feature_names_in_", None)
+        selected = named_columns(list(variables), None if names is None else list(names), n, "variables")
+        cols = np.flatnonzero(selected)
         if not len(cols) or categorical[cols].any():
             raise ValueError("variables must name at least one feature, and no categorical one")
         return cols

@@ -120,10 +120,21 @@ def scaled_weights(g, n_global, weight_total, ranges):
     ndarray of float64, shape (n_local,)
     """
     g = normalise_weights(g, n_global, weight_total)
+    return g if common_weight(ranges) is None else np.ones_like(g)
+
+
+def common_weight(ranges):
+    """The weight every row of every rank has, or None when they differ (or no rank has rows).
+
+    Parameters
+    ----------
+    ranges : list
+        Every rank's :func:`weight_range`.
+    """
     seen = [r for r in ranges if r is not None]
     if seen and min(r[0] for r in seen) == max(r[1] for r in seen):
-        return np.ones_like(g)
-    return g
+        return seen[0][0]
+    return None
 
 
 def g_scale(n_global, weight_total, ranges):
@@ -132,10 +143,8 @@ def g_scale(n_global, weight_total, ranges):
     Used to express parameters given in units of the raw weights (grf's imbalance penalty)
     in the units the trees grow in.
     """
-    seen = [r for r in ranges if r is not None]
-    if seen and min(r[0] for r in seen) == max(r[1] for r in seen):
-        return 1.0 / seen[0][0]
-    return n_global / weight_total
+    common = common_weight(ranges)
+    return n_global / weight_total if common is None else 1.0 / common
 
 
 def rescaled_weights_again(sample_weight, n_local, comm):

@@ -12,13 +12,11 @@ Out of bag, a group enters a training row's estimate only when every tree of the
 left the row out (grf's rule: the row is outside the group's half-sample), so about half
 the groups count and the variance is that of an estimate from those groups.
 """
-from statistics import NormalDist
-
 import numpy as np
 
 from forest._validation import as_columns, check_target, check_weight, validate_features
 from forest.analysis.linear_projection import regression_calibration
-from forest.analysis.inference import ratio_blb_variance, tree_jackknife_error
+from forest.analysis.inference import check_interval_alpha, normal_interval, ratio_blb_variance, tree_jackknife_error
 from forest.engine.clusters import layout_rows, observation_weights, resolve_clusters
 from forest.engine.honest_forest import global_ids
 from forest.engine.predictor import predict_leaves, predict_leaves_binned
@@ -103,7 +101,8 @@ class RegressionVarianceMixin:
         -------
         lower, upper : ndarray, shape of ``predict``
         """
-        return _interval(self._interval_center(X), self.predict_var(X), alpha)
+        check_interval_alpha(alpha)
+        return normal_interval(self._interval_center(X), self.predict_var(X), alpha)
 
     def oob_predict_var(self, X=None, *, comm=None, clusters=None):
         """Out-of-bag variance of the training rows of this rank (same order as in ``fit``).
@@ -142,8 +141,9 @@ class RegressionVarianceMixin:
         -------
         lower, upper : ndarray, shape of ``oob_predict``
         """
+        check_interval_alpha(alpha)
         center = self._oob_interval_center(X, comm, clusters)
-        return _interval(center, self.oob_predict_var(X, comm=comm, clusters=clusters), alpha)
+        return normal_interval(center, self.oob_predict_var(X, comm=comm, clusters=clusters), alpha)
 
     def test_calibration(self, y, X=None, *, sample_weight=None, clusters=None, comm=None):
         """grf's calibration test of the out-of-bag predictions (``test_calibration`` on a regression forest).
@@ -247,10 +247,3 @@ class RegressionVarianceMixin:
                                   fitted=self.sampling_.get("clusters", False))
         return self.bin_mapper_.transform(X), gids, layout
 
-
-def _interval(center, var, alpha):
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)) \
-            or not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    half = NormalDist().inv_cdf(1.0 - alpha / 2.0) * np.sqrt(var)
-    return center - half, center + half

@@ -127,19 +127,44 @@ def categorical_mask(spec, X, n_features):
             raise ValueError(f"categorical_features as a mask needs {n_features} entries (one per feature), "
                              f"got {len(items)}")
         return np.asarray(items, dtype=bool)
-    names = column_names(X)
+    return named_columns(items, column_names(X), n_features, "categorical_features")
+
+
+def named_columns(items, names, n_features, what):
+    """Mask of the columns that a list of column names or indices selects.
+
+    Parameters
+    ----------
+    items : list of str or int
+        Names (of ``names``) or indices (negative ones count from the end).
+    names : list of str or None
+        The columns' names, when they have any.
+    n_features : int
+    what : str
+        The parameter's name, for the error messages.
+
+    Returns
+    -------
+    ndarray of bool, shape (n_features,)
+
+    Raises
+    ------
+    ValueError
+        An unknown name, an index out of range, an entry of another type.
+    """
+    mask = np.zeros(n_features, dtype=bool)
     for v in items:
         if isinstance(v, str):
             if names is None or v not in names:
-                raise ValueError(f"categorical_features names {v!r}, which is not a column of X"
+                raise ValueError(f"{what} names {v!r}, which is not a column of X"
                                  + ("" if names is None else f" (columns: {names[:10]}{' ...' if len(names) > 10 else ''})"))
             mask[names.index(v)] = True
         elif isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)):
             if not -n_features <= int(v) < n_features:
-                raise ValueError(f"categorical_features index {v} is out of range for {n_features} features")
+                raise ValueError(f"{what} index {v} is out of range for {n_features} features")
             mask[int(v)] = True
         else:
-            raise ValueError(f"categorical_features entries must be column names, indices or booleans, got {v!r}")
+            raise ValueError(f"{what} entries must be column names, indices or booleans, got {v!r}")
     return mask
 
 

@@ -95,7 +95,7 @@ def test_refusals():
         rf.predict_local_linear(X[:5], X[::-1], y, comm=SELF)
     with pytest.raises(ValueError, match="ll_lambda must be"):
         rf.predict_local_linear(X[:5], X, y, ll_lambda=-1, comm=SELF)
-    with pytest.raises(ValueError, match="variables must be"):
+    with pytest.raises(ValueError, match="variables index 7 is out of range for 3 features"):
         rf.predict_local_linear(X[:5], X, y, variables=[7], comm=SELF)
     Xn = X[:5].copy()
     Xn[0, 1] = np.nan
