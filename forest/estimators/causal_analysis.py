@@ -453,6 +453,13 @@ class CausalAnalysisMixin:
             if prio.ndim == 2 and M > 1:
                 prio = np.repeat(prio, M, axis=1)                # one column per arm, shared by outcomes
             prios.append(prio)
+        with collective_checks(comm):       # one rank's bad priorities: every rank raises, none waits
+            for prio in prios:
+                if prio.shape not in ((rows.n,), (rows.n, K * M)):
+                    raise ValueError(f"priorities must have shape ({rows.n},) or ({rows.n}, {K * M}), got "
+                                     f"{prio.shape}")
+                if not np.all(np.isfinite(prio)):
+                    raise ValueError("priorities contain NaN or infinite values")
         _, _, n_units = cluster_moments(comm, np.zeros((rows.n, 1)), rows.layout, include=w > 0)
         seed = self.sampling_["seed"] if seed is None else int(seed)
         return rows, w, prios, n_units, seed

@@ -171,20 +171,25 @@ class RegressionVarianceMixin:
         if getattr(self, "_target_kind", None) != "regressor":
             raise ValueError(f"the calibration test is for regression forests, not a {type(self).__name__}")
         codes, gids, layout = self._training_codes(X, comm, clusters, need_groups=False)
-        if X is None:
-            if sample_weight is not None:
+        with collective_checks(comm):       # one rank's bad y or weights: every rank raises
+            if X is None and sample_weight is not None:
                 raise ValueError("sample_weight goes with X: without X the fit's own weights are used")
+            given = None if sample_weight is None else check_weight(sample_weight, len(gids))
+            y = self._training_outcomes(y, len(gids))
+        if X is None:
             weight = observation_weights(self._weights_source_.factor, layout, len(gids))
             pred = self.oob_predict()
         else:
-            weight = observation_weights(None if sample_weight is None else check_weight(sample_weight, len(gids)),
-                                         layout, len(gids))
+            weight = observation_weights(given, layout, len(gids))
             pred = self.oob_predict(X, comm=comm, clusters=clusters)
-        y = as_columns(check_target(y, "y", len(gids), estimator=self))
-        pred = as_columns(np.asarray(pred, dtype=np.float64))
-        if y.shape[1] != pred.shape[1]:
-            raise ValueError(f"y has {y.shape[1]} output(s), the forest {pred.shape[1]}")
-        return regression_calibration(comm, pred, y, weight, layout)
+        return regression_calibration(comm, as_columns(np.asarray(pred, dtype=np.float64)), y, weight, layout)
+
+    def _training_outcomes(self, y, n):
+        """``y`` checked as ``(n, n_outputs_)`` (inside the caller's collective checks)."""
+        y = as_columns(check_target(y, "y", n, estimator=self))
+        if y.shape[1] != self.n_outputs_:
+            raise ValueError(f"y has {y.shape[1]} output(s), the forest {self.n_outputs_}")
+        return y
 
     def oob_error_estimates(self, y, X=None, *, comm=None, clusters=None):
         """grf's out-of-bag error estimates of the training rows: ``(debiased_error, excess_error)``.
@@ -208,11 +213,11 @@ class RegressionVarianceMixin:
         debiased_error, excess_error : ndarray, shape (n_local,) or (n_local, n_outputs)
             NaN for rows left out by fewer than two trees.
         """
+        comm = world() if comm is None else comm
         codes, gids, layout = self._training_codes(X, comm, clusters, need_groups=False)
-        y = as_columns(check_target(y, "y", len(gids), estimator=self))
+        with collective_checks(comm):       # one rank's bad y: every rank raises
+            y = self._training_outcomes(y, len(gids))
         k = self.n_outputs_
-        if y.shape[1] != k:
-            raise ValueError(f"y has {y.shape[1]} output(s), the forest {k}")
         debiased = np.empty((len(gids), k))
         excess = np.empty((len(gids), k))
         n_trees = len(self.estimators_["tree_offsets"]) - 1

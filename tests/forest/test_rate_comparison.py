@@ -51,3 +51,18 @@ def test_same_comparison_for_any_rank_count(comm):
     want = ref.compare_priorities(tau, other, n_bootstrap=30, comm=SELF)
     np.testing.assert_allclose(got.estimate, want.estimate, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(got.stderr, want.stderr, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.mpi
+def test_one_ranks_bad_priorities_raise_on_every_rank(comm):
+    X, t, y, tau, rng = _data(600, seed=3)
+    sl = block_slice(600, comm.size, comm.rank)
+    cf = CausalForest(n_estimators=10, nuisance_estimators=10, max_bins=32, random_state=0).fit(X[sl], t[sl], y[sl],
+                                                                                            comm=comm)
+    bad = tau[sl].copy()
+    if comm.rank == comm.size - 1:
+        bad[0] = np.nan
+    with pytest.raises(ValueError, match="priorities contain NaN"):
+        cf.compare_priorities(tau[sl], bad, n_bootstrap=10, comm=comm)
+    with pytest.raises(ValueError, match="priorities contain NaN"):
+        cf.rank_average_treatment_effect(bad, n_bootstrap=10, comm=comm)

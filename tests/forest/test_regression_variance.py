@@ -265,3 +265,16 @@ def test_calibration_test_of_a_regression_forest():
     assert null.test_calibration(y0).pvalue[1] > 0.01
     with pytest.raises(ValueError, match="sample_weight goes with X"):
         rf.test_calibration(y, sample_weight=w)
+
+
+@pytest.mark.mpi
+def test_one_ranks_bad_outcomes_raise_on_every_rank(comm):
+    """A wrong y on one rank is one agreed error on every rank, not a rank waiting in a collective."""
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(200, 3))
+    y = X[:, 0] + rng.normal(size=200)
+    rf = RegressionForest(10, random_state=0).fit(X, y, comm=comm)
+    bad = y[:3] if comm.rank == comm.size - 1 else y
+    for call in (lambda: rf.test_calibration(bad, X, comm=comm), lambda: rf.oob_error_estimates(bad, X, comm=comm)):
+        with pytest.raises(ValueError, match=f"rank {comm.size - 1}: y has 3 rows" if comm.size > 1 else "y has 3"):
+            call()
