@@ -25,6 +25,7 @@ _EXPORTS = {
     "InstrumentalForest": "forest.estimators.instrumental_forest",
     "RegressionForest": "forest.estimators.regression_forest",
     "QuantileForest": "forest.estimators.quantile_forest",
+    "SurvivalForest": "forest.estimators.survival_forest",
     "ProbabilityForest": "forest.estimators.probability_forest",
     "GBDTRegressor": "forest.estimators.gbdt",
     "GBDTClassifier": "forest.estimators.gbdt",

@@ -30,7 +30,7 @@ from histogram.jit import kernel
 from forest.engine.forest_weights import value_nodes
 
 
-def gather_leaf_outcomes(packed, slices, y, factor, gids, count_col, comm):
+def gather_leaf_outcomes(packed, slices, y, factor, gids, count_col, comm, event=None):
     """Outcome lists of every leaf's value node, over all ranks (collective).
 
     Parameters
@@ -46,6 +46,9 @@ def gather_leaf_outcomes(packed, slices, y, factor, gids, count_col, comm):
     count_col : int
         Column of ``packed["value"]`` holding the node's estimation row count.
     comm : native.comm.Communicator
+    event : ndarray of bool, shape (n_local,), optional
+        A mark kept beside each outcome (a survival forest's failure flags; ``y`` is
+        then the time).
 
     Returns
     -------
@@ -53,7 +56,8 @@ def gather_leaf_outcomes(packed, slices, y, factor, gids, count_col, comm):
         ``offsets`` int64 ``(n_nodes + 1,)`` (node ``v``'s entries are
         ``offsets[v]:offsets[v + 1]``, empty but for value nodes of leaves), ``y``
         float64 ``(n_entries,)`` increasing within a node, ``weight`` float64
-        ``(n_entries,)``, ``f_i / rows`` of the node.
+        ``(n_entries,)``, ``f_i / rows`` of the node; with ``event``, also ``event``
+        uint8 ``(n_entries,)`` (0 or 1).
     """
     n_nodes = len(packed["feature"])
     vnode = value_nodes(packed, count_col)
@@ -74,7 +78,11 @@ def gather_leaf_outcomes(packed, slices, y, factor, gids, count_col, comm):
     offsets = np.zeros(n_nodes + 1, dtype=np.int64)
     np.add.at(offsets, node + 1, 1)
     np.cumsum(offsets, out=offsets)
-    return {"offsets": offsets, "y": ys, "weight": fs / count[node]}
+    lists = {"offsets": offsets, "y": ys, "weight": fs / count[node]}
+    if event is not None:
+        marks = col.allgatherv(comm, np.ascontiguousarray(np.asarray(event)[local_rows], dtype=np.uint8))
+        lists["event"] = marks[order]
+    return lists
 
 
 @kernel
@@ -163,7 +171,8 @@ def _quantiles(qleaves, use, offsets_t, span, entries, n_bins, levels, out, rel_
 
 
 @kernel
-def _entry_bounds(qleaves, use, offsets_t, span, out):
+def entry_bounds(qleaves, use, offsets_t, span, out):
+    """``out[q]``: how many list entries query ``q``'s used trees hold (scratch sizes)."""
     for q in range(qleaves.shape[0]):
         s = 0
         for t in range(offsets_t.shape[0] - 1):
@@ -256,7 +265,7 @@ def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col, use=No
         qleaves = np.ascontiguousarray(query_leaves, dtype=np.int64)
         offsets_t = np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64)
         bound = np.empty(len(qleaves), dtype=np.int64)
-        _entry_bounds(qleaves, use, offsets_t, layout.span, bound)
+        entry_bounds(qleaves, use, offsets_t, layout.span, bound)
         n_chunks = max(1, min(len(qleaves), 8 * numba.get_num_threads()))
         _quantiles(qleaves, use, offsets_t, layout.span, layout.entries, int(layout.n_bins), levels, out, REL_TOL,
                    bound, n_chunks)

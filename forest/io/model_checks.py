@@ -339,11 +339,16 @@ def check_quantile_forest(est):
     if not isinstance(mapper, BinMapper):
         raise ValueError(f"outcome_bin_mapper_ must be a BinMapper, got {type(mapper).__name__}")
     BinMapper.validate_state(mapper.get_state())
+    _check_leaf_lists(est, ("offsets", "y", "weight"))
+
+
+def _check_leaf_lists(est, keys):
+    """``est.leaf_outcomes_``: the leaves' lists (:func:`forest.engine.leaf_outcomes.gather_leaf_outcomes`)."""
     lists = est.leaf_outcomes_
     n_nodes = len(est.estimators_["feature"])
-    if not (isinstance(lists, dict) and set(lists) == {"offsets", "y", "weight"}
+    if not (isinstance(lists, dict) and set(lists) == set(keys)
             and all(isinstance(v, np.ndarray) and v.ndim == 1 for v in lists.values())):
-        raise ValueError("leaf_outcomes_ must map offsets, y and weight to 1-D arrays")
+        raise ValueError(f"leaf_outcomes_ must map {', '.join(keys)} to 1-D arrays")
     offsets, y, weight = lists["offsets"], lists["y"], lists["weight"]
     if not (offsets.dtype == np.int64 and len(offsets) == n_nodes + 1 and offsets[0] == 0
             and np.all(np.diff(offsets) >= 0) and offsets[-1] == len(y) == len(weight)):
@@ -352,6 +357,25 @@ def check_quantile_forest(est):
     if not (y.dtype == np.float64 and weight.dtype == np.float64 and np.all(np.isfinite(y))
             and np.all(np.isfinite(weight)) and np.all(weight >= 0)):
         raise ValueError("leaf_outcomes_ must hold finite float64 outcomes and non-negative finite weights")
+    if "event" in keys:
+        event = lists["event"]
+        if not (event.dtype == np.uint8 and len(event) == len(y) and np.all(event <= 1)):
+            raise ValueError("leaf_outcomes_['event'] must be uint8 flags (0 or 1), one per outcome")
+
+
+def check_survival_forest(est):
+    """A restored :class:`forest.SurvivalForest`: the forest, its failure grid and its leaves' lists."""
+    if not _is_fitted(est, ("estimators_", "bin_mapper_", "n_features_in_", "sampling_", "leaf_outcomes_",
+                            "failure_times_", "feature_importances_", "gain_importances_")):
+        return
+    _check_forest(est, 2)
+    grid = est.failure_times_
+    if not (isinstance(grid, np.ndarray) and grid.dtype == np.float64 and grid.ndim == 1 and len(grid)
+            and np.all(np.isfinite(grid)) and np.all(np.diff(grid) > 0)):
+        raise ValueError("failure_times_ must be a non-empty increasing float64 array of finite times")
+    _check_leaf_lists(est, ("offsets", "y", "weight", "event"))
+    if np.any(est.leaf_outcomes_["y"] < 0):
+        raise ValueError("leaf_outcomes_['y'] (the times) must be non-negative")
 
 
 #: The coder of the effect forest whose nuisance forests are being checked (a stack).
