@@ -25,6 +25,11 @@ EXIT_BAD_INPUT = 2
 _RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID", "SLURM_PROCID")
 
 
+def numbers(text):
+    """A comma-separated list of numbers (``--quantiles 0.1,0.5,0.9``, ``--times 365,730``) as a tuple of floats."""
+    return tuple(float(part) for part in text.split(","))
+
+
 def __getattr__(name):
     # forest.io.dataio.feature_input under the tools' usual import, loaded on use: this
     # module stays light (numpy-free) for a start-up that only parses arguments.

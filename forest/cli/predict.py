@@ -17,7 +17,8 @@ import sys
 import time
 
 from forest.cli.common import (CLIError, Parser, agree, categorical_names, check_not_input, check_unique,
-                               feature_input, guarded, load_model, model_feature_names, numeric_columns, plan_source,
+                               feature_input, guarded, load_model, model_feature_names, numbers, numeric_columns,
+                               plan_source,
                                run_tool, world)
 from forest.estimators.base import predicts_effects
 from forest.cli.output import ParquetOutput, Spill, receive_in_rank_order, send_spill
@@ -36,7 +37,8 @@ def build_parser():
                     "rank predicts its share of the row groups; the output keeps the input row order.",
         epilog="examples:\n"
                "  mpirun -np 8 forest-predict cf.model new.parquet --keep id --interval --out effects.parquet\n"
-               "  forest-predict gb.model test.csv --out pred.parquet",
+               "  forest-predict gb.model test.csv --out pred.parquet\n"
+               "  forest-predict sf.model patients.parquet --times 365,730 --out survival.parquet",
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
     p.add_argument("model", help="model file written by forest-train")
@@ -49,10 +51,13 @@ def build_parser():
                         "prediction_lower/prediction_upper (regression forests)")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="1 - confidence level of --interval (default 0.05)")
+    p.add_argument("--times", type=numbers, metavar="T1,T2,...",
+                   help="survival models: add the predicted survival probability P(T > t | x) at these times, "
+                        "one column survival_<t> each (the prediction column is the risk score)")
     return p
 
 
-def prediction_columns(est, X, interval, alpha, is_causal):
+def prediction_columns(est, X, interval, alpha, is_causal, times=None):
     """Prediction columns for rows ``X``.
 
     Parameters
@@ -63,13 +68,15 @@ def prediction_columns(est, X, interval, alpha, is_causal):
     interval : bool
     alpha : float
     is_causal : bool
+    times : sequence of float, optional
+        A survival model's times: ``survival_<t>`` columns.
 
     Returns
     -------
     dict of str -> ndarray, shape (n,)
         ``tau`` (+ ``tau_lower``, ``tau_upper``) for causal models; ``prediction``
         (+ ``proba_<class>`` for classifiers) otherwise; ``prediction_q<level>`` per level of a
-        quantile forest. Several effects get
+        quantile forest; ``survival_<t>`` per time of a survival model. Several effects get
         ``tau_<k>`` columns (``k``: the arm of a categorical treatment, its level as in
         ``classes_``; else the treatment component or outcome, from 0), several arms and
         outcomes ``tau_<arm>_<m>``.
@@ -98,10 +105,14 @@ def prediction_columns(est, X, interval, alpha, is_causal):
         proba = np.asarray(est.predict_proba(X))
         for k, c in enumerate(est.classes_):
             out[f"proba_{c}"] = proba[:, k]
+    if times is not None:
+        surv = est.predict_survival_function(X, times)
+        for k, t in enumerate(times):
+            out[f"survival_{t:g}"] = surv[:, k]
     return out
 
 
-def _probe_columns(est, names, interval, alpha, is_causal):
+def _probe_columns(est, names, interval, alpha, is_causal, times=None):
     """The output columns, by predicting one dummy row: ``{name: array of one value}``.
 
     The row's categorical features are missing (a null reads as missing whatever the
@@ -111,7 +122,7 @@ def _probe_columns(est, names, interval, alpha, is_causal):
 
     cats = set(categorical_names(est, names))
     row = {n: pa.nulls(1, pa.string()) if n in cats else pa.array([0.0]) for n in names}
-    return prediction_columns(est, feature_input(est, pa.table(row), names), interval, alpha, is_causal)
+    return prediction_columns(est, feature_input(est, pa.table(row), names), interval, alpha, is_causal, times)
 
 
 def _body(argv):
@@ -146,6 +157,12 @@ def _body(argv):
         if args.interval and not (hasattr(est, "predict_interval") and not hasattr(est, "predict_proba")):
             raise ValueError(f"model file {args.model!r} holds a {type(est).__name__}; --interval "
                              f"needs a causal, instrumental or regression forest")
+        if args.times is not None:
+            if not hasattr(est, "predict_survival_function"):
+                raise ValueError(f"model file {args.model!r} holds a {type(est).__name__}; --times needs a survival "
+                                 "model")
+            if len({f"{t:g}" for t in args.times}) != len(args.times):
+                raise ValueError("--times must be distinct")
         if comm.rank == 0:
             model_io.check_writable(args.out)
         return est, names, causal
@@ -156,7 +173,7 @@ def _body(argv):
     # The output columns are known before any data is read (proba_<class>, tau_<k>
     # and the interval columns depend on the model): a kept id column of the same
     # name would make the output ambiguous.
-    outputs, message = guarded(_probe_columns, est, names, args.interval, args.alpha, causal)
+    outputs, message = guarded(_probe_columns, est, names, args.interval, args.alpha, causal, args.times)
     agree(comm, message)
     clash = sorted(set(args.keep) & set(outputs))
     if clash:
@@ -189,7 +206,8 @@ def _body(argv):
             for lo in range(0, group.num_rows, PREDICT_BATCH_ROWS):
                 part = group.slice(lo, PREDICT_BATCH_ROWS)
                 t0 = time.perf_counter()
-                cols = prediction_columns(est, feature_input(est, part, names), args.interval, args.alpha, causal)
+                cols = prediction_columns(est, feature_input(est, part, names), args.interval, args.alpha, causal,
+                                          args.times)
                 seconds += time.perf_counter() - t0
                 table = part.select(list(args.keep))
                 for k, v in cols.items():

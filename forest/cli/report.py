@@ -74,7 +74,8 @@ def open_data(data, names, meta, html=None, targets=True, est=None):
     source = dataio.open_source(data)
     if html is not None:
         check_not_input(html, source.paths, "--html", data=data)
-    extra = [c for c in (meta.get("treatment"), meta.get("instrument"), meta.get("outcome"), meta.get("cluster"))
+    extra = [c for c in (meta.get("treatment"), meta.get("instrument"), meta.get("outcome"), meta.get("time"),
+                         meta.get("event"), meta.get("cluster"))
              if targets and isinstance(c, str) and c in source.columns]
     numeric = names if est is None else numeric_columns(source, est, names)
     cats = [] if est is None else categorical_names(est, names)
@@ -271,6 +272,8 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
                 figures["qini"] = rep.qini_figure(qc)
         else:
             lines += ["", f"(no Qini curve: {t_col!r} is not a binary 0/1 treatment with both arms)"]
+    if hasattr(est, "predict_survival_function"):
+        _add_survival(report, lines, figures, est, model_input(X), shard, meta, values[:, 0], training, want_figures)
     if predicts_effects(est) and observed and hasattr(est, "dr_scores"):
         _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, values, ranking,
                       ranking_error)
@@ -384,8 +387,32 @@ def training_oob(est, shard, meta):
         raise CLIError("these are the training rows of a model fitted with --cluster, but the data has no "
                        f"{col!r} column: out-of-bag estimates need it")
     # A classifier's summary is its class probabilities (forest.report.summary.summarised_quantity)
-    out_of_bag = est.oob_predict_proba if hasattr(est, "oob_predict_proba") else est.oob_predict
+    # a survival forest's summary is its risk score (its oob_predict gives curves)
+    out_of_bag = (est.oob_predict_proba if hasattr(est, "oob_predict_proba")
+                  else est.oob_risk if hasattr(est, "oob_risk") else est.oob_predict)
     return lambda X: out_of_bag(X, comm=SelfCommunicator(), clusters=clusters)
+
+
+def _add_survival(report, lines, figures, est, X, shard, meta, risk, training, want_figures):
+    """Survival curves by risk group (:func:`forest.report.survival.survival_groups`), with the data's own
+    Kaplan-Meier curve of each group and the concordance when it holds the time and event columns."""
+    import numpy as np
+
+    from forest.report import survival as rep
+    from native.comm import SelfCommunicator
+
+    time_col, event_col = meta.get("time"), meta.get("event")
+    observed = all(isinstance(c, str) and c in shard.columns for c in (time_col, event_col))
+    time_, event = (shard.columns[time_col], shard.columns[event_col]) if observed else (None, None)
+    if observed and not (np.all(np.isfinite(time_)) and np.all(np.isin(event, (0.0, 1.0)))):
+        lines += ["", f"(no observed curves: {time_col!r} or {event_col!r} holds values a survival fit refuses)"]
+        observed, time_, event = False, None, None
+    groups = rep.survival_groups(est, X, risk, time_, event,
+                                 oob=(lambda: est.oob_predict(X, comm=SelfCommunicator())) if training else None)
+    report["survival"] = groups
+    lines += ["", rep.survival_text(groups, time_col, event_col, training)]
+    if want_figures:
+        figures["survival"] = rep.survival_figure(groups)
 
 
 def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects, ranking=None,

@@ -16,18 +16,13 @@ import time
 import numpy as np
 
 from forest.cli.common import (CLIError, Parser, agree, check_not_input, check_unique, fit_input_error, guarded,
-                               plan_source, run_tool, world)
-from forest.estimators.kinds import KINDS, fit_targets
+                               numbers, plan_source, run_tool, world)
+from forest.estimators.kinds import KINDS, ROLES, fit_targets
 
 PROG = "forest-train"
 
 #: ``--model`` choices: the model kinds (:mod:`forest.estimators.kinds`, the one table of them).
 MODELS = KINDS
-
-def numbers(text):
-    """A comma-separated list of numbers (``--quantiles 0.1,0.5,0.9``) as a tuple of floats."""
-    return tuple(float(part) for part in text.split(","))
-
 
 #: Named model options -> estimator parameter name (passed only when given).
 PARAM_OPTIONS = (
@@ -60,6 +55,7 @@ def build_parser():
                "  forest-train iv.parquet --model instrumental --treatment t --instrument z --outcome y \\\n"
                "      --out iv.model\n"
                "  forest-train train.csv --model gbdt-regressor --outcome y --n-estimators 200 --out gb.model\n"
+               "  forest-train trial.parquet --model survival --time days --event died --out sf.model\n"
                "  mpirun -np 2 forest-train --demo --verbose --out /tmp/demo.model",
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
@@ -70,6 +66,9 @@ def build_parser():
     p.add_argument("--treatment", help="treatment column (causal and instrumental models)")
     p.add_argument("--instrument", metavar="COL", help="instrument column (instrumental model)")
     p.add_argument("--outcome", help="outcome column")
+    p.add_argument("--time", metavar="COL", help="failure or censoring time column (survival model)")
+    p.add_argument("--event", metavar="COL",
+                   help="event column of the survival model: 1 where the failure was observed, 0 where censored")
     p.add_argument("--features", nargs="+", metavar="COL",
                    help="feature columns (default: every other column that holds numbers or categories; the "
                         "columns left out are listed with the reason)")
@@ -231,7 +230,8 @@ def _resolve_columns(args):
         args.data = DEMO_PATH
         if KINDS[args.model].takes("treatment"):
             args.treatment = args.treatment or DEMO_TREATMENT
-        args.outcome = args.outcome or DEMO_OUTCOME
+        if KINDS[args.model].takes("outcome"):
+            args.outcome = args.outcome or DEMO_OUTCOME
         args.features = args.features or list(DEMO_FEATURES)
         # 100 trees keep `make demo` to tens of seconds on a laptop; --n-estimators (or
         # --param n_estimators=N) overrides.
@@ -240,29 +240,29 @@ def _resolve_columns(args):
             args.n_estimators = [str(DEMO_TREES)]
     if args.data is None:
         raise CLIError("no DATA given (a parquet file, directory, glob or CSV file; or --demo)")
-    if args.outcome is None:
-        raise CLIError("--outcome COL is required")
     kind = KINDS[args.model]
-    for role in ("treatment", "instrument"):
+    if kind.takes("outcome") and args.outcome is None:
+        raise CLIError("--outcome COL is required")
+    for role in ROLES:
         if kind.takes(role) and getattr(args, role) is None:
             raise CLIError(f"--{role} COL is required for the {args.model} model")
         if not kind.takes(role) and getattr(args, role) is not None:
             raise CLIError(f"--{role} is only used by the {_models_taking(role)}, not {args.model!r}")
     if args.cluster is not None and not kind.clusters:
         raise CLIError(f"--cluster is only used by the {_models_taking('clusters')}, not {args.model!r}")
-    targets = [c for c in (args.treatment, args.instrument, args.outcome, args.weight, args.cluster) if c is not None]
+    targets = [c for c in [getattr(args, role) for role in ROLES] + [args.weight, args.cluster] if c is not None]
     if len(set(targets)) != len(targets):
-        raise CLIError("treatment, instrument, outcome, weight and cluster must be different columns")
+        raise CLIError("treatment, instrument, outcome, time, event, weight and cluster must be different columns")
     if args.features is not None:
         clash = sorted(set(args.features) & set(targets))
         if clash:
-            raise CLIError(f"column {clash[0]!r} is both a feature and the treatment/instrument/outcome/weight")
+            raise CLIError(f"column {clash[0]!r} is both a feature and the treatment/instrument/outcome/time/event/weight")
         check_unique(args.features, "--features")
     if args.categorical is not None:
         check_unique(args.categorical, "--categorical")
         clash = sorted(set(args.categorical) & set(targets))
         if clash:
-            raise CLIError(f"--categorical names {clash[0]!r}, the treatment/instrument/outcome/weight/cluster; "
+            raise CLIError(f"--categorical names {clash[0]!r}, the treatment/instrument/outcome/time/event/weight/cluster; "
                            "only features can be categorical")
     return targets
 
@@ -281,7 +281,7 @@ def _validate_shard(args, shard, offset, labels=()):
         shard.columns[name], message = class_labels(shard.keep.column(name), name, offset)
         if message is not None:
             return message, None
-    for name in (args.treatment, args.instrument, args.outcome, args.weight):
+    for name in (args.treatment, args.instrument, args.outcome, args.time, args.event, args.weight):
         if name is None or name in labels:
             continue
         message = bad_values(name, shard.columns[name], offset)
@@ -371,13 +371,15 @@ def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_typ
         # Integer treatments keep an integer dtype: the causal forest reads integer
         # codes with more than two levels as arms, floats as a continuous dose.
         t = t.astype(np.int64)
-    y = shard.columns[args.outcome]  # a classifier's: already its labels (dataio.class_labels)
+    # a classifier's outcome: already its labels (dataio.class_labels)
+    y = shard.columns[args.outcome] if args.outcome else None
     w = shard.columns[args.weight] if args.weight else None
     extra = dict(feature_names=features)  # the model records its feature names (feature_names_in_)
     if args.cluster is not None:
         extra["clusters"] = shard.columns[args.cluster]
-    columns = {"treatment": t, "outcome": y,
-               "instrument": shard.columns[args.instrument] if args.instrument else None}
+    columns = {"treatment": t, "outcome": y}
+    for role in ("instrument", "time", "event"):
+        columns[role] = shard.columns[getattr(args, role)] if getattr(args, role) else None
     return est.fit(None, *fit_targets(KINDS[kind], columns), sample_weight=w, comm=comm, progress=progress,
                    binned=binned, checkpoint=checkpoint, **extra)
 
@@ -636,7 +638,7 @@ def _body(argv):
         "model": args.model, "feature_names": features,
         "categorical_features": [f for f, c in zip(features, choice.categorical) if c],
         "treatment": args.treatment, "instrument": args.instrument,
-        "outcome": args.outcome, "weight": args.weight, "cluster": args.cluster, "n_rows": source.n_rows,
+        "outcome": args.outcome, "time": args.time, "event": args.event, "weight": args.weight, "cluster": args.cluster, "n_rows": source.n_rows,
         "n_ranks": comm.size, "data": [str(p) for p in source.paths],
     }
     message = None

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from forest.estimators.kinds import kind_of
+from forest.estimators.kinds import ROLES as KIND_ROLES, kind_of
 # forest's model_io name imports every estimator module first: any kind's bytes load.
 from forest import model_io
 from native import watchdog
@@ -18,8 +18,8 @@ from native.comm import use_world
 from native.rendezvous import Listener
 from native.socket_comm import connect
 
-#: Target roles a launcher's ``fit`` accepts by keyword; a kind takes those of its ``targets``.
-ROLES = ("treatment", "outcome", "instrument", "time", "event")
+#: Target roles a launcher's ``fit`` accepts by keyword (the kinds table's); a kind takes those of its ``targets``.
+ROLES = KIND_ROLES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,8 @@ The leaves keep their estimation rows' times, flags and per-tree weights
 weighted sample is the union of its trees' lists, and the curves come from one sort of
 those entries: local, no collective, no training rows (a model file predicts alone).
 The weights sum to the number of trees used, not to 1; ``d_k / Y_k`` does not care.
+The slow reference is :func:`forest.analysis.survival.kaplan_meier` on the forest weights
+(the tests compare the two).
 """
 import numba
 import numpy as np
@@ -152,36 +154,3 @@ def survival_curves(packed, outcomes, query_leaves, times, count_col, use=None, 
         _curves(qleaves, use, offsets_t, layout.span, layout.entries, at, where.astype(np.int64), surv, chf, bound,
                 n_chunks)
     return surv, chf
-
-
-def weighted_curves_reference(time, event, weight, at):
-    """Slow reference: weighted Kaplan-Meier and Nelson-Aalen of one sample at times ``at``.
-
-    Parameters
-    ----------
-    time, event, weight : array-like, shape (m,)
-    at : array-like, shape (k,)
-
-    Returns
-    -------
-    survival, cumulative_hazard : ndarray of float64, shape (k,)
-    """
-    time = np.asarray(time, dtype=np.float64)
-    event = np.asarray(event, dtype=np.float64)
-    weight = np.asarray(weight, dtype=np.float64)
-    at = np.asarray(at, dtype=np.float64)
-    if not len(time):
-        return np.full(len(at), np.nan), np.full(len(at), np.nan)
-    distinct = np.unique(time)
-    s, h = np.ones(len(distinct)), np.zeros(len(distinct))
-    surv_k, chf_k = 1.0, 0.0
-    for i, tk in enumerate(distinct):
-        at_risk = weight[time >= tk].sum()
-        d = (weight * event)[time == tk].sum()
-        if d > 0 and at_risk > 0:
-            hazard = min(d / at_risk, 1.0)
-            surv_k *= 1.0 - hazard
-            chf_k += hazard
-        s[i], h[i] = surv_k, chf_k
-    pos = np.searchsorted(distinct, at, side="right") - 1
-    return np.where(pos >= 0, s[np.maximum(pos, 0)], 1.0), np.where(pos >= 0, h[np.maximum(pos, 0)], 0.0)

@@ -26,7 +26,7 @@ import importlib
 from dataclasses import dataclass
 
 #: Target roles, as ``forest-train`` options and model-file metadata keys name them.
-ROLES = ("treatment", "instrument", "outcome")
+ROLES = ("treatment", "instrument", "outcome", "time", "event")
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ class ModelKind:
     module, class_name : str
         Where the estimator class lives.
     targets : tuple of str
-        ``fit``'s target arguments in ``fit``'s order, by role (``"treatment"``,
-        ``"instrument"``, ``"outcome"``): ``fit(X, *targets, sample_weight=...)``.
+        ``fit``'s target arguments in ``fit``'s order, by role (:data:`ROLES`):
+        ``fit(X, *targets, sample_weight=...)``.
     clusters : bool
         ``fit`` takes ``clusters=`` (``--cluster``).
     class_labels : bool
@@ -70,6 +70,7 @@ KINDS = {k.name: k for k in (
               ("treatment", "outcome", "instrument"), clusters=True),
     ModelKind("regression", "forest.estimators.regression_forest", "RegressionForest", ("outcome",), clusters=True),
     ModelKind("quantile", "forest.estimators.quantile_forest", "QuantileForest", ("outcome",)),
+    ModelKind("survival", "forest.estimators.survival_forest", "SurvivalForest", ("time", "event")),
     ModelKind("probability", "forest.estimators.probability_forest", "ProbabilityForest", ("outcome",), clusters=True,
               class_labels=True),
     ModelKind("gbdt-regressor", "forest.estimators.gbdt", "GBDTRegressor", ("outcome",)),

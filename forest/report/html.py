@@ -656,6 +656,36 @@ def unavailable_section(report):
     return _section("unavailable", "Not available on these data", reading, "", [table])
 
 
+# ------------------------------------------------------------------ survival
+
+def survival_section(report, png=None):
+    """Predicted (and observed) survival per risk group at a few times; concordance."""
+    from forest.report.survival import text_times
+
+    part = report["survival"]
+    times = part["times"]
+    idx = text_times(times)
+    observed = bool(part["groups"]) and "observed" in part["groups"][0]
+    header = ["risk group", "rows"] + [f"t = {fmt(times[i])}" for i in idx]
+    rows = []
+    for g in part["groups"]:
+        cells = [f"{g['predicted'][i]:.3f}" + (f" / {g['observed'][i]:.3f}" if observed else "") for i in idx]
+        rows.append([g["label"], g["n"]] + cells)
+    caption = "P(T > t): predicted" + (" / observed Kaplan-Meier of the group's rows" if observed else "")
+    table = _table(header, rows, numeric_from=1, caption=caption)
+    c = part.get("concordance")
+    reading = (f"Rows with a higher predicted risk fail sooner: Harrell's concordance {fmt(c)} (0.5 would be no "
+               f"better than chance; 1 a perfect ordering)." if c is not None and c > 0.5 else
+               f"The risk score does not order these rows' failures better than chance (concordance {fmt(c)})."
+               if c is not None else "Predicted survival curves by predicted risk (the data hold no observed "
+                                     "times to compare with).")
+    if observed:
+        reading += " Solid lines are predicted, dashed lines the groups' observed curves: close lines mean " \
+                   "calibrated predictions."
+    return _section("survival", "Survival by predicted risk", reading, rows_line(report, part.get("n_rows")),
+                    [table], png)
+
+
 # ------------------------------------------------------------------ page
 
 #: Sections of ``report["analysis"]``: key, builder, figure key.
@@ -664,10 +694,11 @@ _ANALYSIS = (("average_effects", average_effects_section, None), ("calibration",
              ("unavailable", unavailable_section, None))
 
 _TOP = (("importance", importance_section, "importance"), ("predictions", predictions_section, "distribution"),
-        ("partial_dependence", pdp_section, "pdp"), ("qini", qini_section, "qini"))
+        ("partial_dependence", pdp_section, "pdp"), ("survival", survival_section, "survival"),
+        ("qini", qini_section, "qini"))
 
 _NAV = {"overview": "Overview", "importance": "Importance", "predictions": "Predictions",
-        "partial-dependence": "Partial dependence", "qini": "Qini", "average-effects": "Average effects",
+        "partial-dependence": "Partial dependence", "survival": "Survival", "qini": "Qini", "average-effects": "Average effects",
         "calibration": "Calibration", "best-linear-projection": "Linear projection", "rate": "RATE",
         "unavailable": "Not available", "text-form": "Text form"}
 

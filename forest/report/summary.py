@@ -126,7 +126,7 @@ def column_names(estimator, prefix, trailing_shape):
     arms = None
     if getattr(estimator, "treatment_type_", None) == "categorical" and predicts_effects(estimator):
         arms = [str(c) for c in np.asarray(estimator.classes_)[1:]]
-    elif hasattr(estimator, "leaf_outcomes_"):
+    elif hasattr(estimator, "leaf_outcomes_") and hasattr(estimator, "quantiles"):
         # a quantile forest's columns are its quantile levels: prediction_q0.1, ...
         arms = [f"q{level:g}" for level in np.asarray(estimator.quantiles, dtype=np.float64).reshape(-1)]
     names = []
@@ -151,8 +151,8 @@ def summarised_quantity(estimator, out_of_bag=None):
     Returns
     -------
     what : str
-        ``"effect tau(x)"`` (causal forest), ``"probability"`` (classifier) or
-        ``"value"`` (regressor), as in "the predicted ...".
+        ``"effect tau(x)"`` (causal forest), ``"probability"`` (classifier), ``"risk
+        score"`` (survival forest) or ``"value"`` (regressor), as in "the predicted ...".
     predict : callable
         ``predict(X)`` -> (labels, ndarray of shape (n, len(labels))): effects (one
         column per effect component), class probabilities (of the second class only
@@ -172,6 +172,12 @@ def summarised_quantity(estimator, out_of_bag=None):
                 return [f"P({classes[1]})"], proba[:, 1:]
             return [f"P({c})" for c in classes], proba
         return "probability", probabilities
+
+    if hasattr(estimator, "predict_survival_function"):
+        def risks(X):
+            risk = np.asarray((out_of_bag or estimator.predict)(X), dtype=np.float64)
+            return ["risk"], risk.reshape(len(risk), 1)
+        return "risk score", risks
 
     def predictions(X):
         pred = np.asarray((out_of_bag or estimator.predict)(X), dtype=np.float64)

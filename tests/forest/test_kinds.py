@@ -7,7 +7,7 @@ from forest.cli import train
 from forest.estimators.kinds import KINDS, ROLES, estimator_classes, kind_of
 
 #: How each estimator's ``fit`` names the argument of a role.
-ARGUMENT = {"treatment": "t", "outcome": "y", "instrument": "z"}
+ARGUMENT = {"treatment": "t", "outcome": "y", "instrument": "z", "time": "time", "event": "event"}
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))

@@ -5,9 +5,9 @@ import pytest
 
 from native.comm import SelfCommunicator
 from forest import SurvivalForest, model_io
-from forest.analysis.concordance import concordance_index
+from forest.analysis.survival import concordance_index, kaplan_meier
 from forest.criteria.survival import LogRankCriterion, failure_grid, time_labels
-from forest.engine.leaf_survival import survival_curves, weighted_curves_reference
+from forest.engine.leaf_survival import survival_curves
 from forest.engine.local_growth import grow_subtrees, grow_subtrees_reference
 
 SELF = SelfCommunicator()
@@ -125,7 +125,7 @@ def test_curves_are_forest_weighted_kaplan_meier():
     chf = f.predict_cumulative_hazard(Xq, at)
     W = f.get_forest_weights(Xq, X_train=X, sample_weight=w, comm=SELF).toarray()
     for q in range(len(Xq)):
-        s_ref, h_ref = weighted_curves_reference(time, event, W[q], at)
+        s_ref, h_ref = kaplan_meier(time, event, W[q], at)
         np.testing.assert_allclose(surv[q], s_ref, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(chf[q], h_ref, rtol=1e-9, atol=1e-12)
     assert np.all(np.diff(surv, axis=1) <= 0) and np.all(surv[:, 0] == 1.0)
@@ -156,7 +156,7 @@ def test_known_survival_curves_and_concordance():
     at = np.array([0.25, 0.5, 1.0])
     truth = _true_survival(Xq, at)
     rmse = np.sqrt(((f.predict_survival_function(Xq, at) - truth) ** 2).mean(axis=0))
-    marginal = weighted_curves_reference(time, event, np.ones(len(time)), at)[0]
+    marginal = kaplan_meier(time, event, np.ones(len(time)), at)[0]
     rmse_marginal = np.sqrt(((marginal[None, :] - truth) ** 2).mean(axis=0))
     assert np.all(rmse < 0.06), rmse
     assert np.all(rmse < 0.4 * rmse_marginal), (rmse, rmse_marginal)
