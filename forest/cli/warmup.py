@@ -48,6 +48,7 @@ VARIANTS = {
                     "forest, so its kernels are not shared with them (forest.criteria.compiled.PairedRecord)",
     "instrumental": "InstrumentalForest, with its nuisance forests",
     "quantile": "QuantileForest (its relabelling split, outcome lists and quantile prediction)",
+    "survival": "SurvivalForest (its log-rank split, time lists and survival curves)",
     "batch-walk": "the batch tree walk: out-of-bag sums of big forest fits (forest.engine.predictor."
                   "OOB_BATCH_MIN_PAIRS) and predict() on many rows",
 }
@@ -63,6 +64,7 @@ MODEL_VARIANTS = {
     "causal": ("causal-binary", "causal-multiarm", "causal-continuous", "causal-given", "batch-walk"),
     "instrumental": ("instrumental", "batch-walk"),
     "quantile": ("quantile",),
+    "survival": ("survival",),
     # a probability forest is a regression forest on one-hot labels: the same kernels
     "probability": ("regression", "batch-walk"),
 }
@@ -106,6 +108,11 @@ def _fit_variant(variant):
     elif variant == "quantile":
         from forest import QuantileForest
         QuantileForest(n_estimators=4, random_state=0).fit(X, y, comm=comm).predict(X[:10])
+    elif variant == "survival":
+        from forest import SurvivalForest
+        time = rng.exponential(size=len(y)) * np.exp(-np.nan_to_num(X[:, 0]))
+        SurvivalForest(n_estimators=4, random_state=0).fit(X, time, rng.uniform(size=len(y)) < 0.7,
+                                                           comm=comm).predict(X[:10])
     elif variant == "batch-walk":
         with _batch_oob_forced():
             RegressionForest(n_estimators=4, random_state=0).fit(X, y, comm=comm)
