@@ -196,8 +196,10 @@ def main(argv=None):
         [[r["name"], r["n"], f"{r['events']:.2f}", r["distinct"], f"{r['c_ours']:.4f}", f"{r['c_anchor']:.4f}",
           f"{r['c_ours'] - r['c_anchor']:+.4f}", f"{r['ibs_ours']:.4f}", f"{r['ibs_anchor']:.4f}",
           f"{r['ibs_ours'] / r['ibs_anchor']:.3f}", f"{r['fit_ours']:.2f}", f"{r['fit_anchor']:.2f}"] for r in rows])
-    body = [f"Real data: {args.repeats} random 75/25 splits (stratified by event), {args.trees} trees each, "
-            f"{args.threads} threads each; means over the splits.\n", table]
+    body = []
+    if rows:
+        body = [f"Real data: {args.repeats} random 75/25 splits (stratified by event), {args.trees} trees each, "
+                f"{args.threads} threads each; means over the splits.\n", table]
     if args.speed_rows:
         srow, ssweep = speed(args.speed_rows, args.speed_trees, args.threads,
                              (16, 32, 64, 128) if args.grid_sweep else (), anchor=not args.no_anchor_speed)
@@ -215,11 +217,12 @@ def main(argv=None):
             body += ["\nFailure grid size on the simulated design (fit s, C):\n",
                      markdown_table(["max_split_times", "fit s", "C"],
                                     [[g, f"{v[0]:.2f}", f"{v[1]:.4f}"] for g, v in ssweep.items()])]
-    body += ["\nOur forest with other parameters (mean C / IBS over the same splits; defaults: alpha=0, "
-             "max_split_times=32):\n",
-             markdown_table(["data"] + list(variants),
-                            [[name] + [f"{sweeps[name][v][0]:.4f} / {sweeps[name][v][1]:.4f}" for v in variants]
-                             for name in args.datasets])]
+    if rows:
+        body += ["\nOur forest with other parameters (mean C / IBS over the same splits; defaults: alpha=0, "
+                 "max_split_times=32):\n",
+                 markdown_table(["data"] + list(variants),
+                                [[name] + [f"{sweeps[name][v][0]:.4f} / {sweeps[name][v][1]:.4f}" for v in variants]
+                                 for name in args.datasets])]
     text = "\n".join(body)
     print(text)
     if not args.no_write:

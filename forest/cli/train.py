@@ -256,13 +256,15 @@ def _resolve_columns(args):
     if args.features is not None:
         clash = sorted(set(args.features) & set(targets))
         if clash:
-            raise CLIError(f"column {clash[0]!r} is both a feature and the treatment/instrument/outcome/time/event/weight")
+            raise CLIError(f"column {clash[0]!r} is both a feature and the "
+                           "treatment/instrument/outcome/time/event/weight")
         check_unique(args.features, "--features")
     if args.categorical is not None:
         check_unique(args.categorical, "--categorical")
         clash = sorted(set(args.categorical) & set(targets))
         if clash:
-            raise CLIError(f"--categorical names {clash[0]!r}, the treatment/instrument/outcome/time/event/weight/cluster; "
+            raise CLIError(f"--categorical names {clash[0]!r}, the "
+                           "treatment/instrument/outcome/time/event/weight/cluster; "
                            "only features can be categorical")
     return targets
 
@@ -638,7 +640,8 @@ def _body(argv):
         "model": args.model, "feature_names": features,
         "categorical_features": [f for f, c in zip(features, choice.categorical) if c],
         "treatment": args.treatment, "instrument": args.instrument,
-        "outcome": args.outcome, "time": args.time, "event": args.event, "weight": args.weight, "cluster": args.cluster, "n_rows": source.n_rows,
+        "outcome": args.outcome, "time": args.time, "event": args.event, "weight": args.weight,
+        "cluster": args.cluster, "n_rows": source.n_rows,
         "n_ranks": comm.size, "data": [str(p) for p in source.paths],
     }
     message = None

@@ -48,6 +48,26 @@ from histogram.jit import compiled_only
 from forest.criteria.compiled import CompiledCriterion, register
 
 
+def rows_and_mean_weight(stats):
+    """Node values of forests whose leaves keep lists (quantile, survival): ``[rows, mean weight]``.
+
+    Parameters
+    ----------
+    stats : ndarray of float64, shape (..., C)
+        Channel sums with the weight first and the row count last.
+
+    Returns
+    -------
+    ndarray of float64, shape (..., 2)
+        Rows 0 when the weight is 0 (such a node counts as empty).
+    """
+    w = stats[..., 0]
+    rows = np.where(w > 0, stats[..., -1], 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_weight = np.where(rows > 0, w / np.where(rows > 0, rows, 1.0), 0.0)
+    return np.stack([rows, mean_weight], axis=-1)
+
+
 class Criterion:
     """Base class of split criteria (see the module docstring).
 

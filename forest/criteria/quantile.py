@@ -30,7 +30,7 @@ import numpy as np
 
 from histogram.jit import compiled_only
 
-from forest.criteria.basic import VarianceCriterion
+from forest.criteria.basic import VarianceCriterion, rows_and_mean_weight
 from forest.criteria.compiled import CompiledCriterion, register
 
 #: Outcome bins of the relabelling (see the module docstring), at least twice the classes.
@@ -134,12 +134,7 @@ class QuantileCriterion(VarianceCriterion):
 
     def node_value(self, stats):
         """``[rows, mean weight]`` (rows 0 when the weight is 0: such a node counts as empty)."""
-        stats = self._check_stats(stats)
-        w = stats[..., 0]
-        rows = np.where(w > 0, stats[..., -1], 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mean_weight = np.where(rows > 0, w / np.where(rows > 0, rows, 1.0), 0.0)
-        return np.stack([rows, mean_weight], axis=-1)
+        return rows_and_mean_weight(self._check_stats(stats))
 
     def node_objective(self, stats):
         stats = self._check_stats(stats)

@@ -37,7 +37,7 @@ from native import collectives as col
 
 from histogram.binning import BinMapper
 
-from forest.criteria.basic import Criterion
+from forest.criteria.basic import Criterion, rows_and_mean_weight
 from forest.criteria.compiled import CompiledCriterion, register
 
 #: Default most failure times the splitting rule tells apart (the grid's size ``G``), chosen
@@ -185,12 +185,7 @@ class LogRankCriterion(Criterion):
 
     def node_value(self, stats):
         """``[rows, mean weight]`` (rows 0 when the weight is 0: such a node counts as empty)."""
-        stats = self._check_stats(stats)
-        w = stats[..., 0]
-        rows = np.where(w > 0, stats[..., -1], 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mean_weight = np.where(rows > 0, w / np.where(rows > 0, rows, 1.0), 0.0)
-        return np.stack([rows, mean_weight], axis=-1)
+        return rows_and_mean_weight(self._check_stats(stats))
 
     def node_weight(self, stats):
         return self._check_stats(stats)[..., 0]

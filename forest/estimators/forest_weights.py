@@ -152,6 +152,31 @@ class ForestWeightsMixin:
         indptr, indices, data = forest_weights(packed, query_leaves, slices, source.factor, count_col, norm_col)
         return sparse.csr_matrix((data, indices, indptr), shape=(len(queries), len(source.gids)))
 
+    def _training_codes(self, X, comm, clusters=None):
+        """``(codes (n_features, n), gids (n,), cluster layout or None)`` of this rank's training rows.
+
+        The rows the process that ran ``fit`` kept (``X`` None), or ``X`` again, validated over
+        the ranks (collective), with the fit's clusters when it had them. Every out-of-bag
+        method reads its rows through this.
+        """
+        check_is_fitted(self, "estimators_")
+        fitted_clusters = self.sampling_.get("clusters", False)
+        if X is None:
+            if clusters is not None:
+                raise ValueError("clusters go with X: without X the fit's own rows and clusters are used")
+            source = getattr(self, "_weights_source_", None)
+            if source is None:
+                raise ValueError("out-of-bag estimates without X exist only in the process that ran fit; pass the "
+                                 "training rows X")
+            return source.codes, source.gids, source.clusters
+        comm = world() if comm is None else comm
+        with collective_checks(comm):
+            X = validate_features(self, X, reset=False, min_samples=0)
+        gids, _ = global_ids(comm, len(X))
+        layout = resolve_clusters(clusters, comm, len(X), getattr(self, "equalize_cluster_weights", False), None,
+                                  fitted=fitted_clusters)
+        return self.bin_mapper_.transform(X), gids, layout
+
     def _estimation_slices(self, packed, source):
         """:func:`forest.engine.forest_weights.estimation_slices` of this rank's training rows."""
         n_trees = len(packed["tree_offsets"]) - 1

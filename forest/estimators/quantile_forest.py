@@ -260,22 +260,8 @@ class QuantileForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Esti
         ndarray of float64, shape (n_local, n_quantiles)
             NaN for rows that every tree drew.
         """
-        check_is_fitted(self, "estimators_")
-        if clusters is not None:
-            raise ValueError("this forest was fitted without clusters; clusters must be None")
         levels = check_levels(self.quantiles if quantiles is None else quantiles)
-        if X is None:
-            source = getattr(self, "_weights_source_", None)
-            if source is None:
-                raise ValueError("out-of-bag estimates without X exist only in the process that ran fit; pass the "
-                                 "training rows: oob_predict(X)")
-            codes, gids = source.codes, source.gids
-        else:
-            comm = world() if comm is None else comm
-            with collective_checks(comm):
-                X = validate_features(self, X, reset=False, min_samples=0)
-            codes = self.bin_mapper_.transform(X)
-            gids, _ = global_ids(comm, len(X))
+        codes, gids, _ = self._training_codes(X, comm, clusters)
         packed = self.estimators_
         n_trees = len(packed["tree_offsets"]) - 1
         out_of_bag = (forest_row_codes(self.sampling_, n_trees, gids) == OUT).T

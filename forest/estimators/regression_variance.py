@@ -17,8 +17,7 @@ import numpy as np
 from forest._validation import as_columns, check_target, check_weight, validate_features
 from forest.analysis.linear_projection import regression_calibration
 from forest.analysis.inference import check_interval_alpha, normal_interval, ratio_blb_variance, tree_jackknife_error
-from forest.engine.clusters import layout_rows, observation_weights, resolve_clusters
-from forest.engine.honest_forest import global_ids
+from forest.engine.clusters import layout_rows, observation_weights
 from forest.engine.predictor import predict_leaves, predict_leaves_binned
 from forest.engine.subsample import OUT, forest_row_codes
 from forest.estimators.base import check_is_fitted
@@ -231,24 +230,10 @@ class RegressionVarianceMixin:
         return self._shape(debiased), self._shape(excess)
 
     def _training_codes(self, X, comm, clusters, need_groups=True):
-        """``(codes (n_features, n), gids (n,), cluster layout or None)`` of this rank's training rows."""
+        """``(codes (n_features, n), gids (n,), cluster layout or None)`` of this rank's training rows
+        (:meth:`forest.estimators.forest_weights.ForestWeightsMixin._training_codes`), after the
+        little-bag check the variance estimates need."""
         if need_groups:
             self._group_size()
-        else:
-            check_is_fitted(self, "estimators_")
-        if X is None:
-            if clusters is not None:
-                raise ValueError("clusters go with X: without X the fit's own rows and clusters are used")
-            source = getattr(self, "_weights_source_", None)
-            if source is None:
-                raise ValueError("out-of-bag estimates without X exist only in the process that ran fit; pass the "
-                                 "training rows X")
-            return source.codes, source.gids, source.clusters
-        comm = world() if comm is None else comm
-        with collective_checks(comm):
-            X = validate_features(self, X, reset=False, min_samples=0)
-        gids, _ = global_ids(comm, len(X))
-        layout = resolve_clusters(clusters, comm, len(X), self.equalize_cluster_weights, None,
-                                  fitted=self.sampling_.get("clusters", False))
-        return self.bin_mapper_.transform(X), gids, layout
+        return super()._training_codes(X, comm, clusters)
 

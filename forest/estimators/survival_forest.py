@@ -49,7 +49,7 @@ def check_survival_targets(time, event, n, estimator):
     flags = np.asarray(event_raw)
     if flags.dtype != bool and not np.all((flags == 0) | (flags == 1)):
         bad = flags[(flags != 0) & (flags != 1)][0]
-        raise ValueError(f"event must be 0 (censored) or 1 (failure observed), found {bad!r}")
+        raise ValueError(f"event must be 0 (censored) or 1 (failure observed), found {bad.item()!r}")
     return np.ascontiguousarray(time, dtype=np.float64), flags.astype(bool)
 
 
@@ -318,12 +318,9 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         ndarray of float64, shape (n_local, n_times)
             NaN for rows that every tree drew.
         """
-        check_is_fitted(self, "estimators_")
-        if clusters is not None:
-            raise ValueError("this forest was fitted without clusters; clusters must be None")
         if prediction_type not in PREDICTION_TYPES:
             raise ValueError(f"prediction_type must be one of {PREDICTION_TYPES}, got {prediction_type!r}")
-        codes, gids = self._training_codes(X, comm)
+        codes, gids, _ = self._training_codes(X, comm, clusters)
         n_trees = len(self.estimators_["tree_offsets"]) - 1
         out_of_bag = (forest_row_codes(self.sampling_, n_trees, gids) == OUT).T
         surv, chf = self._curves(None, self._times(times), use=out_of_bag, codes=codes)
@@ -331,27 +328,10 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
 
     def oob_risk(self, X=None, *, comm=None, clusters=None):
         """Out-of-bag risk scores of this rank's training rows, shape (n_local,) (NaN where every tree drew the row)."""
-        check_is_fitted(self, "estimators_")
-        if clusters is not None:
-            raise ValueError("this forest was fitted without clusters; clusters must be None")
-        codes, gids = self._training_codes(X, comm)
+        codes, gids, _ = self._training_codes(X, comm, clusters)
         n_trees = len(self.estimators_["tree_offsets"]) - 1
         out_of_bag = (forest_row_codes(self.sampling_, n_trees, gids) == OUT).T
         return self._curves(None, self.failure_times_, use=out_of_bag, codes=codes)[1].sum(axis=1)
-
-    def _training_codes(self, X, comm):
-        """``(codes, gids)`` of this rank's training rows (kept by ``fit``, or ``X`` again)."""
-        if X is None:
-            source = getattr(self, "_weights_source_", None)
-            if source is None:
-                raise ValueError("out-of-bag estimates without X exist only in the process that ran fit; pass the "
-                                 "training rows: oob_predict(X)")
-            return source.codes, source.gids
-        comm = world() if comm is None else comm
-        with collective_checks(comm):
-            X = validate_features(self, X, reset=False, min_samples=0)
-        gids, _ = global_ids(comm, len(X))
-        return self.bin_mapper_.transform(X), gids
 
     def score(self, X, time, event):
         """Harrell's concordance index of :meth:`predict` against the observed ``(time, event)``."""
