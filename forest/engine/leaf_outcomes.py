@@ -297,3 +297,14 @@ def weighted_quantile_reference(values, weights, levels):
         idx = np.flatnonzero(cum >= tau * cum[-1] * (1.0 - REL_TOL))
         out.append(v[idx[0]] if len(idx) else v[-1])
     return np.array(out)
+
+
+def cached_layout(est, layout_class, count_col):
+    """``layout_class(est.estimators_, est.leaf_outcomes_, count_col)``, built on first use and kept
+    on ``est._prediction_layout_`` (keyed by the lists' array, so new lists rebuild it; never in
+    model files: the estimators exclude the attribute)."""
+    cached = getattr(est, "_prediction_layout_", None)
+    if cached is None or cached[0] is not est.leaf_outcomes_["y"]:
+        cached = (est.leaf_outcomes_["y"], layout_class(est.estimators_, est.leaf_outcomes_, count_col))
+        est._prediction_layout_ = cached
+    return cached[1]

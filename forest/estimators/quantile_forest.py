@@ -17,7 +17,7 @@ from forest.collective_checks import collective_checks, total
 from forest.criteria.quantile import DEFAULT_OUTCOME_BINS, QuantileCriterion, split_levels
 from forest.engine.honest_forest import global_ids, grow_honest_forest
 from forest.engine.importance import depth_weighted_importance, gain_importance
-from forest.engine.leaf_outcomes import PredictionLayout, gather_leaf_outcomes, weighted_quantiles
+from forest.engine.leaf_outcomes import PredictionLayout, cached_layout, gather_leaf_outcomes, weighted_quantiles
 from forest.engine.predictor import predict_leaves, predict_leaves_binned
 from forest.engine.subsample import OUT, forest_row_codes
 from forest.estimators.base import EstimatorBase, RegressorMixin, check_is_fitted
@@ -230,12 +230,8 @@ class QuantileForest(ForestWeightsMixin, TrainingRowsMixin, RegressorMixin, Esti
                                   layout=self._layout())
 
     def _layout(self):
-        """The outcome lists laid out for prediction, built on first use (never in model files)."""
-        cached = getattr(self, "_prediction_layout_", None)
-        if cached is None or cached[0] is not self.leaf_outcomes_["y"]:
-            cached = (self.leaf_outcomes_["y"], PredictionLayout(self.estimators_, self.leaf_outcomes_, COUNT_COL))
-            self._prediction_layout_ = cached
-        return cached[1]
+        """The lists laid out for prediction (:func:`forest.engine.leaf_outcomes.cached_layout`)."""
+        return cached_layout(self, PredictionLayout, COUNT_COL)
 
     def oob_predict(self, X=None, *, quantiles=None, comm=None, clusters=None):
         """Out-of-bag quantiles of this rank's training rows (same rows and order as in ``fit``).

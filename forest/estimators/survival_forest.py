@@ -18,7 +18,7 @@ from forest.criteria.survival import (DEFAULT_SPLIT_TIMES, MAX_SPLIT_TIMES, LogR
                                       time_labels)
 from forest.engine.honest_forest import global_ids, grow_honest_forest
 from forest.engine.importance import depth_weighted_importance, gain_importance
-from forest.engine.leaf_outcomes import gather_leaf_outcomes
+from forest.engine.leaf_outcomes import cached_layout, gather_leaf_outcomes
 from forest.engine.leaf_survival import SurvivalLayout, survival_curves
 from forest.engine.predictor import predict_leaves, predict_leaves_binned
 from forest.engine.subsample import OUT, forest_row_codes
@@ -235,12 +235,8 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
 
     # ------------------------------------------------------------------ prediction
     def _layout(self):
-        """The lists laid out for prediction, built on first use (never in model files)."""
-        cached = getattr(self, "_prediction_layout_", None)
-        if cached is None or cached[0] is not self.leaf_outcomes_["y"]:
-            cached = (self.leaf_outcomes_["y"], SurvivalLayout(self.estimators_, self.leaf_outcomes_, COUNT_COL))
-            self._prediction_layout_ = cached
-        return cached[1]
+        """The lists laid out for prediction (:func:`forest.engine.leaf_outcomes.cached_layout`)."""
+        return cached_layout(self, SurvivalLayout, COUNT_COL)
 
     def _times(self, times):
         if times is None:
