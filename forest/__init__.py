@@ -26,6 +26,7 @@ _EXPORTS = {
     "RegressionForest": "forest.estimators.regression_forest",
     "QuantileForest": "forest.estimators.quantile_forest",
     "SurvivalForest": "forest.estimators.survival_forest",
+    "CausalSurvivalForest": "forest.estimators.causal_survival_forest",
     "ProbabilityForest": "forest.estimators.probability_forest",
     "GBDTRegressor": "forest.estimators.gbdt",
     "GBDTClassifier": "forest.estimators.gbdt",

@@ -818,3 +818,41 @@ def transform_reference(X, bin_thresholds, missing_bin):
         codes[np.isnan(col)] = missing_bin
         out[f] = codes
     return out
+
+
+def append_indicator(mapper, codes, indicator):
+    """A fitted mapper and codes with one more feature: a 0/1 indicator, bins 0 and 1.
+
+    The causal survival forest grows its outcome and censoring survival forests on the
+    features plus the treatment (grf's "S-learner"), and predicts them with the
+    treatment set to 0 and to 1: one threshold at 0.5 makes the column's bin its value.
+
+    Parameters
+    ----------
+    mapper : BinMapper
+        Fitted.
+    codes : ndarray of uint8, shape (n_features, n)
+    indicator : array-like of 0/1, shape (n,)
+
+    Returns
+    -------
+    BinMapper
+        ``n_features + 1`` features; the first ``n_features`` as in ``mapper``.
+    ndarray of uint8, shape (n_features + 1, n)
+    """
+    flag = np.asarray(indicator).reshape(-1)
+    if flag.shape[0] != codes.shape[1] or not np.all((flag == 0) | (flag == 1)):
+        raise ValueError("the indicator must hold one 0/1 value per row of codes")
+    state = mapper.get_state()
+    state["n_features_in_"] = int(state["n_features_in_"]) + 1
+    state["n_bins_non_missing_"] = np.append(state["n_bins_non_missing_"], np.int64(2))
+    state["thresholds_flat_"] = np.append(state["thresholds_flat_"], X_DTYPE(0.5)).astype(X_DTYPE)
+    offsets = state["threshold_offsets_"]
+    state["threshold_offsets_"] = np.append(offsets, offsets[-1] + 1).astype(np.int64)
+    state["is_exact_"] = np.append(state["is_exact_"], True)
+    if "categorical_" in state:
+        state["categorical_"] = np.append(state["categorical_"], False)
+    out = np.empty((codes.shape[0] + 1, codes.shape[1]), dtype=BIN_DTYPE)
+    out[:-1] = codes
+    out[-1] = flag.astype(BIN_DTYPE)
+    return BinMapper.from_state(state), out

@@ -256,6 +256,38 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         return survival_curves(self.estimators_, self.leaf_outcomes_, leaves, times, COUNT_COL, use=use,
                                layout=self._layout())
 
+    def curves_binned(self, codes, times, gids=None):
+        """Kaplan-Meier and Nelson-Aalen curves of rows given as codes, out of bag with ``gids``.
+
+        For forests that predict nuisance curves of their own rows (the causal survival
+        forest): with the rows' global ids, each row's curve comes from the trees that
+        did not draw it, or from every tree where all drew it.
+
+        Parameters
+        ----------
+        codes : ndarray of uint8, shape (n_features, n)
+            Rows binned with ``bin_mapper_``.
+        times : ndarray of float64, shape (n_times,)
+        gids : ndarray of int64, shape (n,), optional
+            Global row ids in the fit (out-of-bag curves); None: every tree.
+
+        Returns
+        -------
+        survival, cumulative_hazard : ndarray of float64, shape (n, n_times) each
+        """
+        check_is_fitted(self, "estimators_")
+        times = np.asarray(times, dtype=np.float64)
+        use = None
+        if gids is not None:
+            n_trees = len(self.estimators_["tree_offsets"]) - 1
+            use = (forest_row_codes(self.sampling_, n_trees, gids) == OUT).T
+        surv, chf = self._curves(None, times, use=use, codes=codes)
+        if use is not None:
+            lost = ~use.any(axis=1)
+            if lost.any():
+                surv[lost], chf[lost] = self._curves(None, times, codes=np.ascontiguousarray(codes[:, lost]))
+        return surv, chf
+
     def predict_survival_function(self, X, times=None, prediction_type="Kaplan-Meier"):
         """``S(t | x)``: the forest-weighted Kaplan-Meier (or Nelson-Aalen) estimate.
 

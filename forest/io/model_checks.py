@@ -378,6 +378,31 @@ def check_survival_forest(est):
         raise ValueError("leaf_outcomes_['y'] (the times) must be non-negative")
 
 
+def check_causal_survival_parts(est, survival_class):
+    """What a restored :class:`forest.CausalSurvivalForest` adds to a causal forest: its horizon, target,
+    scores' grid and nuisance survival forests (on the features plus the treatment)."""
+    if not _is_fitted(est, ("horizon_", "target_", "failure_times_", "survival_forest_")):
+        return
+    h = est.horizon_
+    if not isinstance(h, float) or not np.isfinite(h) or h <= 0:
+        raise ValueError(f"horizon_ must be a finite positive float, got {h!r}")
+    if est.target_ not in ("RMST", "survival_probability"):
+        raise ValueError(f"target_ must be 'RMST' or 'survival_probability', got {est.target_!r}")
+    grid = est.failure_times_
+    if not (isinstance(grid, np.ndarray) and grid.dtype == np.float64 and grid.ndim == 1 and len(grid)
+            and np.all(np.isfinite(grid)) and np.all(np.diff(grid) > 0) and grid[-1] == h):
+        raise ValueError("failure_times_ must be increasing finite float64 times ending at the horizon")
+    for name in ("survival_forest_", "censoring_forest_"):
+        forest = vars(est).get(name)
+        if forest is None and name == "censoring_forest_":
+            continue
+        if type(forest) is not survival_class:
+            raise ValueError(f"{name} must be a {survival_class.__name__}, got {type(forest).__name__}")
+        if getattr(forest, "n_features_in_", None) != est.n_features_in_ + 1:
+            raise ValueError(f"{name} must have the forest's features plus the treatment "
+                             f"({est.n_features_in_ + 1}), got {getattr(forest, 'n_features_in_', None)}")
+
+
 #: The coder of the effect forest whose nuisance forests are being checked (a stack).
 _PARENT_CODER = []
 

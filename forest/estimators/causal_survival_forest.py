@@ -1,0 +1,416 @@
+"""CausalSurvivalForest: effects on survival from censored times (grf's ``causal_survival_forest``).
+
+The estimand is ``tau(x) = E[f(T(1)) - f(T(0)) | X = x]`` with ``f(T) = min(T, horizon)``
+(the restricted mean survival time, "RMST") or ``f(T) = 1[T > horizon]``
+("survival_probability"), for a binary treatment.
+
+The fit follows grf: out of bag, a regression forest estimates the propensity
+``e(x)``; a :class:`forest.SurvivalForest` of the times on ``(X, W)`` (an "S-learner")
+gives the survival curves ``S(t | x, w)`` at ``w`` = 0, 1 and the observed ``W``, hence
+``m(x) = e S(. | x, 1) + (1 - e) S(. | x, 0)`` integrated into ``E[f(T) | x]``; a second
+survival forest of the censoring times (the events flipped) gives the censoring curve
+``C(t | x, w)`` for the inverse-probability-of-censoring weights. Both use the
+Nelson-Aalen estimate, which is never zero (grf's choice). From these,
+:func:`forest.analysis.causal_survival.adjusted_outcomes` turns each row into a
+censoring-adjusted outcome ``Y~`` whose causal forest on ``W`` (centred by ``m`` and
+``e``) solves grf's estimating equation, and whose doubly robust scores are grf's
+(``get_scores.causal_survival_forest``). The effect forest itself is
+:class:`forest.CausalForest`'s: its BLB intervals, average effects (all, treated,
+control, overlap), best linear projection, calibration test and RATE apply unchanged.
+
+Where this differs from grf (said here so that no one looks for it): grf's leaf
+estimate is ``sum alpha (W - e) r / sum alpha (W - e)^2``, ours the causal forest's
+locally centred ``sum alpha (W~ - wbar)(r - rbar) / sum alpha (W~ - wbar)^2`` (the same
+limit, as ``wbar -> 0``), and grf's splits also require ``alpha`` times the node's rows
+of observed events in each child, which ours do not (each child needs
+``min_samples_leaf`` rows of each arm, as in the causal forest).
+
+The failure grid of the scores: every distinct capped time when there are at most
+``max_grid_times`` (grf's default grid), else that many quantile times of them
+(:func:`forest.criteria.survival.failure_grid`), plus the horizon. Under ``mpirun``
+every piece is a forest of this engine and the grid is global, so the model does not
+depend on the rank count.
+"""
+import warnings
+
+import numpy as np
+
+from native import collectives as col
+from native.comm import world
+
+from forest._validation import (agreed_features, check_row_count, check_target, check_weight, feature_summary,
+                                fit_features, validate_features)
+from forest.analysis.causal_survival import TARGETS, adjusted_outcomes, horizon_targets, restricted_mean
+from forest.analysis.effect_rows import make_effect_rows
+from forest.analysis.inference import solve_theta
+from forest.collective_checks import collective_checks, total
+from forest.criteria.survival import MAX_SPLIT_TIMES, failure_grid
+from forest.engine.clusters import observation_weights
+from forest.engine.honest_forest import fit_binning, global_ids
+from forest.estimators.base import check_is_fitted
+from forest.estimators.causal_forest import CausalForest
+from forest.estimators.regression_forest import RegressionForest, resolve_mtry, weight_range
+from forest.estimators.survival_forest import SurvivalForest, check_survival_targets
+from forest.io import model_checks, model_io
+from forest.io.training_rows import notify_training_rows
+from histogram.binning import append_indicator
+
+#: Default size of the scores' failure grid (:class:`CausalSurvivalForest` ``max_grid_times``).
+DEFAULT_GRID_TIMES = 128
+#: Seed offsets of the nuisance forests (the propensity forest's is the causal forest's).
+SURVIVAL_SEED, CENSORING_SEED, PROPENSITY_SEED = 15485863, 32452843, 104729
+#: Query rows per chunk of nuisance curves (bounds the (rows, grid) buffers).
+CHUNK_CELLS = 4_000_000
+
+
+class CausalSurvivalForest(CausalForest):
+    """Honest causal forest of a treatment's effect on survival (grf's ``causal_survival_forest``).
+
+    Parameters
+    ----------
+    horizon : float
+        The horizon ``h``: required, within the observed times.
+    target : {"RMST", "survival_probability"}, default "RMST"
+        Effect on ``E[min(T, h)]`` or on ``P(T > h)``.
+    n_estimators : int, default 200
+    max_samples, honest, honesty_fraction, min_samples_leaf, max_depth, max_features, alpha,
+    imbalance_penalty, ci_group_size, max_bins, nuisance_estimators, batch_size, random_state,
+    categorical_features
+        As for :class:`forest.CausalForest`.
+    survival_estimators : int or None, default None
+        Trees of each nuisance survival forest; None is grf's ``max(50, min(n_estimators
+        / 4, 500))``.
+    max_grid_times : int, default 128
+        Most times on the scores' failure grid (at most 255; the module docstring).
+
+    Attributes
+    ----------
+    horizon_, target_ : float, str
+    failure_times_ : ndarray of float64, shape (G,)
+        The scores' grid; its last time is the horizon.
+    survival_forest_, censoring_forest_ : SurvivalForest or None
+        The nuisance survival forests on ``(X, W)`` (the treatment their last feature);
+        ``censoring_forest_`` is None when no time is censored before the horizon.
+    treatment_forest_ : RegressionForest or None
+        The propensity forest (None when ``t_hat`` was given).
+    ate_, ate_stderr_, estimators_, ...
+        As for :class:`forest.CausalForest`; ``ate_`` is the effect on the target.
+
+    Notes
+    -----
+    The analyses (``average_treatment_effect``, ``best_linear_projection``,
+    ``test_calibration``, ``rank_average_treatment_effect``, ``get_scores``) use the
+    out-of-bag rows of the fitting process; rows passed again take ``y=(time, event)``
+    for the outcome: the training rows get their out-of-bag scores, other rows
+    held-out scores from the nuisance forests.
+    """
+
+    #: The CausalForest parameters this forest does not offer.
+    treatment_type = "binary"
+    equalize_cluster_weights = False
+    warm_start = False
+
+    def __init__(self, horizon=None, *, target="RMST", n_estimators=200, max_samples=0.5, honest=True,
+                 honesty_fraction=0.5, min_samples_leaf=5, max_depth=None, max_features=None, alpha=0.05,
+                 imbalance_penalty=0.0, ci_group_size=2, max_bins=255, nuisance_estimators=None,
+                 survival_estimators=None, max_grid_times=DEFAULT_GRID_TIMES, batch_size=None, random_state=None,
+                 categorical_features="from_dtype"):
+        self.horizon = horizon
+        self.target = target
+        self.n_estimators = n_estimators
+        self.max_samples = max_samples
+        self.honest = honest
+        self.honesty_fraction = honesty_fraction
+        self.min_samples_leaf = min_samples_leaf
+        self.max_depth = max_depth
+        self.max_features = max_features
+        self.alpha = alpha
+        self.imbalance_penalty = imbalance_penalty
+        self.ci_group_size = ci_group_size
+        self.max_bins = max_bins
+        self.nuisance_estimators = nuisance_estimators
+        self.survival_estimators = survival_estimators
+        self.max_grid_times = max_grid_times
+        self.batch_size = batch_size
+        self.random_state = random_state
+        self.categorical_features = categorical_features
+
+    def _check_params(self):
+        seed = super()._check_params()
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
+        h = self.horizon
+        if h is None:
+            raise ValueError("horizon is required: the time up to which the effect is measured (RMST) or at which "
+                             "survival is compared (survival_probability)")
+        if isinstance(h, bool) or not isinstance(h, (int, float, np.integer, np.floating)) or not np.isfinite(h) \
+                or h <= 0:
+            raise ValueError(f"horizon must be a finite positive number, got {h!r}")
+        m = self.max_grid_times
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 2 <= m <= MAX_SPLIT_TIMES:
+            raise ValueError(f"max_grid_times must be an int in [2, {MAX_SPLIT_TIMES}], got {m!r}")
+        s = self.survival_estimators
+        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1):
+            raise ValueError(f"survival_estimators must be an int >= 1 or None, got {s!r}")
+        return seed
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, t, time, event, sample_weight=None, *, t_hat=None, comm=None, progress=None, binned=None,
+            feature_names=None, clusters=None, checkpoint=None):
+        """Fit on this rank's rows (collective under ``mpirun``).
+
+        Parameters
+        ----------
+        X : array-like, pandas DataFrame or pyarrow Table, shape (n_local, n_features), or None
+            NaN means missing; None with ``binned``.
+        t : array-like of 0/1, shape (n_local,)
+            The treatment.
+        time : array-like, shape (n_local,)
+            Failure or censoring times, finite and non-negative.
+        event : array-like, shape (n_local,)
+            1 where the failure was observed, 0 where censored.
+        sample_weight : array-like, shape (n_local,), optional
+        t_hat : array-like, shape (n_local,), optional
+            Propensities ``P(W = 1 | x)``; estimated out of bag when not given.
+        comm, progress, binned, feature_names
+            As for :meth:`forest.CausalForest.fit`.
+        clusters, checkpoint : None
+            Not offered (the nuisance survival forests have neither).
+
+        Returns
+        -------
+        self
+        """
+        comm = world() if comm is None else comm
+        with collective_checks(comm) as checks:
+            if clusters is not None or checkpoint is not None:
+                raise ValueError("CausalSurvivalForest takes neither clusters nor checkpoint (its nuisance survival "
+                                 "forests have neither); fit without them")
+            seed = self._check_params()
+            X, binned, n = fit_features(self, X, binned, feature_names, min_samples=1 if comm.size == 1 else 0)
+            resolve_mtry(self.max_features, self.n_features_in_)
+            W = _binary_treatment(t, n, self)
+            time, event = check_survival_targets(time, event, n, self)
+            g = check_weight(sample_weight, n)
+            if t_hat is not None:
+                t_hat = check_target(t_hat, "t_hat", n, estimator=self, multi_output=False)
+                if np.any((t_hat <= 0) | (t_hat >= 1)):
+                    raise ValueError("t_hat must hold propensities strictly between 0 and 1")
+            checks.share(rows=n, failures=int(event.sum()), treated=int(W.sum()), weights=weight_range(g),
+                         t_min=float(time.min()) if n else np.inf, t_max=float(time.max()) if n else -np.inf,
+                         **feature_summary(self))
+        summaries = checks.summaries
+        agreed_features(summaries, self)
+        n_global = total(summaries, "rows")
+        check_row_count(self, n_global, 4, comm.size)
+        horizon = float(self.horizon)
+        self._check_data(summaries, n_global, horizon)
+        names = None if getattr(self, "feature_names_in_", None) is None else list(self.feature_names_in_)
+        mapper, codes = binned if binned is not None else fit_binning(
+            X, self.max_bins, seed, comm, getattr(self, "is_categorical_", None))
+        gids, _ = global_ids(comm, n)
+
+        # Propensities, then the survival and censoring forests on (X, W), all out of bag.
+        n_nuis = int(self.nuisance_estimators or max(50, int(self.n_estimators) // 4))
+        if t_hat is None:
+            prop = RegressionForest(n_nuis, random_state=seed + PROPENSITY_SEED, **self._nuisance_params()).fit(
+                None, W, g, comm=comm, binned=(mapper, codes))
+            e = np.asarray(prop.oob_prediction_, dtype=np.float64).reshape(n)
+            del prop.oob_prediction_, prop.training_rows_
+        else:
+            prop, e = None, np.asarray(t_hat, dtype=np.float64)
+        nuis_time, nuis_event = (horizon_targets(time, event, horizon, "RMST")[:2] if self.target == "RMST"
+                                 else (time, event))
+        aug = append_indicator(mapper, codes, W)
+        n_surv = int(self.survival_estimators or max(50, min(int(self.n_estimators) // 4, 500)))
+        survival = self._survival_forest(n_surv, seed + SURVIVAL_SEED).fit(
+            None, nuis_time, nuis_event, g, comm=comm, binned=aug)
+        censored = int(col.allgather(comm, np.array([[int((~nuis_event).sum())]], dtype=np.int64)).sum())
+        censoring = None
+        if censored:
+            censoring = self._survival_forest(n_surv, seed + CENSORING_SEED).fit(
+                None, nuis_time, ~nuis_event, g, comm=comm, binned=aug)
+        for forest in (survival, censoring):
+            if forest is not None:
+                del forest._weights_source_, forest.training_rows_     # training rows: not part of the model
+        self.survival_forest_, self.censoring_forest_, self.treatment_forest_ = survival, censoring, prop
+        self.horizon_, self.target_ = horizon, self.target
+        capped, _, _ = horizon_targets(time, event, horizon, self.target)
+        grid = failure_grid(capped, np.ones(n, dtype=bool), int(self.max_grid_times), comm, seed=seed)
+        self.failure_times_ = np.append(grid[grid < horizon], horizon)
+        y_tilde, m, c_low = self._adjusted(codes, W, e, time, event, gids)
+        _warn_censoring(float(col.allgather(comm, np.array([[c_low]])).min()), self.target)
+
+        super().fit(None, W, y_tilde, sample_weight, y_hat=m, t_hat=e, comm=comm, progress=progress,
+                    binned=(mapper, codes), feature_names=names)
+        # restore what the causal fit set from its own arguments
+        self.treatment_forest_ = prop
+        self._record_training_rows(comm, gids, n_global, codes, [W[:, None], time[:, None],
+                                                                 event[:, None].astype(np.float64)])
+        return self
+
+    def _check_data(self, summaries, n_global, horizon):
+        """The global checks of the times, events, treatment and horizon (one clear line each)."""
+        if total(summaries, "failures") == 0:
+            raise ValueError("event holds no failure (every time is censored): there is no survival to compare")
+        treated = total(summaries, "treated")
+        if treated == 0 or treated == n_global:
+            raise ValueError("t must hold both arms (0 and 1): found only " + ("0" if treated == 0 else "1"))
+        t_min = min(s["t_min"] for s in summaries)
+        t_max = max(s["t_max"] for s in summaries)
+        if horizon > t_max:
+            raise ValueError(f"horizon {horizon:g} is beyond the last observed time {t_max:g}: nothing is observed "
+                             f"up to it; choose a horizon within the follow-up")
+        if horizon < t_min:
+            raise ValueError(f"horizon {horizon:g} is before the first observed time {t_min:g}")
+
+    def _survival_forest(self, n_trees, seed):
+        """A nuisance survival forest (grf's: Nelson-Aalen curves, ``min.node.size`` 15)."""
+        return SurvivalForest(n_trees, max_samples=self.max_samples, min_node_size=15,
+                              max_features=self.max_features, max_bins=self.max_bins, batch_size=self.batch_size,
+                              random_state=seed)
+
+    # ------------------------------------------------------------------ scores
+    def _nuisance_curves(self, forest, codes, W, gids):
+        """Nelson-Aalen survival ``exp(-H)`` at the grid, shape (n, G), of rows with treatment ``W``."""
+        aug = np.empty((codes.shape[0] + 1, codes.shape[1]), dtype=codes.dtype)
+        aug[:-1] = codes
+        aug[-1] = W
+        _, chf = forest.curves_binned(aug, self.failure_times_, gids)
+        return np.exp(-chf)
+
+    def _adjusted(self, codes, W, e, time, event, gids):
+        """``(Y~, m, smallest C(Y))`` of rows (out of bag with ``gids``, else from every tree).
+
+        Parameters
+        ----------
+        codes : ndarray of uint8, shape (n_features, n)
+        W, e, time : ndarray of float64, shape (n,)
+        event : ndarray of bool, shape (n,)
+        gids : ndarray of int64, shape (n,), or None
+
+        Returns
+        -------
+        y_tilde, m : ndarray of float64, shape (n,)
+        c_low : float
+            The smallest censoring probability ``C(Y_i | x_i)`` (inf for no rows).
+        """
+        grid, horizon, target = self.failure_times_, self.horizon_, self.target_
+        n = len(W)
+        y_tilde, m_all = np.empty(n), np.empty(n)
+        capped, observed, f = horizon_targets(time, event, horizon, target)
+        c_low = np.inf
+        step = max(1, CHUNK_CELLS // max(len(grid), 1))
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            part = np.ascontiguousarray(codes[:, lo:hi])
+            ids = None if gids is None else gids[lo:hi]
+            w = W[lo:hi]
+            S1 = self._nuisance_curves(self.survival_forest_, part, np.ones(hi - lo, dtype=np.uint8), ids)
+            S0 = self._nuisance_curves(self.survival_forest_, part, np.zeros(hi - lo, dtype=np.uint8), ids)
+            S = np.where(w[:, None] == 1, S1, S0)
+            if self.censoring_forest_ is None:
+                C = np.ones_like(S)
+            else:
+                C = self._nuisance_curves(self.censoring_forest_, part, w.astype(np.uint8), ids)
+            if target == "RMST":
+                mean1, mean0 = restricted_mean(S1, grid, horizon), restricted_mean(S0, grid, horizon)
+            else:
+                mean1, mean0 = S1[:, -1], S0[:, -1]
+            m = e[lo:hi] * mean1 + (1.0 - e[lo:hi]) * mean0
+            r = adjusted_outcomes(S, C, grid, capped[lo:hi], observed[lo:hi], f[lo:hi], m, target)
+            y_tilde[lo:hi], m_all[lo:hi] = m + r, m
+            k = np.maximum(np.searchsorted(grid, capped[lo:hi], side="right") - 1, 0)
+            c_low = min(c_low, float(C[np.arange(hi - lo), k].min()))
+        return y_tilde, m_all, c_low
+
+    # ------------------------------------------------------------------ rows passed again
+    def _row_columns(self, t, y, *, n):
+        """``[W, time, event]`` (n, 1) each, as ``fit`` records them; ``y`` is ``(time, event)``."""
+        W = _binary_treatment(t, n, self)
+        time, event = _time_event(y, n, self)
+        return [W[:, None], time[:, None], event[:, None].astype(np.float64)]
+
+    def _heldout_rows(self, X, t, y, sample_weight=None, clusters=None, comm=None):
+        """Rows passed as ``X, t, y=(time, event)``: out of bag when they are the training rows, else held out."""
+        check_is_fitted(self, "estimators_")
+        if self.treatment_forest_ is None:
+            raise ValueError("scores of rows passed again need the propensity forest, but this forest was fitted "
+                             "with t_hat: use the out-of-bag scores in the fitting process (no X, t, y)")
+        if clusters is not None:
+            raise ValueError("CausalSurvivalForest takes no clusters")
+        comm = world() if comm is None else comm
+        with collective_checks(comm):
+            X = validate_features(self, X, reset=False, min_samples=0)
+            n = len(X)
+            W = _binary_treatment(t, n, self)
+            time, event = _time_event(y, n, self)
+            if sample_weight is not None:
+                sample_weight = check_weight(sample_weight, n)
+        match, codes, gids = self._match_codes(X, [W[:, None], time[:, None], event[:, None].astype(np.float64)],
+                                               comm)
+        if match.kind == "overlap":
+            raise ValueError(match.refusal("X, t, y"))
+        training = match.kind == "training"
+        if training:
+            tau = self._oob_theta_binned(codes, gids, None, fallback=True)
+            e = self.treatment_forest_.oob_prediction_binned(codes, gids).reshape(n)
+        else:
+            theta, _ = solve_theta(self._mean_moments(X), self._layout())
+            tau = np.nan_to_num(theta, nan=0.0, posinf=0.0, neginf=0.0)
+            e = np.asarray(self.treatment_forest_.predict(X), dtype=np.float64).reshape(n)
+        y_tilde, m, _ = self._adjusted(codes, W, e, time, event, gids if training else None)
+        weight = observation_weights(sample_weight, None, n)
+        rows = make_effect_rows("binary", tau, W[:, None], W.astype(np.int64), y_tilde[:, None], m[:, None],
+                                e[:, None], None, weight, gids, None,
+                                source="out-of-bag" if training else "held-out")
+        if training:
+            notify_training_rows(match, stacklevel=5)
+        return rows
+
+
+def _binary_treatment(t, n, est):
+    """``t`` as float64 0/1 (n,); one clear line otherwise."""
+    t = check_target(t, "t", n, estimator=est, dtype="numeric", multi_output=False)
+    flags = np.asarray(t)
+    if not np.all((flags == 0) | (flags == 1)):
+        bad = flags[(flags != 0) & (flags != 1)][0]
+        raise ValueError(f"t must be a binary 0/1 treatment, found {bad.item()!r}")
+    return flags.astype(np.float64)
+
+
+def _time_event(y, n, est):
+    """The outcome of rows passed again: ``y = (time, event)`` (or an (n, 2) array), checked."""
+    if isinstance(y, tuple) and len(y) == 2:
+        time, event = y
+    else:
+        arr = np.asarray(y)
+        if arr.ndim != 2 or arr.shape[1] != 2:
+            raise ValueError("for a causal survival forest y is the pair (time, event) (or an (n, 2) array of "
+                             f"them), got shape {arr.shape}")
+        time, event = arr[:, 0], arr[:, 1]
+    return check_survival_targets(time, event, n, est)
+
+
+def _warn_censoring(c_low, target):
+    """grf's warnings when the estimated censoring probabilities come near zero."""
+    if not np.isfinite(c_low):
+        return
+    if target == "RMST" and c_low <= 0.05:
+        warnings.warn(f"estimated censoring probabilities go as low as {c_low:.4g}: identification needs P(C > T "
+                      f"| X) bounded away from 0 up to the horizon; below 0.05 the estimates are not reliable "
+                      f"(a smaller horizon may help)", UserWarning, stacklevel=3)
+    elif target == "RMST" and c_low < 0.2:
+        warnings.warn(f"estimated censoring probabilities are as low as {c_low:.4g} (below 0.2)", UserWarning,
+                      stacklevel=3)
+    elif target == "survival_probability" and c_low < 0.05:
+        warnings.warn(f"estimated censoring probabilities are as low as {c_low:.4g}: the estimates may be "
+                      f"unstable; a smaller horizon may help", UserWarning, stacklevel=3)
+
+
+def _check_causal_survival_forest(est):
+    model_checks.check_causal_forest(est, RegressionForest)
+    model_checks.check_causal_survival_parts(est, SurvivalForest)
+
+
+model_io.register(CausalSurvivalForest, check=_check_causal_survival_forest)
