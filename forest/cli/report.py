@@ -277,6 +277,8 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     if predicts_effects(est) and observed and hasattr(est, "dr_scores"):
         _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, values, ranking,
                       ranking_error)
+    if hasattr(est, "horizon_"):
+        _add_causal_survival(report, lines, figures, est, X, shard, meta, names, imp, want_figures, values)
     return report, figures, "\n".join(lines)
 
 
@@ -415,8 +417,43 @@ def _add_survival(report, lines, figures, est, X, shard, meta, risk, training, w
         figures["survival"] = rep.survival_figure(groups)
 
 
+def _add_causal_survival(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects):
+    """A causal survival forest's part: the arms' observed curves and restricted means (or survival at the
+    horizon), then the doubly robust analyses with the outcome ``(time, event)``."""
+    import warnings
+
+    import numpy as np
+
+    from forest.io.training_rows import TrainingRowsNotice
+    from forest.report import survival as rep
+
+    cols = [meta.get(role) for role in ("treatment", "time", "event")]
+    if not all(isinstance(c, str) and c in shard.columns for c in cols):
+        lines += ["", "(no effect on survival: the data lacks the treatment, time or event column)"]
+        return
+    t, time_, event = (shard.columns[c] for c in cols)
+    if not (np.all(np.isfinite(time_)) and np.all(time_ >= 0) and np.all(np.isin(event, (0.0, 1.0)))
+            and np.all(np.isin(t, (0.0, 1.0))) and 0 < t.sum() < t.size):
+        lines += ["", f"(no effect on survival: {cols[0]!r}, {cols[1]!r} or {cols[2]!r} holds values a fit refuses)"]
+        return
+    arms = rep.arm_curves(time_, event, t, est.horizon_, est.target_)
+    report["survival_arms"] = arms
+    effect = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrainingRowsNotice)     # the report says which rows it uses
+        try:
+            effect = tuple(float(v) for v in est.average_treatment_effect(X=model_rows(est, names, X), t=t,
+                                                                              y=(time_, event)))
+        except ValueError:
+            pass
+    lines += ["", rep.arm_text(arms, effect)]
+    if want_figures:
+        figures["survival_arms"] = rep.arm_figure(arms)
+    _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects, y=(time_, event))
+
+
 def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_figures, effects, ranking=None,
-                  ranking_error=None):
+                  ranking_error=None, y=None):
     """Average effects, calibration, BLP and RATE on the data (:mod:`forest.report.analysis`)."""
     import warnings
 
@@ -426,7 +463,8 @@ def _add_analysis(report, lines, figures, est, X, shard, meta, names, imp, want_
     clusters = shard.columns.get(meta.get("cluster")) if meta.get("cluster") else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TrainingRowsNotice)     # the report says it once, in its own words
-        part, text, figs = analysis_report(est, X, shard.columns[meta["treatment"]], shard.columns[meta["outcome"]],
+        part, text, figs = analysis_report(est, X, shard.columns[meta["treatment"]],
+                                           shard.columns[meta["outcome"]] if y is None else y,
                                            names, imp["depth_weighted"], clusters=clusters,
                                            want_figures=want_figures, priorities=effects,
                                            rows=report["rows"]["source"], ranking=ranking,

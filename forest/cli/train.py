@@ -37,6 +37,9 @@ PARAM_OPTIONS = (
     ("--max-bins", "max_bins", int, "value bins per feature (<= 255)"),
     ("--random-state", "random_state", int, "seed of every random choice"),
     ("--quantized-bins", "quantized_bins", int, "gradient levels of --quantized training (even, default 4)"),
+    ("--horizon", "horizon", float, "horizon of --model causal-survival: the effect on the mean survival time "
+                                    "up to it (RMST) or on survival past it (--target survival_probability)"),
+    ("--target", "target", str, "estimand of --model causal-survival: RMST (default) or survival_probability"),
     ("--quantiles", "quantiles", numbers, "quantile levels of --model quantile, comma-separated (default "
                                           "0.1,0.5,0.9): its splits and forest-predict's columns"),
 )
@@ -56,6 +59,8 @@ def build_parser():
                "      --out iv.model\n"
                "  forest-train train.csv --model gbdt-regressor --outcome y --n-estimators 200 --out gb.model\n"
                "  forest-train trial.parquet --model survival --time days --event died --out sf.model\n"
+               "  forest-train trial.parquet --model causal-survival --treatment arm --time days --event died \\\n"
+               "      --horizon 365 --out csf.model\n"
                "  mpirun -np 2 forest-train --demo --verbose --out /tmp/demo.model",
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )

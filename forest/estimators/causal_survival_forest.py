@@ -43,7 +43,7 @@ from forest._validation import (agreed_features, check_row_count, check_target, 
 from forest.analysis.causal_survival import TARGETS, adjusted_outcomes, horizon_targets, restricted_mean
 from forest.analysis.effect_rows import make_effect_rows
 from forest.analysis.inference import solve_theta
-from forest.collective_checks import collective_checks, total
+from forest.collective_checks import AgreedError, collective_checks, total
 from forest.criteria.survival import MAX_SPLIT_TIMES, failure_grid
 from forest.engine.clusters import observation_weights
 from forest.engine.honest_forest import fit_binning, global_ids
@@ -250,19 +250,23 @@ class CausalSurvivalForest(CausalForest):
         return self
 
     def _check_data(self, summaries, n_global, horizon):
-        """The global checks of the times, events, treatment and horizon (one clear line each)."""
+        """The global checks of the times, events, treatment and horizon (one clear line each).
+
+        :class:`forest.collective_checks.AgreedError`: decided from values every rank shares, so every rank
+        raises it together (the command-line tools print it as one line).
+        """
         if total(summaries, "failures") == 0:
-            raise ValueError("event holds no failure (every time is censored): there is no survival to compare")
+            raise AgreedError("event holds no failure (every time is censored): there is no survival to compare")
         treated = total(summaries, "treated")
         if treated == 0 or treated == n_global:
-            raise ValueError("t must hold both arms (0 and 1): found only " + ("0" if treated == 0 else "1"))
+            raise AgreedError("t must hold both arms (0 and 1): found only " + ("0" if treated == 0 else "1"))
         t_min = min(s["t_min"] for s in summaries)
         t_max = max(s["t_max"] for s in summaries)
         if horizon > t_max:
-            raise ValueError(f"horizon {horizon:g} is beyond the last observed time {t_max:g}: nothing is observed "
+            raise AgreedError(f"horizon {horizon:g} is beyond the last observed time {t_max:g}: nothing is observed "
                              f"up to it; choose a horizon within the follow-up")
         if horizon < t_min:
-            raise ValueError(f"horizon {horizon:g} is before the first observed time {t_min:g}")
+            raise AgreedError(f"horizon {horizon:g} is before the first observed time {t_min:g}")
 
     def _survival_forest(self, n_trees, seed):
         """A nuisance survival forest (grf's: Nelson-Aalen curves, ``min.node.size`` 15)."""
@@ -325,10 +329,10 @@ class CausalSurvivalForest(CausalForest):
         return y_tilde, m_all, c_low
 
     # ------------------------------------------------------------------ rows passed again
-    def _row_columns(self, t, y, *, n):
-        """``[W, time, event]`` (n, 1) each, as ``fit`` records them; ``y`` is ``(time, event)``."""
+    def _row_columns(self, t, time, event=None, *, n):
+        """``[W, time, event]`` (n, 1) each, as ``fit`` records them (``time`` may be the pair ``(time, event)``)."""
         W = _binary_treatment(t, n, self)
-        time, event = _time_event(y, n, self)
+        time, event = _time_event(time if event is None else (time, event), n, self)
         return [W[:, None], time[:, None], event[:, None].astype(np.float64)]
 
     def _heldout_rows(self, X, t, y, sample_weight=None, clusters=None, comm=None):

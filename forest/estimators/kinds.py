@@ -71,6 +71,8 @@ KINDS = {k.name: k for k in (
     ModelKind("regression", "forest.estimators.regression_forest", "RegressionForest", ("outcome",), clusters=True),
     ModelKind("quantile", "forest.estimators.quantile_forest", "QuantileForest", ("outcome",)),
     ModelKind("survival", "forest.estimators.survival_forest", "SurvivalForest", ("time", "event")),
+    ModelKind("causal-survival", "forest.estimators.causal_survival_forest", "CausalSurvivalForest",
+              ("treatment", "time", "event")),
     ModelKind("probability", "forest.estimators.probability_forest", "ProbabilityForest", ("outcome",), clusters=True,
               class_labels=True),
     ModelKind("gbdt-regressor", "forest.estimators.gbdt", "GBDTRegressor", ("outcome",)),

@@ -13,7 +13,7 @@ from native.comm import world
 from forest._validation import (agreed_features, check_row_count, check_target, check_weight,
                                 feature_summary, fit_features, validate_features)
 from forest.analysis.survival import concordance_index
-from forest.collective_checks import collective_checks, total
+from forest.collective_checks import AgreedError, collective_checks, total
 from forest.criteria.survival import (DEFAULT_SPLIT_TIMES, MAX_SPLIT_TIMES, LogRankCriterion, failure_grid,
                                       time_labels)
 from forest.engine.honest_forest import global_ids, grow_honest_forest
@@ -194,7 +194,7 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         n_global = total(summaries, "rows")
         check_row_count(self, n_global, 2, comm.size)
         if total(summaries, "failures") == 0:
-            raise ValueError("event holds no failure (every time is censored): there is nothing to estimate a "
+            raise AgreedError("event holds no failure (every time is censored): there is nothing to estimate a "
                              "survival curve from")
         g = scaled_weights(g, n_global, total(summaries, "weight_sum"), [s["weights"] for s in summaries])
 

@@ -115,3 +115,75 @@ def survival_figure(part):
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=7)
     return _figure_png(fig)
+
+
+def arm_curves(time, event, treatment, horizon, target, n_times=50):
+    """The data's Kaplan-Meier curve of each arm and its unadjusted effect at the horizon.
+
+    The causal survival forest's report sets these beside the forest's doubly robust
+    effect: the difference of the arms' restricted means (or survival at the horizon) is
+    what a randomized trial would report, confounded otherwise.
+
+    Parameters
+    ----------
+    time, event, treatment : ndarray, shape (n,)
+        Observed times, 0/1 events and 0/1 treatment.
+    horizon : float
+    target : {"RMST", "survival_probability"}
+    n_times : int
+        Curve points up to the horizon.
+
+    Returns
+    -------
+    dict
+        ``times``, and per arm (``"control"``, ``"treated"``) ``n``, ``curve`` (survival at
+        ``times``) and ``value`` (RMST up to the horizon or survival at it), and ``difference``.
+    """
+    times = np.linspace(0.0, horizon, n_times + 1)[1:]
+    out = {"times": times.tolist(), "target": target, "horizon": float(horizon)}
+    values = {}
+    for arm, label in ((0, "control"), (1, "treated")):
+        rows = treatment == arm
+        surv, _ = kaplan_meier(time[rows], event[rows], np.ones(int(rows.sum())), times)
+        if target == "RMST":
+            # the step curve's integral up to the horizon, exact at the distinct times of the arm
+            cuts = np.unique(np.concatenate([[0.0], time[rows][time[rows] < horizon], [horizon]]))
+            at, _ = kaplan_meier(time[rows], event[rows], np.ones(int(rows.sum())), cuts[:-1])
+            value = float(np.sum(at * np.diff(cuts)))
+        else:
+            value = float(kaplan_meier(time[rows], event[rows], np.ones(int(rows.sum())), [horizon])[0][0])
+        values[label] = value
+        out[label] = {"n": int(rows.sum()), "curve": surv.tolist(), "value": value}
+    out["difference"] = values["treated"] - values["control"]
+    return out
+
+
+def arm_text(part, effect=None):
+    """Text of :func:`arm_curves`, with the forest's average effect ``(estimate, stderr)`` when given."""
+    what = (f"restricted mean survival time up to {part['horizon']:.4g}" if part["target"] == "RMST"
+            else f"survival probability at {part['horizon']:.4g}")
+    lines = [f"Observed {what} by arm (Kaplan-Meier): control {part['control']['value']:.4g} "
+             f"(n={part['control']['n']}), treated {part['treated']['value']:.4g} (n={part['treated']['n']}), "
+             f"difference {part['difference']:.4g} (unadjusted)"]
+    if effect is not None:
+        est, se = effect
+        lines.append(f"Causal survival forest's average effect on it: {est:.4g} (std. err. {se:.4g}; doubly "
+                     f"robust, adjusted for the features and for censoring)")
+    return "\n".join(lines)
+
+
+def arm_figure(part):
+    """The arms' observed Kaplan-Meier curves up to the horizon; base64 PNG."""
+    from forest.report.summary import _figure_png, _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    times = np.concatenate([[0.0], part["times"]])
+    for label in ("control", "treated"):
+        ax.step(times, np.concatenate([[1.0], part[label]["curve"]]), where="post",
+                label=f"{label} (n={part[label]['n']})")
+    ax.set_xlabel("time")
+    ax.set_ylabel("P(T > t), observed")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8)
+    return _figure_png(fig)

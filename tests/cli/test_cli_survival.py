@@ -68,7 +68,7 @@ def test_role_options_and_bad_events_are_one_line(data, tmp_path, capsys):
                           ([data, "--model", "survival", "--time", "days", "--event", "died", "--outcome", "a",
                             "--out", out], "--outcome is only used"),
                           ([data, "--model", "regression", "--outcome", "a", "--time", "days", "--out", out],
-                           "--time is only used by the survival model")):
+                           "--time is only used by the survival and causal-survival models")):
         assert train.main(argv) != 0
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
