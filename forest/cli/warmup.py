@@ -49,6 +49,8 @@ VARIANTS = {
     "instrumental": "InstrumentalForest, with its nuisance forests",
     "quantile": "QuantileForest (its relabelling split, outcome lists and quantile prediction)",
     "survival": "SurvivalForest (its log-rank split, time lists and survival curves)",
+    "causal-survival": "CausalSurvivalForest (its survival nuisance forests, censoring-adjusted outcomes and the "
+                       "causal forest of them, nuisance given)",
     "batch-walk": "the batch tree walk: out-of-bag sums of big forest fits (forest.engine.predictor."
                   "OOB_BATCH_MIN_PAIRS) and predict() on many rows",
 }
@@ -65,6 +67,7 @@ MODEL_VARIANTS = {
     "instrumental": ("instrumental", "batch-walk"),
     "quantile": ("quantile",),
     "survival": ("survival",),
+    "causal-survival": ("causal-survival",),
     # a probability forest is a regression forest on one-hot labels: the same kernels
     "probability": ("regression", "batch-walk"),
 }
@@ -86,6 +89,8 @@ def _data(n=WARMUP_ROWS, n_features=4, seed=0):
 
 
 def _fit_variant(variant):
+    import warnings
+
     import numpy as np
 
     from forest import CausalForest, GBDTClassifier, GBDTRegressor, InstrumentalForest, RegressionForest
@@ -113,6 +118,15 @@ def _fit_variant(variant):
         time = rng.exponential(size=len(y)) * np.exp(-np.nan_to_num(X[:, 0]))
         SurvivalForest(n_estimators=4, random_state=0).fit(X, time, rng.uniform(size=len(y)) < 0.7,
                                                            comm=comm).predict(X[:10])
+    elif variant == "causal-survival":
+        from forest import CausalSurvivalForest
+        time = rng.exponential(size=len(y)) * np.exp(-np.nan_to_num(X[:, 0]))
+        t = (rng.uniform(size=len(y)) < 0.5).astype(float)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")           # censoring-probability warnings of random data
+            CausalSurvivalForest(horizon=float(np.median(time)), n_estimators=4, nuisance_estimators=4,
+                                 survival_estimators=4, random_state=0).fit(
+                X, t, time, rng.uniform(size=len(y)) < 0.7, comm=comm).predict(X[:10])
     elif variant == "batch-walk":
         with _batch_oob_forced():
             RegressionForest(n_estimators=4, random_state=0).fit(X, y, comm=comm)

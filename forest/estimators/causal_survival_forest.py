@@ -156,7 +156,7 @@ class CausalSurvivalForest(CausalForest):
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, t, time, event, sample_weight=None, *, t_hat=None, comm=None, progress=None, binned=None,
-            feature_names=None, clusters=None, checkpoint=None):
+            feature_names=None, checkpoint=None):
         """Fit on this rank's rows (collective under ``mpirun``).
 
         Parameters
@@ -174,8 +174,8 @@ class CausalSurvivalForest(CausalForest):
             Propensities ``P(W = 1 | x)``; estimated out of bag when not given.
         comm, progress, binned, feature_names
             As for :meth:`forest.CausalForest.fit`.
-        clusters, checkpoint : None
-            Not offered (the nuisance survival forests have neither).
+        checkpoint : None
+            Not offered, nor are clusters (the nuisance survival forests have neither).
 
         Returns
         -------
@@ -183,9 +183,9 @@ class CausalSurvivalForest(CausalForest):
         """
         comm = world() if comm is None else comm
         with collective_checks(comm) as checks:
-            if clusters is not None or checkpoint is not None:
-                raise ValueError("CausalSurvivalForest takes neither clusters nor checkpoint (its nuisance survival "
-                                 "forests have neither); fit without them")
+            if checkpoint is not None:
+                raise ValueError("CausalSurvivalForest does not checkpoint (nor do its nuisance survival forests); "
+                                 "fit without checkpoint")
             seed = self._check_params()
             X, binned, n = fit_features(self, X, binned, feature_names, min_samples=1 if comm.size == 1 else 0)
             resolve_mtry(self.max_features, self.n_features_in_)

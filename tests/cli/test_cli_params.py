@@ -183,7 +183,7 @@ def test_predict_and_report_refuse_a_file_that_is_not_an_estimator(tmp_path, cap
     line = _one_error(predict.main, [path, data, "--out", str(tmp_path / "p.parquet")], capsys,
                       prog="forest-predict")
     assert ("holds a Tree, but a CausalForest or InstrumentalForest or RegressionForest or QuantileForest or "
-            "SurvivalForest or ProbabilityForest or GBDTRegressor or GBDTClassifier") in line
+            "SurvivalForest or CausalSurvivalForest or ProbabilityForest or GBDTRegressor or GBDTClassifier") in line
     line = _one_error(report.main, [path], capsys, prog="forest-report")
     assert "holds a Tree" in line
 

@@ -29,8 +29,9 @@ def test_the_tools_read_the_table():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--demo", "--model", "regression", "--treatment", "t"], "--treatment is only used by the causal and "
-                                                                "instrumental models, not 'regression'"),
+    (["--demo", "--model", "regression", "--treatment", "t"], "--treatment is only used by the causal, "
+                                                                "instrumental and causal-survival models, not "
+                                                                "'regression'"),
     (["--demo", "--model", "instrumental"], "--instrument COL is required for the instrumental model"),
     (["--demo", "--model", "gbdt-regressor", "--cluster", "x0"], "--cluster is only used by the causal, "
                                                                   "instrumental, regression and probability "

@@ -35,7 +35,7 @@ def _probes(stdout):
 
 def test_variants_cover_every_model_and_reject_unknown_names():
     assert set(warmup.MODEL_VARIANTS) == {"causal", "regression", "gbdt-regressor", "gbdt-classifier", "instrumental",
-                                          "quantile", "survival", "probability"}
+                                          "quantile", "survival", "causal-survival", "probability"}
     from forest.cli.train import MODELS
     assert set(warmup.MODEL_VARIANTS) == set(MODELS)  # every model forest-train fits can be warmed up
     assert warmup.variants_for("instrumental") == ("instrumental",)

@@ -1,0 +1,229 @@
+"""CausalSurvivalForest (issue 33) on designs with a known effect, and on a randomized trial.
+
+Simulated designs (grf's ``generate_survival_data``, written anew from its formulas; X
+uniform on [0, 1]^5):
+
+``simple1``   T = Exp(1) x0 + W, C ~ U(0, 2), W ~ Bernoulli(0.5); RMST up to h = 1.
+``type1``     accelerated failure time T = exp(-1.85 - 0.8 I + 0.7 sqrt(x1) + 0.2 x2 + (0.7 - 0.4 I -
+              0.4 sqrt(x1)) W + N(0, 1)), I = 1[x0 < 0.5], Cox censoring; confounded:
+              e(x) = (1 + Beta(2, 4) density at x0) / 4; RMST up to h = 1.5.
+``type2``     proportional hazards T = (E / exp(x0 + (x1 - 0.4) W))^2, E ~ Exp(1), AFT censoring
+              C = exp(x0 - x2 W + N(0, 1)), e(x) as type1; RMST up to h = 2.
+``simple1-p`` simple1's times with C ~ U(0, 2.5); the effect on P(T > 0.8).
+
+The true tau(x) is a Monte-Carlo mean over 20 000 draws of the noise at each test point
+(numerical integration of the potential outcomes' distributions). Figures per design,
+over ``--repeats`` training sets of ``--n`` rows with ``--trees`` trees: RMSE of tau(x) on
+1000 test points, the coverage of the 95 % intervals (``predict_interval``), the
+doubly robust ATE's coverage of the true average effect (of the training population's
+tau, 1 - 0.95 expected misses), and the fit time. A T-learner from two
+:class:`forest.SurvivalForest` fits (the RMST difference of the arms' curves) gives
+context for the RMSE: no Python library has a causal survival forest to anchor on.
+
+Randomized trial: scikit-survival's AIDS clinical trial data (ACTG 320, indinavir ``tx``
+against control, time to AIDS or death; ``txgrp`` and ``strat2`` left out: they code the
+arm and a stratum). The forest's RMST ATE up to a horizon against the difference of the
+arms' Kaplan-Meier restricted means; target: within one of the forest's standard errors.
+
+Scale: fit time at ``--speed-rows`` rows (simple1, 200 trees).
+
+Run: ``python benchmarks/bench_causal_survival.py [--n 2000] [--trees 2000] [--repeats 5]
+[--speed-rows 100000]`` (the AIDS part needs scikit-survival: the anchors' venv). Writes the
+"CausalSurvivalForest (issue 33)" section of RESULTS.md unless ``--no-write``.
+"""
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import markdown_table, write_results_section  # noqa: E402
+
+SECTION = "CausalSurvivalForest (issue 33)"
+N_MC = 20_000
+P = 5
+
+
+def _beta24(x):
+    return 20.0 * x * (1.0 - x) ** 3
+
+
+def design(name, n, rng, X=None):
+    """``(X, W, time, event, tau(X), horizon, target)`` of one design (module docstring)."""
+    X = rng.uniform(size=(n, P)) if X is None else X
+    n = len(X)
+    mc = np.random.default_rng(12345)
+    if name in ("simple1", "simple1-p"):
+        W = rng.binomial(1, 0.5, n)
+        failure = rng.exponential(size=n) * X[:, 0] + W
+        censor = (2.0 if name == "simple1" else 2.5) * rng.uniform(size=n)
+        eps = mc.exponential(size=N_MC)
+        if name == "simple1":
+            h, target = 1.0, "RMST"
+            failure = np.minimum(failure, h)
+            tau = np.array([np.mean(np.minimum(eps * x + 1, h) - np.minimum(eps * x, h)) for x in X[:, 0]])
+        else:
+            h, target = 0.8, "survival_probability"
+            tau = np.array([np.mean(eps * x + 1 > h) - np.mean(eps * x > h) for x in X[:, 0]])
+    elif name == "type1":
+        h, target = 1.5, "RMST"
+        W = rng.binomial(1, (1 + _beta24(X[:, 0])) / 4)
+        I = X[:, 0] < 0.5
+        base = -1.85 - 0.8 * I + 0.7 * np.sqrt(X[:, 1]) + 0.2 * X[:, 2]
+        lift = 0.7 - 0.4 * I - 0.4 * np.sqrt(X[:, 1])
+        failure = np.minimum(np.exp(base + lift * W + rng.normal(size=n)), h)
+        rate = np.exp(-1.75 - 0.5 * np.sqrt(X[:, 1]) + 0.2 * X[:, 2] + (1.15 + 0.5 * I - 0.3 * np.sqrt(X[:, 1])) * W)
+        censor = (-np.log(rng.uniform(size=n)) / rate) ** 0.5
+        eps = mc.normal(size=N_MC)
+        tau = np.array([np.mean(np.minimum(np.exp(b + l + eps), h) - np.minimum(np.exp(b + eps), h))
+                        for b, l in zip(base, lift)])
+    elif name == "type2":
+        h, target = 2.0, "RMST"
+        W = rng.binomial(1, (1 + _beta24(X[:, 0])) / 4)
+        failure = np.minimum((-np.log(rng.uniform(size=n)) / np.exp(X[:, 0] + (X[:, 1] - 0.4) * W)) ** 2, h)
+        censor = np.exp(X[:, 0] - X[:, 2] * W + rng.normal(size=n))
+        e = -np.log(mc.uniform(size=N_MC))
+        tau = np.array([np.mean(np.minimum((e / np.exp(a + b - 0.4)) ** 2, h) - np.minimum((e / np.exp(a)) ** 2, h))
+                        for a, b in zip(X[:, 0], X[:, 1])])
+    else:
+        raise ValueError(name)
+    time_ = np.minimum(failure, censor)
+    return X, W.astype(float), time_, (failure <= censor).astype(int), tau, h, target
+
+
+def t_learner(X, W, time_, event, Xq, h, target, trees, seed):
+    """RMST (or survival at h) difference of two SurvivalForest fits, one per arm."""
+    from forest import SurvivalForest
+    from forest.analysis.causal_survival import restricted_mean
+    from native.comm import SelfCommunicator
+
+    out = []
+    for arm in (1, 0):
+        rows = W == arm
+        f = SurvivalForest(trees, random_state=seed).fit(X[rows], time_[rows], event[rows], comm=SelfCommunicator())
+        grid = np.append(f.failure_times_[f.failure_times_ < h], h)
+        S = f.predict_survival_function(Xq, grid)
+        out.append(restricted_mean(S, grid, h) if target == "RMST" else S[:, -1])
+    return out[0] - out[1]
+
+
+def simulated(args):
+    from forest import CausalSurvivalForest
+    from native.comm import SelfCommunicator
+
+    rows = []
+    for name in ("simple1", "type1", "type2", "simple1-p"):
+        rmse, cover, ate_hits, ate_err, fit_s, rmse_t, se_sum = [], [], 0, [], [], [], []
+        for r in range(args.repeats):
+            rng = np.random.default_rng(1000 * r + 7)
+            X, W, time_, event, tau_train, h, target = design(name, args.n, rng)
+            Xq, _, _, _, tau_q, _, _ = design(name, 1000, np.random.default_rng(1000 * r + 8))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t0 = time.perf_counter()
+                f = CausalSurvivalForest(horizon=h, target=target, n_estimators=args.trees,
+                                         random_state=r).fit(X, W, time_, event, comm=SelfCommunicator())
+                fit_s.append(time.perf_counter() - t0)
+            pred = f.predict(Xq)
+            lo, hi = f.predict_interval(Xq)
+            rmse.append(float(np.sqrt(np.mean((pred - tau_q) ** 2))))
+            cover.append(float(np.mean((lo <= tau_q) & (tau_q <= hi))))
+            truth = float(tau_train.mean())
+            ate_err.append(float(f.ate_ - truth))
+            se_sum.append(float(f.ate_stderr_))
+            ate_hits += abs(f.ate_ - truth) <= 1.96 * f.ate_stderr_
+            rmse_t.append(float(np.sqrt(np.mean((t_learner(X, W, time_, event, Xq, h, target, args.trees // 4, r)
+                                                 - tau_q) ** 2))))
+            print(name, r, rmse[-1], cover[-1], f.ate_, truth, f.ate_stderr_, rmse_t[-1], flush=True)
+        rows.append([name, target, f"{h:g}", f"{np.std(tau_q):.3f}", f"{np.mean(rmse):.4f}", f"{np.mean(rmse_t):.4f}",
+                     f"{np.mean(cover):.3f}", f"{ate_hits}/{args.repeats}", f"{np.mean(ate_err):+.4f}",
+                     f"{np.mean(se_sum):.4f}", f"{np.mean(fit_s):.2f}"])
+    return rows
+
+
+def aids(args):
+    """``(rows, note)``: the forest's RMST ATE against the arms' Kaplan-Meier difference."""
+    from sksurv.datasets import load_aids
+
+    from forest import CausalSurvivalForest
+    from forest.report.survival import arm_curves
+    from native.comm import SelfCommunicator
+
+    X, y = load_aids()
+    event_field, time_field = y.dtype.names
+    time_, event = y[time_field].astype(float), y[event_field].astype(int)
+    W = X["tx"].astype(float).to_numpy()
+    feats = X.drop(columns=[c for c in ("tx", "txgrp", "strat2") if c in X.columns])
+    out = []
+    for h in (200.0, 300.0):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            f = CausalSurvivalForest(horizon=h, n_estimators=args.trees, random_state=0).fit(
+                feats, W, time_, event, comm=SelfCommunicator())
+        km = arm_curves(time_, event, W, h, "RMST")["difference"]
+        boot = []
+        rng = np.random.default_rng(0)
+        for _ in range(200):
+            i = rng.integers(0, len(W), len(W))
+            boot.append(arm_curves(time_[i], event[i], W[i], h, "RMST")["difference"])
+        out.append([f"{h:g}", f"{f.ate_:.3f}", f"{f.ate_stderr_:.3f}", f"{km:.3f}", f"{np.std(boot):.3f}",
+                    f"{abs(f.ate_ - km) / f.ate_stderr_:.2f}"])
+        print("aids", out[-1], flush=True)
+    return out
+
+
+def speed(args):
+    from forest import CausalSurvivalForest
+    from native.comm import SelfCommunicator
+
+    X, W, time_, event, _, h, target = design("simple1", args.speed_rows, np.random.default_rng(3),
+                                              X=np.random.default_rng(4).uniform(size=(args.speed_rows, P)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        CausalSurvivalForest(horizon=h, n_estimators=200, random_state=0).fit(X, W, time_, event,
+                                                                              comm=SelfCommunicator())
+    return time.perf_counter() - t0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=2000)
+    p.add_argument("--trees", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--speed-rows", type=int, default=100_000)
+    p.add_argument("--no-aids", action="store_true")
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args(argv)
+    os.environ.setdefault("NUMBA_NUM_THREADS", "2")
+    sim = simulated(args)
+    trial = [] if args.no_aids else aids(args)
+    fit_big = speed(args) if args.speed_rows else None
+    cmd = "python benchmarks/bench_causal_survival.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    parts = [f"Command: `{cmd.strip()}` (2 threads, one process). Truths by Monte Carlo (module docstring).", "",
+             f"Simulated designs, {args.n} training rows, {args.trees} trees, {args.repeats} training sets each; "
+             f"1000 test points. RMSE T-learner: two SurvivalForest fits ({args.trees // 4} trees), the difference "
+             f"of their curves' target.", "",
+             markdown_table(["design", "target", "horizon", "sd tau(x)", "RMSE", "RMSE T-learner",
+                             "95% CI coverage of tau(x)", "ATE CI covers", "mean ATE error", "mean ATE se",
+                             "fit s"], sim)]
+    if trial:
+        parts += ["", "AIDS clinical trial (scikit-survival's `load_aids`, 1151 patients, indinavir `tx`): the "
+                      "forest's doubly robust RMST effect against the difference of the arms' Kaplan-Meier "
+                      "restricted means (its standard error from 200 bootstrap resamples).", "",
+                  markdown_table(["horizon (days)", "forest ATE", "forest se", "KM difference", "KM se (bootstrap)",
+                                  "|ATE - KM| / forest se"], trial)]
+    if fit_big is not None:
+        parts += ["", f"Fit at {args.speed_rows} rows (simple1, 200 trees, nuisance forests included): "
+                      f"{fit_big:.1f} s."]
+    text = "\n".join(parts)
+    print(text)
+    if not args.no_write:
+        write_results_section(SECTION, text)
+
+
+if __name__ == "__main__":
+    main()
