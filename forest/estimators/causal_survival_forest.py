@@ -45,7 +45,7 @@ from forest.analysis.effect_rows import make_effect_rows
 from forest.analysis.inference import solve_theta
 from forest.collective_checks import AgreedError, collective_checks, total
 from forest.criteria.survival import MAX_SPLIT_TIMES, failure_grid
-from forest.engine.clusters import observation_weights
+from forest.engine.clusters import layout_rows, observation_weights, resolve_clusters
 from forest.engine.honest_forest import fit_binning, global_ids
 from forest.estimators.base import check_is_fitted
 from forest.estimators.causal_forest import CausalForest
@@ -75,8 +75,8 @@ class CausalSurvivalForest(CausalForest):
     n_estimators : int, default 200
     max_samples, honest, honesty_fraction, min_samples_leaf, max_depth, max_features, alpha,
     imbalance_penalty, ci_group_size, max_bins, nuisance_estimators, batch_size, random_state,
-    categorical_features
-        As for :class:`forest.CausalForest`.
+    equalize_cluster_weights, categorical_features
+        As for :class:`forest.CausalForest` (the nuisance forests share the clusters).
     survival_estimators : int or None, default None
         Trees of each nuisance survival forest; None is grf's ``max(50, min(n_estimators
         / 4, 500))``.
@@ -107,14 +107,13 @@ class CausalSurvivalForest(CausalForest):
 
     #: The CausalForest parameters this forest does not offer.
     treatment_type = "binary"
-    equalize_cluster_weights = False
     warm_start = False
 
     def __init__(self, horizon=None, *, target="RMST", n_estimators=200, max_samples=0.5, honest=True,
                  honesty_fraction=0.5, min_samples_leaf=5, max_depth=None, max_features=None, alpha=0.05,
                  imbalance_penalty=0.0, ci_group_size=2, max_bins=255, nuisance_estimators=None,
                  survival_estimators=None, max_grid_times=DEFAULT_GRID_TIMES, batch_size=None, random_state=None,
-                 categorical_features="from_dtype"):
+                 equalize_cluster_weights=False, categorical_features="from_dtype"):
         self.horizon = horizon
         self.target = target
         self.n_estimators = n_estimators
@@ -133,6 +132,7 @@ class CausalSurvivalForest(CausalForest):
         self.max_grid_times = max_grid_times
         self.batch_size = batch_size
         self.random_state = random_state
+        self.equalize_cluster_weights = equalize_cluster_weights
         self.categorical_features = categorical_features
 
     def _check_params(self):
@@ -156,7 +156,7 @@ class CausalSurvivalForest(CausalForest):
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, t, time, event, sample_weight=None, *, t_hat=None, comm=None, progress=None, binned=None,
-            feature_names=None, checkpoint=None):
+            feature_names=None, clusters=None, checkpoint=None):
         """Fit on this rank's rows (collective under ``mpirun``).
 
         Parameters
@@ -174,8 +174,11 @@ class CausalSurvivalForest(CausalForest):
             Propensities ``P(W = 1 | x)``; estimated out of bag when not given.
         comm, progress, binned, feature_names
             As for :meth:`forest.CausalForest.fit`.
+        clusters : array-like of int, shape (n_local,), optional
+            Cluster labels (grf's ``clusters``), shared by every forest of the fit; the
+            analyses' standard errors are then cluster-robust.
         checkpoint : None
-            Not offered, nor are clusters (the nuisance survival forests have neither).
+            Not offered (the nuisance survival forests do not checkpoint).
 
         Returns
         -------
@@ -209,12 +212,13 @@ class CausalSurvivalForest(CausalForest):
         mapper, codes = binned if binned is not None else fit_binning(
             X, self.max_bins, seed, comm, getattr(self, "is_categorical_", None))
         gids, _ = global_ids(comm, n)
+        layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight)
 
         # Propensities, then the survival and censoring forests on (X, W), all out of bag.
         n_nuis = int(self.nuisance_estimators or max(50, int(self.n_estimators) // 4))
         if t_hat is None:
             prop = RegressionForest(n_nuis, random_state=seed + PROPENSITY_SEED, **self._nuisance_params()).fit(
-                None, W, g, comm=comm, binned=(mapper, codes))
+                None, W, g, comm=comm, binned=(mapper, codes), clusters=layout)
             e = np.asarray(prop.oob_prediction_, dtype=np.float64).reshape(n)
             del prop.oob_prediction_, prop.training_rows_
         else:
@@ -224,12 +228,12 @@ class CausalSurvivalForest(CausalForest):
         aug = append_indicator(mapper, codes, W)
         n_surv = int(self.survival_estimators or max(50, min(int(self.n_estimators) // 4, 500)))
         survival = self._survival_forest(n_surv, seed + SURVIVAL_SEED).fit(
-            None, nuis_time, nuis_event, g, comm=comm, binned=aug)
+            None, nuis_time, nuis_event, g, comm=comm, binned=aug, clusters=layout)
         censored = int(col.allgather(comm, np.array([[int((~nuis_event).sum())]], dtype=np.int64)).sum())
         censoring = None
         if censored:
             censoring = self._survival_forest(n_surv, seed + CENSORING_SEED).fit(
-                None, nuis_time, ~nuis_event, g, comm=comm, binned=aug)
+                None, nuis_time, ~nuis_event, g, comm=comm, binned=aug, clusters=layout)
         for forest in (survival, censoring):
             if forest is not None:
                 del forest._weights_source_, forest.training_rows_     # training rows: not part of the model
@@ -238,11 +242,11 @@ class CausalSurvivalForest(CausalForest):
         capped, _, _ = horizon_targets(time, event, horizon, self.target)
         grid = failure_grid(capped, np.ones(n, dtype=bool), int(self.max_grid_times), comm, seed=seed)
         self.failure_times_ = np.append(grid[grid < horizon], horizon)
-        y_tilde, m, c_low = self._adjusted(codes, W, e, time, event, gids)
+        y_tilde, m, c_low = self._adjusted(codes, W, e, time, event, gids, layout)
         _warn_censoring(float(col.allgather(comm, np.array([[c_low]])).min()), self.target)
 
         super().fit(None, W, y_tilde, sample_weight, y_hat=m, t_hat=e, comm=comm, progress=progress,
-                    binned=(mapper, codes), feature_names=names)
+                    binned=(mapper, codes), feature_names=names, clusters=layout)
         # restore what the causal fit set from its own arguments
         self.treatment_forest_ = prop
         self._record_training_rows(comm, gids, n_global, codes, [W[:, None], time[:, None],
@@ -272,18 +276,18 @@ class CausalSurvivalForest(CausalForest):
         """A nuisance survival forest (grf's: Nelson-Aalen curves, ``min.node.size`` 15)."""
         return SurvivalForest(n_trees, max_samples=self.max_samples, min_node_size=15,
                               max_features=self.max_features, max_bins=self.max_bins, batch_size=self.batch_size,
-                              random_state=seed)
+                              random_state=seed, equalize_cluster_weights=self.equalize_cluster_weights)
 
     # ------------------------------------------------------------------ scores
-    def _nuisance_curves(self, forest, codes, W, gids):
+    def _nuisance_curves(self, forest, codes, W, gids, layout):
         """Nelson-Aalen survival ``exp(-H)`` at the grid, shape (n, G), of rows with treatment ``W``."""
         aug = np.empty((codes.shape[0] + 1, codes.shape[1]), dtype=codes.dtype)
         aug[:-1] = codes
         aug[-1] = W
-        _, chf = forest.curves_binned(aug, self.failure_times_, gids)
+        _, chf = forest.curves_binned(aug, self.failure_times_, gids, layout)
         return np.exp(-chf)
 
-    def _adjusted(self, codes, W, e, time, event, gids):
+    def _adjusted(self, codes, W, e, time, event, gids, layout=None):
         """``(Y~, m, smallest C(Y))`` of rows (out of bag with ``gids``, else from every tree).
 
         Parameters
@@ -292,6 +296,8 @@ class CausalSurvivalForest(CausalForest):
         W, e, time : ndarray of float64, shape (n,)
         event : ndarray of bool, shape (n,)
         gids : ndarray of int64, shape (n,), or None
+        layout : forest.engine.clusters.ClusterLayout, optional
+            The fit's clusters (out-of-bag rows of a clustered fit).
 
         Returns
         -------
@@ -309,14 +315,17 @@ class CausalSurvivalForest(CausalForest):
             hi = min(n, lo + step)
             part = np.ascontiguousarray(codes[:, lo:hi])
             ids = None if gids is None else gids[lo:hi]
+            part_layout = None if gids is None else layout_rows(layout, lo, hi)
             w = W[lo:hi]
-            S1 = self._nuisance_curves(self.survival_forest_, part, np.ones(hi - lo, dtype=np.uint8), ids)
-            S0 = self._nuisance_curves(self.survival_forest_, part, np.zeros(hi - lo, dtype=np.uint8), ids)
+            S1 = self._nuisance_curves(self.survival_forest_, part, np.ones(hi - lo, dtype=np.uint8), ids,
+                                       part_layout)
+            S0 = self._nuisance_curves(self.survival_forest_, part, np.zeros(hi - lo, dtype=np.uint8), ids,
+                                       part_layout)
             S = np.where(w[:, None] == 1, S1, S0)
             if self.censoring_forest_ is None:
                 C = np.ones_like(S)
             else:
-                C = self._nuisance_curves(self.censoring_forest_, part, w.astype(np.uint8), ids)
+                C = self._nuisance_curves(self.censoring_forest_, part, w.astype(np.uint8), ids, part_layout)
             if target == "RMST":
                 mean1, mean0 = restricted_mean(S1, grid, horizon), restricted_mean(S0, grid, horizon)
             else:
@@ -341,8 +350,6 @@ class CausalSurvivalForest(CausalForest):
         if self.treatment_forest_ is None:
             raise ValueError("scores of rows passed again need the propensity forest, but this forest was fitted "
                              "with t_hat: use the out-of-bag scores in the fitting process (no X, t, y)")
-        if clusters is not None:
-            raise ValueError("CausalSurvivalForest takes no clusters")
         comm = world() if comm is None else comm
         with collective_checks(comm):
             X = validate_features(self, X, reset=False, min_samples=0)
@@ -356,17 +363,23 @@ class CausalSurvivalForest(CausalForest):
         if match.kind == "overlap":
             raise ValueError(match.refusal("X, t, y"))
         training = match.kind == "training"
+        fitted = bool(self.sampling_.get("clusters", False))
+        if training and fitted and clusters is None:
+            raise ValueError("these are the training rows of a forest fitted with clusters: pass the fit's cluster "
+                             "labels (clusters=) for their out-of-bag estimates")
+        layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight,
+                                  fitted=fitted if training else None)
         if training:
-            tau = self._oob_theta_binned(codes, gids, None, fallback=True)
-            e = self.treatment_forest_.oob_prediction_binned(codes, gids).reshape(n)
+            tau = self._oob_theta_binned(codes, gids, layout, fallback=True)
+            e = self.treatment_forest_.oob_prediction_binned(codes, gids, layout).reshape(n)
         else:
             theta, _ = solve_theta(self._mean_moments(X), self._layout())
             tau = np.nan_to_num(theta, nan=0.0, posinf=0.0, neginf=0.0)
             e = np.asarray(self.treatment_forest_.predict(X), dtype=np.float64).reshape(n)
-        y_tilde, m, _ = self._adjusted(codes, W, e, time, event, gids if training else None)
-        weight = observation_weights(sample_weight, None, n)
+        y_tilde, m, _ = self._adjusted(codes, W, e, time, event, gids if training else None, layout)
+        weight = observation_weights(sample_weight, layout, n)
         rows = make_effect_rows("binary", tau, W[:, None], W.astype(np.int64), y_tilde[:, None], m[:, None],
-                                e[:, None], None, weight, gids, None,
+                                e[:, None], None, weight, gids, layout,
                                 source="out-of-bag" if training else "held-out")
         if training:
             notify_training_rows(match, stacklevel=5)

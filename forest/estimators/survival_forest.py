@@ -16,6 +16,7 @@ from forest.analysis.survival import concordance_index
 from forest.collective_checks import AgreedError, collective_checks, total
 from forest.criteria.survival import (DEFAULT_SPLIT_TIMES, MAX_SPLIT_TIMES, LogRankCriterion, failure_grid,
                                       time_labels)
+from forest.engine.clusters import resolve_clusters
 from forest.engine.honest_forest import global_ids, grow_honest_forest
 from forest.engine.importance import depth_weighted_importance, gain_importance
 from forest.engine.leaf_outcomes import cached_layout, gather_leaf_outcomes
@@ -88,6 +89,9 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
     categorical_features : "from_dtype", list of str or int, array-like of bool, or None, default "from_dtype"
         As for :class:`forest.RegressionForest`.
     random_state : int or None, default None (means 0)
+    equalize_cluster_weights : bool, default False
+        With ``clusters``: each tree draws the same number of rows from every cluster
+        (grf's ``equalize.cluster.weights``).
 
     Attributes
     ----------
@@ -112,9 +116,8 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
     """
 
     #: Sampling parameters of :func:`forest.estimators.regression_forest.check_forest_params`
-    #: this forest does not offer (no variance estimates, no clusters, no warm start).
+    #: this forest does not offer (no variance estimates, no warm start).
     ci_group_size = 1
-    equalize_cluster_weights = False
     warm_start = False
 
     _model_io_exclude_ = ("_prediction_layout_",)
@@ -122,7 +125,7 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_node_size=15,
                  alpha=0.0, min_samples_leaf=None, max_depth=None, max_features=None, max_bins=255,
                  max_split_times=DEFAULT_SPLIT_TIMES, batch_size=None, random_state=None,
-                 categorical_features="from_dtype"):
+                 equalize_cluster_weights=False, categorical_features="from_dtype"):
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.honest = honest
@@ -136,7 +139,12 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         self.max_split_times = max_split_times
         self.batch_size = batch_size
         self.random_state = random_state
+        self.equalize_cluster_weights = equalize_cluster_weights
         self.categorical_features = categorical_features
+
+    def _model_io_restore_(self):
+        """Defaults for the parameters that older model files lack."""
+        self.__dict__.setdefault("equalize_cluster_weights", False)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -152,7 +160,7 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         return seed
 
     def fit(self, X, time, event, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None,
-            checkpoint=None):
+            clusters=None, checkpoint=None):
         """Fit on this rank's rows (collective under ``mpirun``: every rank ends with the same model).
 
         Parameters
@@ -170,6 +178,9 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         binned : tuple (BinMapper, ndarray), optional
             As for :meth:`forest.RegressionForest.fit`.
         feature_names : sequence of str, optional
+        clusters : array-like of int, shape (n_local,), or forest.engine.clusters.ClusterLayout, optional
+            Cluster labels (grf's ``clusters``): trees sample whole clusters, and a row is
+            out of bag when its cluster is; the out-of-bag methods then need them again.
         checkpoint : None
             Not offered: the leaves' lists are not part of a checkpoint.
 
@@ -199,7 +210,9 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         g = scaled_weights(g, n_global, total(summaries, "weight_sum"), [s["weights"] for s in summaries])
 
         gids, _ = global_ids(comm, n)
-        sampling, _, mapper, codes = begin_forest(self, X, binned, self.n_features_in_, seed, comm)
+        layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight)
+        sampling, _, mapper, codes = begin_forest(self, X, binned, self.n_features_in_, seed, comm,
+                                                  clustered=layout is not None)
         grid = failure_grid(time, event, self.max_split_times, comm, seed=seed)
         _, leaf, _ = size_rules(self)
         crit = LogRankCriterion(len(grid), alpha=0.0 if self.alpha is None else float(self.alpha),
@@ -209,11 +222,11 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         packed, _, _ = grow_honest_forest(
             codes, mapper, gids, channels, crit, forest_spec(self, sampling, self.n_features_in_, crit.node_value,
                                                              COUNT_COL),
-            n_global=n_global, comm=comm, oob=False, progress=progress)
+            n_global=n_global, comm=comm, oob=False, progress=progress, clusters=layout)
         self.estimators_ = packed
         self.bin_mapper_ = mapper
         self.failure_times_ = grid
-        source = WeightsSource(codes, gids, g, None)
+        source = WeightsSource(codes, gids, g, layout)
         self.leaf_outcomes_ = gather_leaf_outcomes(packed, self._estimation_slices(packed, source), time, g, gids,
                                                    COUNT_COL, comm, event=event)
         self._weights_source_ = source
@@ -256,7 +269,7 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         return survival_curves(self.estimators_, self.leaf_outcomes_, leaves, times, COUNT_COL, use=use,
                                layout=self._layout())
 
-    def curves_binned(self, codes, times, gids=None):
+    def curves_binned(self, codes, times, gids=None, clusters=None):
         """Kaplan-Meier and Nelson-Aalen curves of rows given as codes, out of bag with ``gids``.
 
         For forests that predict nuisance curves of their own rows (the causal survival
@@ -270,6 +283,8 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         times : ndarray of float64, shape (n_times,)
         gids : ndarray of int64, shape (n,), optional
             Global row ids in the fit (out-of-bag curves); None: every tree.
+        clusters : forest.engine.clusters.ClusterLayout, optional
+            The fit's, for out-of-bag curves of a clustered fit.
 
         Returns
         -------
@@ -280,7 +295,7 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         use = None
         if gids is not None:
             n_trees = len(self.estimators_["tree_offsets"]) - 1
-            use = (forest_row_codes(self.sampling_, n_trees, gids) == OUT).T
+            use = (forest_row_codes(self.sampling_, n_trees, gids, clusters) == OUT).T
         surv, chf = self._curves(None, times, use=use, codes=codes)
         if use is not None:
             lost = ~use.any(axis=1)
@@ -338,7 +353,8 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         times : array-like, optional
             Default :attr:`failure_times_`.
         comm : native.comm.Communicator, optional
-        clusters : None
+        clusters : array-like, optional
+            The cluster labels passed to ``fit`` (needed when it had clusters).
         prediction_type : {"Kaplan-Meier", "Nelson-Aalen"}
 
         Returns
@@ -348,17 +364,17 @@ class SurvivalForest(ForestWeightsMixin, TrainingRowsMixin, EstimatorBase):
         """
         if prediction_type not in PREDICTION_TYPES:
             raise ValueError(f"prediction_type must be one of {PREDICTION_TYPES}, got {prediction_type!r}")
-        codes, gids, _ = self._training_codes(X, comm, clusters)
+        codes, gids, layout = self._training_codes(X, comm, clusters)
         n_trees = len(self.estimators_["tree_offsets"]) - 1
-        out_of_bag = (forest_row_codes(self.sampling_, n_trees, gids) == OUT).T
+        out_of_bag = (forest_row_codes(self.sampling_, n_trees, gids, layout) == OUT).T
         surv, chf = self._curves(None, self._times(times), use=out_of_bag, codes=codes)
         return surv if prediction_type == "Kaplan-Meier" else np.exp(-chf)
 
     def oob_risk(self, X=None, *, comm=None, clusters=None):
         """Out-of-bag risk scores of this rank's training rows, shape (n_local,) (NaN where every tree drew the row)."""
-        codes, gids, _ = self._training_codes(X, comm, clusters)
+        codes, gids, layout = self._training_codes(X, comm, clusters)
         n_trees = len(self.estimators_["tree_offsets"]) - 1
-        out_of_bag = (forest_row_codes(self.sampling_, n_trees, gids) == OUT).T
+        out_of_bag = (forest_row_codes(self.sampling_, n_trees, gids, layout) == OUT).T
         return self._curves(None, self.failure_times_, use=out_of_bag, codes=codes)[1].sum(axis=1)
 
     def score(self, X, time, event):

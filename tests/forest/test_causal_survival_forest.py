@@ -223,3 +223,36 @@ def test_identical_at_any_rank_count(comm):
     np.testing.assert_allclose(dist.ate_, ref.ate_, rtol=0, atol=1e-9)
     np.testing.assert_allclose(dist.ate_stderr_, ref.ate_stderr_, rtol=0, atol=1e-9)
     np.testing.assert_allclose(dist.get_scores(), ref.get_scores()[lo:hi], rtol=0, atol=1e-9)
+
+
+@pytest.mark.mpi
+def test_clustered_fit_identical_at_any_rank_count(comm):
+    X, W, time, event, _ = _design(600, 10)
+    labels = (np.arange(600) * 7) % 200
+    lo, hi = len(W) * comm.rank // comm.size, len(W) * (comm.rank + 1) // comm.size
+    kw = dict(horizon=1.0, n_estimators=12, survival_estimators=8, nuisance_estimators=8, random_state=4,
+              max_grid_times=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dist = CausalSurvivalForest(**kw).fit(X[lo:hi], W[lo:hi], time[lo:hi], event[lo:hi], clusters=labels[lo:hi],
+                                              comm=comm)
+        ref = CausalSurvivalForest(**kw).fit(X, W, time, event, clusters=labels, comm=SELF)
+    np.testing.assert_allclose(dist.predict(X), ref.predict(X), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(dist.ate_stderr_, ref.ate_stderr_, rtol=0, atol=1e-9)
+    with pytest.warns(TrainingRowsNotice):
+        est, se = dist.average_treatment_effect(X=X[lo:hi], t=W[lo:hi], y=(time[lo:hi], event[lo:hi]),
+                                                clusters=labels[lo:hi], comm=comm)
+    np.testing.assert_allclose([est, se], [ref.ate_, ref.ate_stderr_], rtol=0, atol=1e-9)
+
+
+def test_clusters_make_the_standard_error_cluster_robust():
+    # every row twice, clustered in pairs: the cluster-robust error is the one of the distinct rows,
+    # while treating the copies as independent rows understates it by about sqrt(2)
+    X, W, time, event, _ = _design(800, 11)
+    Xd, Wd, td, ed = (np.repeat(a, 2, axis=0) for a in (X, W, time, event))
+    kw = dict(horizon=1.0, n_estimators=100, random_state=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clustered = CausalSurvivalForest(**kw).fit(Xd, Wd, td, ed, clusters=np.arange(1600) // 2, comm=SELF)
+        naive = CausalSurvivalForest(**kw).fit(Xd, Wd, td, ed, comm=SELF)
+    assert clustered.ate_stderr_ > 1.25 * naive.ate_stderr_

@@ -76,3 +76,41 @@ def test_model_bytes_round_trip_and_refuse_damage():
         model_io.loads(data[: len(data) // 2])
     with pytest.raises(ModelFormatError, match="GBDTClassifier is needed"):
         model_io.loads(data, expect=GBDTClassifier)
+
+
+@pytest.mark.parametrize("kind", ["survival", "causal-survival"])
+def test_survival_kinds_over_three_socket_ranks(kind):
+    """The survival roles (time, event) reach fit through a launcher's rank body, as the CLI's do."""
+    import warnings
+
+    from forest import CausalSurvivalForest, SurvivalForest
+
+    df = frame(1200, seed=4)
+    rng = np.random.default_rng(5)
+    failure = rng.exponential(np.exp(-df["a"].to_numpy())) + 0.5 * df["t"].to_numpy()
+    censor = rng.uniform(0, 3, len(df))
+    df["days"], df["died"] = np.minimum(failure, censor), (failure <= censor).astype(int)
+    if kind == "survival":
+        make = lambda: SurvivalForest(n_estimators=6, random_state=2)           # noqa: E731
+        roles, targets = {"time": "days", "event": "died"}, ["days", "died"]
+    else:
+        make = lambda: CausalSurvivalForest(horizon=1.5, n_estimators=6, nuisance_estimators=4,  # noqa: E731
+                                            survival_estimators=4, max_grid_times=16, random_state=2)
+        roles, targets = {"treatment": "t", "time": "days", "event": "died"}, ["t", "days", "died"]
+    spec = fit_spec(make(), ["a", "b", "c"], roles)
+    blocks = np.array_split(np.arange(len(df)), 3)
+    payload = model_io.dumps(make())
+
+    def body(comm):
+        mine = df.iloc[blocks[comm.rank]].reset_index(drop=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return model_io.dumps(fit_rows(model_io.loads(payload), mine, spec, comm))
+
+    models = [model_io.loads(b) for b in run_ok(3, body)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        alone = make().fit(df[["a", "b", "c"]], *[df[c].to_numpy() for c in targets])
+    X = df[["a", "b", "c"]]
+    for m in models:
+        assert np.abs(m.predict(X) - alone.predict(X)).max() <= 1e-9

@@ -34,8 +34,8 @@ def test_the_tools_read_the_table():
                                                                 "'regression'"),
     (["--demo", "--model", "instrumental"], "--instrument COL is required for the instrumental model"),
     (["--demo", "--model", "gbdt-regressor", "--cluster", "x0"], "--cluster is only used by the causal, "
-                                                                  "instrumental, regression and probability "
-                                                                  "models"),
+                                                                  "instrumental, regression, survival, "
+                                                                  "causal-survival and probability models"),
 ])
 def test_forest_train_refuses_options_a_kind_does_not_take(argv, message, capsys, tmp_path):
     assert train.main(argv + ["--out", str(tmp_path / "m.model")]) == 2

@@ -251,3 +251,32 @@ def test_identical_at_any_rank_count(comm, same_model_file):
     np.testing.assert_allclose(dist.predict_survival_function(Xq), ref.predict_survival_function(Xq),
                                rtol=0, atol=1e-12)
     np.testing.assert_allclose(dist.predict(Xq), ref.predict(Xq), rtol=1e-12)
+
+
+def test_clusters_sample_whole_clusters():
+    X, time, event, rng = _design(800, 11)
+    labels = np.arange(800) // 4                        # clusters of four consecutive rows
+    f = SurvivalForest(20, random_state=6).fit(X, time, event, clusters=labels, comm=SELF)
+    from forest.engine.subsample import OUT, forest_row_codes
+    codes = forest_row_codes(f.sampling_, 20, np.arange(800, dtype=np.int64), f._weights_source_.clusters)
+    out = (codes == OUT).reshape(20, 200, 4)
+    assert np.all(out.all(axis=2) | ~out.any(axis=2))   # a cluster is out of a tree's sample whole
+    oob = f.oob_predict(X, clusters=labels, comm=SELF)
+    np.testing.assert_array_equal(oob, f.oob_predict())
+    with pytest.raises(ValueError, match="fitted with clusters"):
+        f.oob_predict(X, comm=SELF)
+    unclustered = SurvivalForest(20, random_state=6).fit(X, time, event, comm=SELF)
+    assert not np.array_equal(unclustered.oob_risk(), f.oob_risk())
+
+
+@pytest.mark.mpi
+def test_clustered_fit_identical_at_any_rank_count(comm):
+    X, time, event, rng = _design(600, 12)
+    labels = (np.arange(600) * 7) % 150                  # clusters spread over every rank's block
+    lo, hi = len(time) * comm.rank // comm.size, len(time) * (comm.rank + 1) // comm.size
+    kw = dict(n_estimators=8, random_state=5, max_split_times=16)
+    dist = SurvivalForest(**kw).fit(X[lo:hi], time[lo:hi], event[lo:hi], clusters=labels[lo:hi], comm=comm)
+    ref = SurvivalForest(**kw).fit(X, time, event, clusters=labels, comm=SELF)
+    for key in ("feature", "bin_threshold", "left", "right"):
+        np.testing.assert_array_equal(dist.estimators_[key], ref.estimators_[key])
+    np.testing.assert_allclose(dist.oob_risk(), ref.oob_risk()[lo:hi], rtol=1e-12)
