@@ -23,6 +23,7 @@ The slow reference is :func:`forest.analysis.survival.kaplan_meier` on the fores
 import numba
 import numpy as np
 from numba import prange
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
 from histogram.jit import compiled_only, kernel
 from forest.engine.forest_weights import value_nodes
@@ -91,23 +92,17 @@ def _curves_one(q, qleaves, use, offsets_t, span, weight, event, tindex, utimes,
         j += 1
 
 
-@compiled_only
+@compiled_only(inline="always")
 def _trailing_zeros(b):
-    n = 0
-    while not (b & np.uint64(1)):
-        b >>= np.uint64(1)
-        n += 1
-    return n
+    # the hardware count (LLVM's cttz): a shifting loop here cost up to 63 steps per set bit and
+    # was most of a query's time once the leaves held many distinct times (measured: 115 s of a
+    # 138 s causal survival fit at 100k rows)
+    return np.int64(trailing_zeros(b))
 
 
-@compiled_only
+@compiled_only(inline="always")
 def _leading_zeros(b):
-    n = 0
-    top = np.uint64(1) << np.uint64(63)
-    while not (b & top):
-        b <<= np.uint64(1)
-        n += 1
-    return n
+    return np.int64(leading_zeros(b))
 
 
 @kernel(parallel=True)
