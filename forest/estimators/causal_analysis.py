@@ -29,6 +29,7 @@ from forest.analysis import average_effects
 from forest.analysis import linear_projection
 
 from forest.analysis import rate
+from forest.analysis import sensitivity
 from forest._validation import as_columns, check_target, check_weight, validate_features
 from forest.engine.clusters import cluster_moments, observation_weights, resolve_clusters
 from forest.analysis.effect_rows import ScoredRows, make_effect_rows, subset_weights
@@ -360,8 +361,68 @@ class CausalAnalysisMixin:
                 and getattr(self, "_oob_rows_", None) is None and hasattr(self, "ate_")):
             return self.ate_, self.ate_stderr_      # a loaded model keeps the out-of-bag average
         rows = self._rows(X, t, y, sample_weight, clusters, comm)
+        if target != "overlap":
+            sensitivity.warn_overlap(comm, rows.t_hat, rows.kind, stacklevel=3)
         est, se = average_effects.average_treatment_effect(comm, rows, target, subset)
         return self._shape_one(est), self._shape_one(se)
+
+    def sensitivity_analysis(self, c_y=0.05, c_t=0.05, rho=1.0, alpha=0.05, subset=None, *, X=None, t=None, y=None,
+                             sample_weight=None, clusters=None, comm=None):
+        """Bounds on the average effect under hidden confounding (omitted-variable bias, EconML's parameters).
+
+        With a latent confounder explaining a share ``c_y`` of the outcome's residual
+        variation and ``c_t`` of the treatment's (its Riesz representer's), correlated
+        ``rho``, the doubly robust ATE could be off by at most ``|rho| sqrt(c_y c_t / (1 -
+        c_t)) sqrt(sigma^2 nu^2)`` (:mod:`forest.analysis.sensitivity`).
+
+        Parameters
+        ----------
+        c_y, c_t : float in [0, 1), default 0.05
+        rho : float in [-1, 1], default 1.0
+        alpha : float, default 0.05
+            The confidence interval around the bounds is ``1 - alpha``.
+        subset, X, t, y, sample_weight, clusters, comm
+            As for :meth:`average_treatment_effect`.
+
+        Returns
+        -------
+        dict
+            ``estimate``, ``lower``, ``upper`` (the bounds), ``ci_lower``, ``ci_upper`` (their
+            confidence interval), each the shape of one row of ``predict``; and
+            ``c_y``, ``c_t``, ``rho``, ``alpha``, ``sigma2``, ``nu2``.
+        """
+        comm = world() if comm is None else comm
+        rows = self._rows(X, t, y, sample_weight, clusters, comm)
+        params = sensitivity.sensitivity_parameters(comm, rows, subset)
+        lower, upper, ci_lower, ci_upper = sensitivity.sensitivity_bounds(params, c_y, c_t, rho, alpha)
+        shape = self._shape_one
+        return {"estimate": shape(params.theta), "lower": shape(lower), "upper": shape(upper),
+                "ci_lower": shape(ci_lower), "ci_upper": shape(ci_upper), "c_y": float(c_y), "c_t": float(c_t),
+                "rho": float(rho), "alpha": float(alpha), "sigma2": shape(params.sigma2), "nu2": shape(params.nu2)}
+
+    def robustness_value(self, alpha=0.05, null_hypothesis=0.0, interval="ci", subset=None, *, X=None, t=None,
+                         y=None, sample_weight=None, clusters=None, comm=None):
+        """The confounding strength ``c_y = c_t = r`` (``rho = 1``) that would bring the average effect to the null.
+
+        Parameters
+        ----------
+        alpha : float, default 0.05
+        null_hypothesis : float, default 0.0
+        interval : {"ci", "estimate"}, default "ci"
+            Whether the bounds' confidence interval or the bounds themselves must reach the null.
+        subset, X, t, y, sample_weight, clusters, comm
+            As for :meth:`average_treatment_effect`.
+
+        Returns
+        -------
+        float or ndarray
+            In ``[0, 1)``, the shape of one row of ``predict``; 0 when the interval already
+            holds the null. Larger is more robust.
+        """
+        comm = world() if comm is None else comm
+        rows = self._rows(X, t, y, sample_weight, clusters, comm)
+        params = sensitivity.sensitivity_parameters(comm, rows, subset)
+        return self._shape_one(sensitivity.robustness_value(params, alpha, null_hypothesis, interval))
 
     def best_linear_projection(self, A=None, subset=None, *, names=None, target="all", X=None, t=None, y=None,
                                sample_weight=None, clusters=None, comm=None):

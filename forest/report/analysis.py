@@ -47,6 +47,39 @@ def _attempt(fn):
         return None, str(exc).splitlines()[0]
 
 
+#: Confounding strengths (c_y = c_t) of the report's robustness table.
+SENSITIVITY_STRENGTHS = (0.01, 0.05, 0.1)
+
+
+def _robustness(est, held):
+    """``(part, lines, why)``: the average effect's bounds under hidden confounding and its robustness value
+    (:mod:`forest.analysis.sensitivity`), each effect column (``why`` when not available)."""
+    bounds = []
+    for c in SENSITIVITY_STRENGTHS:
+        res, why = _attempt(lambda: est.sensitivity_analysis(c, c, **held))
+        if why:
+            return None, [], why
+        bounds.append({k: np.atleast_1d(np.asarray(v, dtype=np.float64)).tolist() if k not in ("c_y", "c_t", "rho",
+                                                                                               "alpha") else v
+                       for k, v in res.items()})
+    rv, why = _attempt(lambda: est.robustness_value(**held))
+    if why:
+        return None, [], why
+    rv_est, _ = _attempt(lambda: est.robustness_value(interval="estimate", **held))
+    part = {"bounds": bounds, "robustness_value": np.atleast_1d(rv).tolist(),
+            "robustness_value_estimate": np.atleast_1d(rv_est).tolist()}
+    lines = ["", "Robustness to hidden confounding (omitted-variable bounds of the average effect; a confounder "
+                 "explaining a share c of the outcome's and of the treatment's residual variation, rho = 1):"]
+    for b in bounds:
+        for j in range(len(b["estimate"])):
+            lines.append(f"  c = {b['c_y']:<5g} bounds [{b['lower'][j]:.4g}, {b['upper'][j]:.4g}]  "
+                         f"95% CI [{b['ci_lower'][j]:.4g}, {b['ci_upper'][j]:.4g}]")
+    for j, (r, r_est) in enumerate(zip(part["robustness_value"], part["robustness_value_estimate"])):
+        lines.append(f"  robustness value {r:.3g} (the confounding strength whose 95% CI reaches 0; {r_est:.3g} "
+                     f"for the bounds themselves)")
+    return part, lines, None
+
+
 def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures=False, seed=0, priorities=None,
                     rows="held-out", ranking=None, ranking_error=None, model_input=None):
     """Average effects, calibration, BLP and RATE of a causal forest on held-out or training rows.
@@ -131,6 +164,14 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
             for j, (e, lo, hi, s) in enumerate(zip(v["estimate"], v["conf_low"], v["conf_high"], v["stderr"])):
                 label = f"{target}" + (f" [{contrasts[j]}]" if contrasts else "")
                 lines.append(f"  {label:<24} {e:>10.4g}  [{lo:.4g}, {hi:.4g}]  (se {s:.3g})")
+
+    if hasattr(est, "sensitivity_analysis"):
+        part, text, why = _robustness(est, held)
+        if why:
+            unavailable["sensitivity"] = why
+        else:
+            report["sensitivity"] = part
+            lines += text
 
     cal, why = _attempt(lambda: est.test_calibration(**held))
     if why:
