@@ -37,7 +37,7 @@ def test_continuous_report_says_what_is_not_available():
     held = simulate.continuous_treatment(500, d=4, seed=4)
     report, lines, _ = analysis_report(cf, held.X, held.t, held.y, ["a", "b", "c", "d"], cf.feature_importances_)
     assert set(report["average_effects"]) == {"all", "overlap"}
-    assert set(report["unavailable"]) == {"average_effect_treated", "average_effect_control", "rate"}
+    assert set(report["unavailable"]) == {"average_effect_treated", "average_effect_control", "rate", "sensitivity"}
     assert "Not available on these data:" in lines
 
 
