@@ -33,6 +33,7 @@ _EXPORTS = {
     "Checkpoint": "forest.io.checkpoint",
     "merge_forests": "forest.io.merge",
     "PolicyTree": "forest.policy.tree",
+    "CateSummaryTree": "forest.estimators.summary_tree",
     "TrainingRowsNotice": "forest.io.training_rows",
 }
 

@@ -35,7 +35,8 @@ from forest.engine.predictor import predict_leaves, predict_leaves_binned
 from forest._validation import _check_feature_names, agreed_features, check_weight, feature_summary, validate_features
 from forest.collective_checks import collective_checks, require_same
 from forest.estimators.base import EstimatorBase, check_is_fitted
-from forest.engine.tree import CATEGORICAL_SPLIT, Tree, bitset_bins, cat_bitset
+from forest.engine.tree_text import tree_text
+from forest.engine.tree import CATEGORICAL_SPLIT, Tree, cat_bitset
 from forest.io import model_checks, model_io
 
 #: ``max_bins=None`` by depth: the search grows as nb^(depth) per feature tuple.
@@ -457,44 +458,13 @@ class PolicyTree(EstimatorBase):
             feature_names = _check_feature_names(feature_names, self.n_features_in_)
         fname = (lambda f: str(feature_names[f])) if feature_names is not None else (lambda f: f"x{f}")
         aname = (lambda a: str(action_names[a])) if action_names is not None else (lambda a: f"action {a}")
-        lines = []
 
         def leaf_text(node):
             a = int(self.action_[node])
             return (f"{aname(a)}  ({int(t.count[node])} rows, mean reward {t.value[node, a]:.{decimals}g} "
                     f"+/- {self.value_stderr_per_action_[node, a]:.{decimals}g})")
 
-        def walk(node, indent):
-            pad = "    " * indent
-            if t.feature[node] < 0:
-                lines.append(pad + leaf_text(node))
-                return
-            name = fname(int(t.feature[node]))
-            missing = "missing goes left" if t.missing_left[node] else "missing goes right"
-            if t.bin_threshold[node] == CATEGORICAL_SPLIT:
-                cond = f"{name} in {{{', '.join(self._category_labels(int(t.feature[node]), t.cat_bits[node]))}}}"
-            else:
-                cond = (f"{name} is not missing" if not np.isfinite(t.threshold[node])
-                        else f"{name} <= {t.threshold[node]:.{decimals}g}")
-                if not np.isfinite(t.threshold[node]):
-                    missing = "missing goes right" if not t.missing_left[node] else "everything goes left"
-            lines.append(f"{pad}if {cond}:  ({missing}; {int(t.count[node])} rows)")
-            walk(int(t.left[node]), indent + 1)
-            lines.append(f"{pad}else:")
-            walk(int(t.right[node]), indent + 1)
-
-        walk(0, 0)
-        return "\n".join(lines)
-
-
-    def _category_labels(self, feature, bits):
-        """Labels of the categories a categorical split's bitset holds (its codes without a coder)."""
-        coder = getattr(self, "category_coder_", None)
-        codes = bitset_bins(bits)
-        if coder is None or feature not in coder.columns_.tolist():
-            return [str(int(c)) for c in codes]
-        labels = coder.category_names(coder.columns_.tolist().index(feature))
-        return [labels[int(c)] for c in codes]
+        return tree_text(t, fname, leaf_text, getattr(self, "category_coder_", None), decimals)
 
 
 # Model files name it as they always have (forest.io.model_io.register); its restored state's checks.

@@ -47,6 +47,22 @@ def _attempt(fn):
         return None, str(exc).splitlines()[0]
 
 
+#: Depth of the report's summary tree.
+SUMMARY_TREE_DEPTH = 2
+
+
+def _summary_tree(est, table, held, names, seed):
+    """The report's :class:`forest.CateSummaryTree` of the analysed rows, as JSON-able parts."""
+    from forest.estimators.summary_tree import CateSummaryTree
+
+    rows = {k: v for k, v in held.items() if k in ("t", "y", "clusters", "comm")}
+    tree = CateSummaryTree(max_depth=SUMMARY_TREE_DEPTH, random_state=seed).fit(est, table, **rows)
+    leaves = [int(j) for j in range(tree.tree_.node_count) if tree.tree_.feature[j] < 0]
+    return {"max_depth": SUMMARY_TREE_DEPTH, "text": tree.export_text(feature_names=list(names)),
+            "leaves": [{"node": j, "effect": float(tree.node_effect_[j]), "stderr": float(tree.node_stderr_[j]),
+                        "rows": int(tree.node_rows_[j])} for j in leaves]}
+
+
 #: Confounding strengths (c_y = c_t) of the report's robustness table.
 SENSITIVITY_STRENGTHS = (0.01, 0.05, 0.1)
 
@@ -189,6 +205,16 @@ def analysis_report(est, X, t, y, names, importance, clusters=None, want_figures
     else:
         report["best_linear_projection"] = blp.to_dict()
         lines += ["", str(blp)]
+
+    if contrasts is None:
+        tree, why = _attempt(lambda: _summary_tree(est, table, held, names, seed))
+        if why:
+            unavailable["summary_tree"] = why
+        else:
+            report["summary_tree"] = tree
+            lines += ["", f"Summary tree of the effect (depth {tree['max_depth']}, honest: grown on half of the "
+                          f"rows' doubly robust scores, each group's effect and interval from the other half):",
+                      tree["text"]]
 
     rates = {}
     if est.treatment_type_ == "continuous":

@@ -656,6 +656,50 @@ def unavailable_section(report):
     return _section("unavailable", "Not available on these data", reading, "", [table])
 
 
+def sensitivity_section(report):
+    """The average effect's bounds under hidden confounding and its robustness value."""
+    part = report["analysis"]["sensitivity"]
+    rows = []
+    for b in part["bounds"]:
+        for j in range(len(b["estimate"])):
+            rows.append([f"c = {b['c_y']:g}", b["lower"][j], b["upper"][j], b["ci_lower"][j], b["ci_upper"][j]])
+    table = _table(["confounder strength", "bound low", "bound high", "95% CI low", "95% CI high"], rows,
+                   caption="a hidden confounder explaining a share c of the outcome's and of the treatment's "
+                           "residual variation (rho = 1)")
+    rv = part["robustness_value"][0]
+    reading = (f"A hidden confounder as strong as c = {fmt(rv)} on both the outcome and the treatment could bring "
+               f"the average effect's 95% interval to 0; weaker ones cannot." if rv > 0 else
+               "The average effect's interval already holds 0: no confounding is needed to explain it away.")
+    return _section("sensitivity", "Robustness to hidden confounding", reading, rows_line(report, _data_rows(report)),
+                    [table])
+
+
+def summary_tree_section(report):
+    """The shallow honest summary tree of the effect, as indented text."""
+    part = report["analysis"]["summary_tree"]
+    leaves = part["leaves"]
+    lo = min(leaves, key=lambda x: x["effect"])
+    hi = max(leaves, key=lambda x: x["effect"])
+    reading = (f"{len(leaves)} groups from a depth-{part['max_depth']} tree grown on half of the rows; the effects, "
+               f"estimated on the other half, range from {fmt(lo['effect'])} (se {fmt(lo['stderr'])}) to "
+               f"{fmt(hi['effect'])} (se {fmt(hi['stderr'])}).")
+    return _section("summary-tree", "Summary tree of the effect", reading, rows_line(report, _data_rows(report)),
+                    [f"<pre>{_esc(part['text'])}</pre>"])
+
+
+def survival_arms_section(report, png=None):
+    """A causal survival forest's arms: observed Kaplan-Meier target per arm and the unadjusted difference."""
+    part = report["survival_arms"]
+    what = "restricted mean survival time" if part["target"] == "RMST" else "survival probability"
+    rows = [[label, part[label]["n"], part[label]["value"]] for label in ("control", "treated")]
+    rows.append(["difference (unadjusted)", "", part["difference"]])
+    table = _table(["arm", "rows", f"observed {what}"], rows,
+                   caption=f"Kaplan-Meier up to the horizon {fmt(part['horizon'])}")
+    reading = (f"The arms' observed {what} differ by {fmt(part['difference'])}; the forest's doubly robust average "
+               f"effect (below) adjusts it for the features and for censoring.")
+    return _section("survival-arms", f"Observed {what} by arm", reading, rows_line(report), [table], png)
+
+
 # ------------------------------------------------------------------ survival
 
 def survival_section(report, png=None):
@@ -690,17 +734,19 @@ def survival_section(report, png=None):
 
 #: Sections of ``report["analysis"]``: key, builder, figure key.
 _ANALYSIS = (("average_effects", average_effects_section, None), ("calibration", calibration_section, None),
-             ("best_linear_projection", blp_section, None), ("rate", rate_section, "toc"),
+             ("sensitivity", sensitivity_section, None), ("best_linear_projection", blp_section, None),
+             ("summary_tree", summary_tree_section, None), ("rate", rate_section, "toc"),
              ("unavailable", unavailable_section, None))
 
 _TOP = (("importance", importance_section, "importance"), ("predictions", predictions_section, "distribution"),
         ("partial_dependence", pdp_section, "pdp"), ("survival", survival_section, "survival"),
-        ("qini", qini_section, "qini"))
+        ("survival_arms", survival_arms_section, "survival_arms"), ("qini", qini_section, "qini"))
 
 _NAV = {"overview": "Overview", "importance": "Importance", "predictions": "Predictions",
         "partial-dependence": "Partial dependence", "survival": "Survival", "qini": "Qini", "average-effects": "Average effects",
         "calibration": "Calibration", "best-linear-projection": "Linear projection", "rate": "RATE",
-        "unavailable": "Not available", "text-form": "Text form"}
+        "unavailable": "Not available", "text-form": "Text form", "sensitivity": "Robustness",
+        "summary-tree": "Summary tree", "survival-arms": "Survival by arm"}
 
 
 def report_page(report, figures, title, text=None):

@@ -65,6 +65,16 @@ def test_train_predict_report(data, tmp_path):
     assert arms["difference"] > 0.05
     if est_all is not None:
         assert abs(est_all["estimate"] - arms["difference"]) < 4 * est_all["stderr"]
+    # the robustness table and the summary tree, in the JSON and on the page
+    analysis = part["analysis"]
+    assert [b["c_y"] for b in analysis["sensitivity"]["bounds"]] == [0.01, 0.05, 0.1]
+    assert analysis["summary_tree"]["text"].startswith("if ") and analysis["summary_tree"]["leaves"]
+    page = str(tmp_path / "r.html")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert report.main([model, "--data", data, "--html", page]) == 0
+    html = open(page).read()
+    for anchor in ("survival-arms", "sensitivity", "summary-tree", "average-effects"):
+        assert f'<section id="{anchor}">' in html, anchor
 
 
 def test_horizon_is_required_and_checked(data, tmp_path, capsys):
