@@ -172,8 +172,11 @@ class CausalSurvivalForest(CausalForest):
         sample_weight : array-like, shape (n_local,), optional
         t_hat : array-like, shape (n_local,), optional
             Propensities ``P(W = 1 | x)``; estimated out of bag when not given.
-        comm, progress, binned, feature_names
+        comm, binned, feature_names
             As for :meth:`forest.CausalForest.fit`.
+        progress : callable, optional
+            ``progress(done, total)`` over the whole fit: the nuisance forests' trees, the
+            nuisance curves (one unit per chunk of rows) and the effect forest's trees.
         clusters : array-like of int, shape (n_local,), optional
             Cluster labels (grf's ``clusters``), shared by every forest of the fit; the
             analyses' standard errors are then cluster-robust.
@@ -214,11 +217,18 @@ class CausalSurvivalForest(CausalForest):
         gids, _ = global_ids(comm, n)
         layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight)
 
-        # Propensities, then the survival and censoring forests on (X, W), all out of bag.
+        # The scores' time grid (global), then propensities, the survival and censoring forests on (X, W),
+        # all out of bag.
+        capped, _, _ = horizon_targets(time, event, horizon, self.target)
+        grid = failure_grid(capped, np.ones(n, dtype=bool), int(self.max_grid_times), comm, seed=seed)
+        self.failure_times_ = np.append(grid[grid < horizon], horizon)
         n_nuis = int(self.nuisance_estimators or max(50, int(self.n_estimators) // 4))
+        n_surv = int(self.survival_estimators or max(50, min(int(self.n_estimators) // 4, 500)))
+        stages = _Stages(progress, [0 if t_hat is not None else n_nuis, n_surv, n_surv, self._n_chunks(n, comm),
+                                    int(self.n_estimators)])
         if t_hat is None:
             prop = RegressionForest(n_nuis, random_state=seed + PROPENSITY_SEED, **self._nuisance_params()).fit(
-                None, W, g, comm=comm, binned=(mapper, codes), clusters=layout)
+                None, W, g, comm=comm, binned=(mapper, codes), clusters=layout, progress=stages.of(0))
             e = np.asarray(prop.oob_prediction_, dtype=np.float64).reshape(n)
             del prop.oob_prediction_, prop.training_rows_
         else:
@@ -226,26 +236,22 @@ class CausalSurvivalForest(CausalForest):
         nuis_time, nuis_event = (horizon_targets(time, event, horizon, "RMST")[:2] if self.target == "RMST"
                                  else (time, event))
         aug = append_indicator(mapper, codes, W)
-        n_surv = int(self.survival_estimators or max(50, min(int(self.n_estimators) // 4, 500)))
         survival = self._survival_forest(n_surv, seed + SURVIVAL_SEED).fit(
-            None, nuis_time, nuis_event, g, comm=comm, binned=aug, clusters=layout)
+            None, nuis_time, nuis_event, g, comm=comm, binned=aug, clusters=layout, progress=stages.of(1))
         censored = int(col.allgather(comm, np.array([[int((~nuis_event).sum())]], dtype=np.int64)).sum())
         censoring = None
         if censored:
             censoring = self._survival_forest(n_surv, seed + CENSORING_SEED).fit(
-                None, nuis_time, ~nuis_event, g, comm=comm, binned=aug, clusters=layout)
+                None, nuis_time, ~nuis_event, g, comm=comm, binned=aug, clusters=layout, progress=stages.of(2))
         for forest in (survival, censoring):
             if forest is not None:
                 del forest._weights_source_, forest.training_rows_     # training rows: not part of the model
         self.survival_forest_, self.censoring_forest_, self.treatment_forest_ = survival, censoring, prop
         self.horizon_, self.target_ = horizon, self.target
-        capped, _, _ = horizon_targets(time, event, horizon, self.target)
-        grid = failure_grid(capped, np.ones(n, dtype=bool), int(self.max_grid_times), comm, seed=seed)
-        self.failure_times_ = np.append(grid[grid < horizon], horizon)
-        y_tilde, m, c_low = self._adjusted(codes, W, e, time, event, gids, layout)
+        y_tilde, m, c_low = self._adjusted(codes, W, e, time, event, gids, layout, progress=stages.of(3))
         _warn_censoring(float(col.allgather(comm, np.array([[c_low]])).min()), self.target)
 
-        super().fit(None, W, y_tilde, sample_weight, y_hat=m, t_hat=e, comm=comm, progress=progress,
+        super().fit(None, W, y_tilde, sample_weight, y_hat=m, t_hat=e, comm=comm, progress=stages.of(4),
                     binned=(mapper, codes), feature_names=names, clusters=layout)
         # restore what the causal fit set from its own arguments
         self.treatment_forest_ = prop
@@ -287,7 +293,13 @@ class CausalSurvivalForest(CausalForest):
         _, chf = forest.curves_binned(aug, self.failure_times_, gids, layout)
         return np.exp(-chf)
 
-    def _adjusted(self, codes, W, e, time, event, gids, layout=None):
+    def _n_chunks(self, n_local, comm):
+        """Chunks of rows :meth:`_adjusted` takes on the rank with the most rows (the progress units)."""
+        most = int(col.allgather(comm, np.array([[n_local]], dtype=np.int64)).max())
+        step = max(1, CHUNK_CELLS // max(len(self.failure_times_), 1))
+        return max(1, -(-most // step))
+
+    def _adjusted(self, codes, W, e, time, event, gids, layout=None, progress=None):
         """``(Y~, m, smallest C(Y))`` of rows (out of bag with ``gids``, else from every tree).
 
         Parameters
@@ -335,6 +347,8 @@ class CausalSurvivalForest(CausalForest):
             y_tilde[lo:hi], m_all[lo:hi] = m + r, m
             k = np.maximum(np.searchsorted(grid, capped[lo:hi], side="right") - 1, 0)
             c_low = min(c_low, float(C[np.arange(hi - lo), k].min()))
+            if progress is not None:
+                progress(lo // step + 1, -(-n // step))
         return y_tilde, m_all, c_low
 
     # ------------------------------------------------------------------ rows passed again
@@ -384,6 +398,21 @@ class CausalSurvivalForest(CausalForest):
         if training:
             notify_training_rows(match, stacklevel=5)
         return rows
+
+
+class _Stages:
+    """One ``progress(done, total)`` over consecutive stages of known sizes (trees, chunks)."""
+
+    def __init__(self, progress, sizes):
+        self.progress, self.sizes = progress, [int(s) for s in sizes]
+        self.total = sum(self.sizes)
+
+    def of(self, k):
+        """The callback of stage ``k``: its own ``(done, n)`` placed after the stages before it."""
+        if self.progress is None:
+            return None
+        offset, size = sum(self.sizes[:k]), self.sizes[k]
+        return lambda done, n: self.progress(offset + min(int(done), size), self.total)
 
 
 def _binary_treatment(t, n, est):

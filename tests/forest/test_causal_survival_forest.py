@@ -256,3 +256,17 @@ def test_clusters_make_the_standard_error_cluster_robust():
         clustered = CausalSurvivalForest(**kw).fit(Xd, Wd, td, ed, clusters=np.arange(1600) // 2, comm=SELF)
         naive = CausalSurvivalForest(**kw).fit(Xd, Wd, td, ed, comm=SELF)
     assert clustered.ate_stderr_ > 1.25 * naive.ate_stderr_
+
+
+def test_progress_covers_the_whole_fit():
+    X, W, time, event, _ = _design(400, 12)
+    calls = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        CausalSurvivalForest(horizon=1.0, n_estimators=20, nuisance_estimators=10, survival_estimators=10,
+                             random_state=0).fit(X, W, time, event, comm=SELF, progress=lambda d, n: calls.append((d, n)))
+    done = [d for d, _ in calls]
+    totals = {n for _, n in calls}
+    assert len(totals) == 1 and done == sorted(done)
+    total = totals.pop()
+    assert done[-1] == total == 10 + 10 + 10 + 1 + 20      # propensity, survival, censoring, one chunk, effect
