@@ -168,6 +168,21 @@ def survival_curves(packed, outcomes, query_leaves, times, count_col, use=None, 
         Nelson-Aalen ``H(t)``; NaN likewise.
     """
     times = np.asarray(times, dtype=np.float64)
+    n_trees = len(packed["tree_offsets"]) - 1
+    key = np.asarray(query_leaves, dtype=np.int64)
+    if use is not None:
+        key = np.where(np.asarray(use, dtype=bool), key, -1)
+    if len(key) > 1:
+        # Rows that reach the same leaves of the same trees have the same curves: compute each once.
+        # Counterfactual queries of a causal survival forest are the case that needs it: with a
+        # treatment arm the survival forest cannot split (every failure at the horizon), all treated
+        # queries share one leaf per tree, and each leaf holds thousands of rows.
+        distinct, inverse = np.unique(key, axis=0, return_inverse=True)
+        if len(distinct) < 0.9 * len(key):
+            surv, chf = survival_curves(packed, outcomes, np.maximum(distinct, 0), times, count_col,
+                                        use=distinct >= 0, layout=layout)
+            inverse = inverse.reshape(-1)
+            return surv[inverse], chf[inverse]
     where = np.argsort(times, kind="stable")
     at = np.ascontiguousarray(times[where])
     n = len(query_leaves)
@@ -175,7 +190,6 @@ def survival_curves(packed, outcomes, query_leaves, times, count_col, use=None, 
     chf = np.empty((n, len(times)))
     if n:
         layout = SurvivalLayout(packed, outcomes, count_col) if layout is None else layout
-        n_trees = len(packed["tree_offsets"]) - 1
         use = (np.ones((n, n_trees), dtype=np.bool_) if use is None
                else np.ascontiguousarray(use, dtype=np.bool_))
         qleaves = np.ascontiguousarray(query_leaves, dtype=np.int64)

@@ -25,7 +25,7 @@ from forest.engine.tree import unpack_trees
 from forest.engine.tree_text import tree_text
 from forest.estimators.base import EstimatorBase, check_is_fitted
 from forest.estimators.regression_forest import RegressionForest
-from forest.io import model_io
+from forest.io import model_checks, model_io
 
 #: Structure-half rows per leaf when ``min_samples_leaf`` is not given.
 DEFAULT_MIN_SAMPLES_LEAF = 50
@@ -72,6 +72,23 @@ class CateSummaryTree(EstimatorBase):
         self.max_bins = max_bins
         self.random_state = random_state
 
+    def _check_params(self):
+        """Validate the parameters (``fit`` and model-file loading run it); returns the seed."""
+        if isinstance(self.max_depth, bool) or not isinstance(self.max_depth, (int, np.integer)) or \
+                not 1 <= self.max_depth <= 6:
+            raise ValueError(f"max_depth must be an int in [1, 6], got {self.max_depth!r}")
+        m = self.min_samples_leaf
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1):
+            raise ValueError(f"min_samples_leaf must be an int >= 1 or None, got {m!r}")
+        # the routing forest checks the rest (honesty_fraction, max_bins, random_state)
+        return self._routing_forest()._check_params()
+
+    def _routing_forest(self):
+        leaf_min = DEFAULT_MIN_SAMPLES_LEAF if self.min_samples_leaf is None else self.min_samples_leaf
+        return RegressionForest(1, max_samples=1.0, honest=True, honesty_fraction=self.honesty_fraction,
+                                min_samples_leaf=leaf_min, max_depth=int(self.max_depth), max_features=1.0,
+                                max_bins=self.max_bins, ci_group_size=1, random_state=self.random_state)
+
     def fit(self, forest, X, t=None, y=None, *, sample_weight=None, clusters=None, comm=None):
         """Grow the tree on half of the rows' scores and estimate its nodes on the other half.
 
@@ -92,9 +109,7 @@ class CateSummaryTree(EstimatorBase):
         self
         """
         comm = world() if comm is None else comm
-        if isinstance(self.max_depth, bool) or not isinstance(self.max_depth, (int, np.integer)) or \
-                not 1 <= self.max_depth <= 6:
-            raise ValueError(f"max_depth must be an int in [1, 6], got {self.max_depth!r}")
+        self._check_params()
         rows = forest._rows() if t is None and y is None else forest._rows(X, t, y, sample_weight, clusters, comm)
         K, M = rows.shape
         if K * M != 1:
@@ -102,10 +117,7 @@ class CateSummaryTree(EstimatorBase):
         if len(X) != rows.n:
             raise ValueError(f"X has {len(X)} rows, the forest's scores {rows.n}: pass the rows the scores are of")
         score = rows.scores.reshape(rows.n)
-        leaf_min = DEFAULT_MIN_SAMPLES_LEAF if self.min_samples_leaf is None else self.min_samples_leaf
-        reg = RegressionForest(1, max_samples=1.0, honest=True, honesty_fraction=self.honesty_fraction,
-                               min_samples_leaf=leaf_min, max_depth=int(self.max_depth), max_features=1.0,
-                               max_bins=self.max_bins, ci_group_size=1, random_state=self.random_state)
+        reg = self._routing_forest()
         reg.fit(X, score, sample_weight=rows.weight, comm=comm, clusters=rows.layout)
         del reg.oob_prediction_, reg.training_rows_                 # rows are not part of the model
         reg.__dict__.pop("_weights_source_", None)
@@ -202,4 +214,5 @@ def _node_estimates(comm, member, score, weight, layout):
     return effect, stderr, count
 
 
-model_io.register(CateSummaryTree)
+model_io.register(CateSummaryTree,
+                  check=lambda est: model_checks.check_summary_tree(est, RegressionForest))

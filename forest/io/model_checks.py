@@ -403,6 +403,27 @@ def check_causal_survival_parts(est, survival_class):
                              f"({est.n_features_in_ + 1}), got {getattr(forest, 'n_features_in_', None)}")
 
 
+def check_summary_tree(est, forest_class):
+    """A restored :class:`forest.CateSummaryTree`: its one-tree routing forest and per-node estimates."""
+    if not _is_fitted(est, ("forest_", "node_effect_", "node_stderr_", "node_rows_", "n_features_in_")):
+        return
+    forest = vars(est)["forest_"]
+    if type(forest) is not forest_class or not isinstance(getattr(forest, "estimators_", None), dict):
+        raise ValueError(f"forest_ must be a fitted {forest_class.__name__}, got {type(forest).__name__}")
+    offsets = forest.estimators_.get("tree_offsets")
+    if not isinstance(offsets, np.ndarray) or offsets.shape != (2,):
+        raise ValueError("forest_ of a summary tree holds exactly one tree")
+    n_nodes = int(offsets[1] - offsets[0])
+    for name in ("node_effect_", "node_stderr_"):
+        _float_array(est, name, (n_nodes,))
+    rows = vars(est)["node_rows_"]
+    if not (isinstance(rows, np.ndarray) and rows.dtype == np.int64 and rows.shape == (n_nodes,)
+            and np.all(rows >= 0)):
+        raise ValueError(f"node_rows_ must be non-negative int64 of shape ({n_nodes},)")
+    if _int(est, "n_features_in_", 1) != forest.n_features_in_:
+        raise ValueError("n_features_in_ differs from the routing forest's")
+
+
 #: The coder of the effect forest whose nuisance forests are being checked (a stack).
 _PARENT_CODER = []
 
