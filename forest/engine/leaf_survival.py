@@ -169,18 +169,15 @@ def survival_curves(packed, outcomes, query_leaves, times, count_col, use=None, 
     """
     times = np.asarray(times, dtype=np.float64)
     n_trees = len(packed["tree_offsets"]) - 1
-    key = np.asarray(query_leaves, dtype=np.int64)
-    if use is not None:
-        key = np.where(np.asarray(use, dtype=bool), key, -1)
-    if len(key) > 1:
-        # Rows that reach the same leaves of the same trees have the same curves: compute each once.
-        # Counterfactual queries of a causal survival forest are the case that needs it: with a
-        # treatment arm the survival forest cannot split (every failure at the horizon), all treated
-        # queries share one leaf per tree, and each leaf holds thousands of rows.
-        distinct, inverse = np.unique(key, axis=0, return_inverse=True)
-        if len(distinct) < 0.9 * len(key):
-            surv, chf = survival_curves(packed, outcomes, np.maximum(distinct, 0), times, count_col,
-                                        use=distinct >= 0, layout=layout)
+    if use is None and len(query_leaves) > 1:
+        # Rows that reach the same leaves have the same curves: compute each once. Held-out
+        # counterfactual queries of a causal survival forest need it: where the survival forest
+        # cannot split a treatment arm (every failure at the horizon), all its queries share one
+        # leaf per tree, and each such leaf holds thousands of rows. (Out of bag, each row uses
+        # its own trees: keys hardly repeat, so no attempt.)
+        distinct, inverse = np.unique(np.asarray(query_leaves, dtype=np.int64), axis=0, return_inverse=True)
+        if len(distinct) < 0.9 * len(query_leaves):
+            surv, chf = survival_curves(packed, outcomes, distinct, times, count_col, layout=layout)
             inverse = inverse.reshape(-1)
             return surv[inverse], chf[inverse]
     where = np.argsort(times, kind="stable")

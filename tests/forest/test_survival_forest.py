@@ -280,3 +280,13 @@ def test_clustered_fit_identical_at_any_rank_count(comm):
     for key in ("feature", "bin_threshold", "left", "right"):
         np.testing.assert_array_equal(dist.estimators_[key], ref.estimators_[key])
     np.testing.assert_allclose(dist.oob_risk(), ref.oob_risk()[lo:hi], rtol=1e-12)
+
+
+def test_repeated_query_rows_get_the_curves_of_each_row():
+    X, time, event, rng = _design(500, 13)
+    f = SurvivalForest(10, random_state=1).fit(X, time, event, comm=SELF)
+    Xq = np.repeat(rng.uniform(-1, 1, size=(5, 5)), 40, axis=0)        # 200 rows, 5 distinct
+    together = f.predict_survival_function(Xq)
+    one_by_one = np.concatenate([f.predict_survival_function(Xq[i:i + 1]) for i in range(0, 200, 40)])
+    np.testing.assert_array_equal(together[::40], one_by_one)
+    np.testing.assert_array_equal(together, np.repeat(one_by_one, 40, axis=0))
