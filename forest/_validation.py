@@ -458,9 +458,12 @@ def check_target(values, name, n_rows, *, estimator, dtype=np.float64, multi_out
             arr = column_or_1d(values, warn=True)
             if arr.dtype.kind == "c":
                 raise ValueError("Complex data not supported")
-            if dtype is not None:
-                arr = arr.astype(np.float64 if dtype == "numeric" and arr.dtype.kind not in "biuf" else dtype,
-                                 copy=False)
+            if dtype == "numeric":
+                # integers and booleans stay as they are (codes, flags); anything else becomes float
+                if arr.dtype.kind not in "biuf":
+                    arr = arr.astype(np.float64, copy=False)
+            elif dtype is not None:
+                arr = arr.astype(dtype, copy=False)
             if arr.dtype.kind in "fc":
                 assert_all_finite(arr, input_name=name)
     except ValueError as exc:

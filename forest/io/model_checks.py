@@ -148,10 +148,13 @@ def _check_categories(est, mapper, n_features):
     """The category coder, the estimator's ``is_categorical_`` and the bin mapper agree."""
     coder = vars(est).get("category_coder_")
     marked = np.flatnonzero(getattr(mapper, "categorical_", np.zeros(n_features, bool)))
+    coded = n_features
     if coder is None and _PARENT_CODER:
         # a nuisance forest: fitted on its parent's codes (binned input), it reads coded
-        # matrices from the parent and is checked against the parent's coder
-        coder = _PARENT_CODER[-1]
+        # matrices from the parent and is checked against the parent's coder (a causal survival
+        # forest's survival forests have the treatment as one more, numeric, feature)
+        coder, extra = _PARENT_CODER[-1]
+        coded = n_features - extra
     if coder is None:
         if len(marked):
             raise ValueError(f"the bin mapper marks features {marked.tolist()} categorical, but the model has no "
@@ -160,7 +163,7 @@ def _check_categories(est, mapper, n_features):
     if not isinstance(coder, CategoryCoder):
         raise ValueError(f"category_coder_ must be a CategoryCoder, got {type(coder).__name__}")
     CategoryCoder.validate_state(coder.get_state())
-    if coder.n_features_in_ != n_features or not np.array_equal(coder.columns_, marked):
+    if coder.n_features_in_ != coded or not np.array_equal(coder.columns_, marked):
         raise ValueError(f"category_coder_ codes features {coder.columns_.tolist()}, the bin mapper marks "
                          f"{marked.tolist()} categorical")
     if not np.array_equal(mapper.n_bins_non_missing_[marked], coder.n_codes_):
@@ -398,6 +401,16 @@ def check_causal_survival_parts(est, survival_class):
             continue
         if type(forest) is not survival_class:
             raise ValueError(f"{name} must be a {survival_class.__name__}, got {type(forest).__name__}")
+        # its own content too (leaf lists, trees, bin edges): the kernels trust them
+        _PARENT_CODER.append((vars(est).get("category_coder_"), 1))
+        try:
+            check_estimator(forest, check_survival_forest)
+        except (ValueError, TypeError) as exc:  # a mismatch inside is corruption of this file
+            raise ValueError(f"{name}: {exc}") from None
+        finally:
+            _PARENT_CODER.pop()
+        if "estimators_" not in vars(forest):
+            raise ValueError(f"{name} is not fitted")
         if getattr(forest, "n_features_in_", None) != est.n_features_in_ + 1:
             raise ValueError(f"{name} must have the forest's features plus the treatment "
                              f"({est.n_features_in_ + 1}), got {getattr(forest, 'n_features_in_', None)}")
@@ -424,7 +437,7 @@ def check_summary_tree(est, forest_class):
         raise ValueError("n_features_in_ differs from the routing forest's")
 
 
-#: The coder of the effect forest whose nuisance forests are being checked (a stack).
+#: ``(coder, extra features)`` of the effect forest whose nuisance forests are being checked (a stack).
 _PARENT_CODER = []
 
 
@@ -435,7 +448,7 @@ def _check_nuisance(est, name, n_outputs, nuisance_class):
         return
     if type(forest) is not nuisance_class:
         raise ValueError(f"{name} must be a {nuisance_class.__name__} or None, got {type(forest).__name__}")
-    _PARENT_CODER.append(vars(est).get("category_coder_"))
+    _PARENT_CODER.append((vars(est).get("category_coder_"), 0))
     try:
         check_estimator(forest, check_regression_forest)
     except (ValueError, TypeError) as exc:  # a mismatch inside is corruption of this file

@@ -177,10 +177,14 @@ def test_model_file_round_trip(fitted):
     np.testing.assert_array_equal(g.predict(X[:50]), f.predict(X[:50]))
     np.testing.assert_array_equal(g.predict_interval(X[:50])[0], f.predict_interval(X[:50])[0])
     assert g.horizon_ == 1.0 and g.target_ == "RMST"
-    bad = model_io.loads(model_io.dumps(f))
-    bad.failure_times_ = bad.failure_times_[:-1].copy()
-    with pytest.raises(model_io.ModelFormatError):
-        model_io.loads(model_io.dumps(bad))
+    for edit in (lambda m: setattr(m, "failure_times_", m.failure_times_[:-1].copy()),
+                 lambda m: m.survival_forest_.leaf_outcomes_["event"].__setitem__(0, 3),
+                 lambda m: m.censoring_forest_.leaf_outcomes_["offsets"].__setitem__(-1, 10 ** 9),
+                 lambda m: setattr(m, "survival_forest_", m.treatment_forest_)):
+        bad = model_io.loads(model_io.dumps(f))
+        edit(bad)
+        with pytest.raises(model_io.ModelFormatError):
+            model_io.loads(model_io.dumps(bad))
 
 
 @pytest.mark.parametrize("edit,kw,message", [
@@ -270,3 +274,26 @@ def test_progress_covers_the_whole_fit():
     assert len(totals) == 1 and done == sorted(done)
     total = totals.pop()
     assert done[-1] == total == 10 + 10 + 10 + 1 + 20      # propensity, survival, censoring, one chunk, effect
+
+
+def test_categorical_features_pandas_targets_and_model_files():
+    pd = pytest.importorskip("pandas")
+
+    def data(seed, n=600):
+        rng = np.random.default_rng(seed)
+        df = pd.DataFrame({"a": rng.uniform(size=n), "g": pd.Categorical(rng.choice(["x", "y", "z"], n))})
+        W = pd.Series(rng.binomial(1, 0.5, n))
+        failure = rng.exponential(size=n) * (1 + (df["g"] == "x")) + 0.5 * W
+        censor = rng.uniform(0, 3, n)
+        return df, W, np.minimum(failure, censor), (failure <= censor).astype(int)
+
+    df, W, time, event = data(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f = CausalSurvivalForest(horizon=1.5, n_estimators=30, random_state=0).fit(df, W, time, event, comm=SELF)
+        g = model_io.loads(model_io.dumps(f))                  # the nested survival forests pass the checks
+        np.testing.assert_array_equal(g.predict(df), f.predict(df))
+        assert g.survival_forest_.bin_mapper_.categorical_.tolist() == [False, True, False]
+        new = data(1)
+        est, se = g.average_treatment_effect(X=new[0], t=new[1], y=(new[2], new[3]), comm=SELF)
+    assert np.isfinite(est) and 0 < se < 0.2

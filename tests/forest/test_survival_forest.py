@@ -226,6 +226,15 @@ def test_bad_input_gets_one_clear_line(time_edit, event_edit, message):
         SurvivalForest(4).fit(X, time, event, comm=SELF)
 
 
+def test_pandas_targets_are_taken_as_they_are():
+    pd = pytest.importorskip("pandas")
+    X, time, event, rng = _design(300, 14)
+    a = SurvivalForest(6, random_state=0).fit(X, time, event, comm=SELF)
+    b = SurvivalForest(6, random_state=0).fit(pd.DataFrame(X), pd.Series(time), pd.Series(event.astype(int)),
+                                              comm=SELF)
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
+
+
 def test_bad_parameters():
     X, time, event, _ = _design(100, 9)
     for bad in (1, 256, 2.5):
