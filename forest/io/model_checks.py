@@ -402,15 +402,7 @@ def check_causal_survival_parts(est, survival_class):
         if type(forest) is not survival_class:
             raise ValueError(f"{name} must be a {survival_class.__name__}, got {type(forest).__name__}")
         # its own content too (leaf lists, trees, bin edges): the kernels trust them
-        _PARENT_CODER.append((vars(est).get("category_coder_"), 1))
-        try:
-            check_estimator(forest, check_survival_forest)
-        except (ValueError, TypeError) as exc:  # a mismatch inside is corruption of this file
-            raise ValueError(f"{name}: {exc}") from None
-        finally:
-            _PARENT_CODER.pop()
-        if "estimators_" not in vars(forest):
-            raise ValueError(f"{name} is not fitted")
+        _check_nested(est, name, forest, check_survival_forest, extra_features=1)
         if getattr(forest, "n_features_in_", None) != est.n_features_in_ + 1:
             raise ValueError(f"{name} must have the forest's features plus the treatment "
                              f"({est.n_features_in_ + 1}), got {getattr(forest, 'n_features_in_', None)}")
@@ -441,6 +433,20 @@ def check_summary_tree(est, forest_class):
 _PARENT_CODER = []
 
 
+def _check_nested(est, name, forest, check, extra_features=0):
+    """A forest held by ``est`` (fitted on its codes, plus ``extra_features`` numeric columns): its own
+    checks against ``est``'s category coder; it must be fitted."""
+    _PARENT_CODER.append((vars(est).get("category_coder_"), extra_features))
+    try:
+        check_estimator(forest, check)
+    except (ValueError, TypeError) as exc:  # a mismatch inside is corruption of this file
+        raise ValueError(f"{name}: {exc}") from None
+    finally:
+        _PARENT_CODER.pop()
+    if "estimators_" not in vars(forest):
+        raise ValueError(f"{name} is not fitted")
+
+
 def _check_nuisance(est, name, n_outputs, nuisance_class):
     """An effect forest's nuisance forest ``name``: None, or a fitted ``nuisance_class`` on its features."""
     forest = vars(est).get(name)
@@ -448,15 +454,7 @@ def _check_nuisance(est, name, n_outputs, nuisance_class):
         return
     if type(forest) is not nuisance_class:
         raise ValueError(f"{name} must be a {nuisance_class.__name__} or None, got {type(forest).__name__}")
-    _PARENT_CODER.append((vars(est).get("category_coder_"), 0))
-    try:
-        check_estimator(forest, check_regression_forest)
-    except (ValueError, TypeError) as exc:  # a mismatch inside is corruption of this file
-        raise ValueError(f"{name}: {exc}") from None
-    finally:
-        _PARENT_CODER.pop()
-    if "estimators_" not in vars(forest):
-        raise ValueError(f"{name} is not fitted")
+    _check_nested(est, name, forest, check_regression_forest)
     if forest.n_features_in_ != est.n_features_in_ or forest.n_outputs_ != n_outputs:
         raise ValueError(f"{name} has {forest.n_features_in_} features and {forest.n_outputs_} outputs, the model "
                          f"needs {est.n_features_in_} and {n_outputs}")
