@@ -30,6 +30,7 @@ import numpy as np
 from numba import prange
 
 from histogram.jit import kernel
+from forest.criteria.survival import time_labels
 
 #: Estimands of the causal survival forest.
 TARGETS = ("RMST", "survival_probability")
@@ -74,9 +75,13 @@ def restricted_mean(S, grid, horizon):
     return grid[0] + S @ widths
 
 
-def _time_index(grid, time):
-    """Index of the last grid time at or below each time (0 for times below the grid)."""
-    return np.maximum(np.searchsorted(grid, time, side="right") - 1, 0)
+def time_index(grid, time):
+    """Index of the last grid time at or below each time (0 for times below the grid), shape (n,).
+
+    :func:`forest.criteria.survival.time_labels` counts the grid times at or below a time;
+    this is that count less one.
+    """
+    return np.maximum(time_labels(time, grid) - 1, 0)
 
 
 def adjusted_outcomes(S, C, grid, time, event, f, m, target):
@@ -106,7 +111,7 @@ def adjusted_outcomes(S, C, grid, time, event, f, m, target):
     C = np.ascontiguousarray(C, dtype=np.float64)
     grid = np.ascontiguousarray(grid, dtype=np.float64)
     out = np.empty(S.shape[0])
-    _adjusted_kernel(S, C, grid, _time_index(grid, time).astype(np.int64), np.asarray(event, dtype=np.bool_),
+    _adjusted_kernel(S, C, grid, time_index(grid, time), np.asarray(event, dtype=np.bool_),
                      np.ascontiguousarray(f, dtype=np.float64), np.ascontiguousarray(m, dtype=np.float64),
                      target == "RMST", out)
     return out
@@ -160,7 +165,7 @@ def adjusted_outcomes_reference(S, C, grid, time, event, f, m, target):
         with np.errstate(divide="ignore", invalid="ignore"):
             Q = np.where(S > 0, S[:, G - 1:G] / S, 0.0)
         Q[:, G - 1] = 1.0
-    k = _time_index(grid, time)
+    k = time_index(grid, time)
     rows = np.arange(n)
     Q_Y, C_Y = Q[rows, k], C[rows, k]
     first = (np.where(event, f - m, Q_Y - m)) / C_Y

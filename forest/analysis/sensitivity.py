@@ -27,6 +27,8 @@ import warnings
 
 import numpy as np
 
+from native import collectives as col
+
 from forest.analysis.effect_rows import subset_weights
 from forest.analysis.inference import PROPENSITY_CLIP, check_interval_alpha
 from forest.engine.clusters import cluster_moments
@@ -195,8 +197,6 @@ def warn_overlap(comm, t_hat, kind, stacklevel=3):
     kind : str
         The treatment kind; only binary and categorical treatments have propensities.
     """
-    from native import collectives as col
-
     if kind not in ("binary", "categorical"):
         return
     e = np.asarray(t_hat, dtype=np.float64)

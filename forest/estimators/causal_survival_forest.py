@@ -40,7 +40,8 @@ from native.comm import world
 
 from forest._validation import (agreed_features, check_row_count, check_target, check_weight, feature_summary,
                                 fit_features, validate_features)
-from forest.analysis.causal_survival import TARGETS, adjusted_outcomes, horizon_targets, restricted_mean
+from forest.analysis.causal_survival import (TARGETS, adjusted_outcomes, horizon_targets, restricted_mean,
+                                             time_index)
 from forest.analysis.effect_rows import make_effect_rows
 from forest.analysis.inference import solve_theta
 from forest.collective_checks import AgreedError, collective_checks, total
@@ -345,7 +346,7 @@ class CausalSurvivalForest(CausalForest):
             m = e[lo:hi] * mean1 + (1.0 - e[lo:hi]) * mean0
             r = adjusted_outcomes(S, C, grid, capped[lo:hi], observed[lo:hi], f[lo:hi], m, target)
             y_tilde[lo:hi], m_all[lo:hi] = m + r, m
-            k = np.maximum(np.searchsorted(grid, capped[lo:hi], side="right") - 1, 0)
+            k = time_index(grid, capped[lo:hi])
             c_low = min(c_low, float(C[np.arange(hi - lo), k].min()))
             if progress is not None:
                 progress(lo // step + 1, -(-n // step))

@@ -8,6 +8,7 @@ Harrell's concordance of the risk with the observed times is reported (discrimin
 """
 import numpy as np
 
+from forest.analysis.causal_survival import restricted_mean
 from forest.analysis.survival import concordance_index, kaplan_meier
 
 #: Risk groups of the report (quartiles).
@@ -147,9 +148,9 @@ def arm_curves(time, event, treatment, horizon, target, n_times=50):
         surv, _ = kaplan_meier(time[rows], event[rows], np.ones(int(rows.sum())), times)
         if target == "RMST":
             # the step curve's integral up to the horizon, exact at the distinct times of the arm
-            cuts = np.unique(np.concatenate([[0.0], time[rows][time[rows] < horizon], [horizon]]))
-            at, _ = kaplan_meier(time[rows], event[rows], np.ones(int(rows.sum())), cuts[:-1])
-            value = float(np.sum(at * np.diff(cuts)))
+            cuts = np.unique(np.concatenate([[0.0], time[rows][time[rows] < horizon]]))
+            at, _ = kaplan_meier(time[rows], event[rows], np.ones(int(rows.sum())), cuts)
+            value = float(restricted_mean(at[None, :], cuts, horizon)[0])
         else:
             value = float(kaplan_meier(time[rows], event[rows], np.ones(int(rows.sum())), [horizon])[0][0])
         values[label] = value
