@@ -26,6 +26,7 @@ from native.comm import world
 
 from forest.criteria.compiled import shared_specialisation
 from forest.estimators.causal_analysis import CausalAnalysisMixin
+from forest.estimators.local_linear import CausalLocalLinearMixin
 from forest.criteria.causal import CausalChannels, CausalCriterion
 from forest.engine.clusters import resolve_clusters
 from forest.io.continuation import begin_forest, continue_forest, fit_fingerprint, open_stage
@@ -57,7 +58,7 @@ def _check_centered_moments(comm, g, yc, wc):
     check_moment_sums(sums, y_name="y - y_hat", t_name="t - t_hat")
 
 
-class CausalForest(CausalAnalysisMixin, EffectForestBase):
+class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase):
     """Generalized random forest for heterogeneous treatment effects, on histograms.
 
     Parameters
