@@ -30,6 +30,10 @@ with observation weights ``w`` (zero outside a subset):
     ``W - e`` jointly (for one column this is exactly grf's estimator).
 
 Each is a few sums over rows: one allreduce (two for ``"overlap"``'s regression).
+
+``method="TMLE"`` (binary treatment; ``"all"``, ``"treated"``, ``"control"``) replaces the
+AIPW correction by grf's targeted (linear) fluctuation of the regression surfaces:
+:mod:`forest.analysis.tmle`.
 """
 import numpy as np
 
@@ -37,11 +41,13 @@ from forest.engine.clusters import cluster_moments
 from forest.analysis.effect_rows import subset_weights
 from forest.analysis.inference import PROPENSITY_CLIP
 from forest.analysis.robust_ols import robust_ols
+from forest.analysis.tmle import tmle_average_effect
 
 TARGETS = ("all", "treated", "control", "overlap")
+METHODS = ("AIPW", "TMLE")
 
 
-def average_treatment_effect(comm, rows, target="all", subset=None):
+def average_treatment_effect(comm, rows, target="all", subset=None, method="AIPW"):
     """Doubly robust average effect and its standard error.
 
     Parameters
@@ -52,6 +58,9 @@ def average_treatment_effect(comm, rows, target="all", subset=None):
     target : {"all", "treated", "control", "overlap"}
     subset : array-like of bool, shape (n_local,), optional
         Rows of this rank to average over (defined by ``X`` only, as grf warns).
+    method : {"AIPW", "TMLE"}
+        ``"TMLE"``: :func:`forest.analysis.tmle.tmle_average_effect` (binary treatment, no
+        clusters or sample weights, targets other than ``"overlap"``; ``ValueError`` otherwise).
 
     Returns
     -------
@@ -60,6 +69,10 @@ def average_treatment_effect(comm, rows, target="all", subset=None):
     """
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "TMLE":
+        return tmle_average_effect(comm, rows, subset_weights(rows, subset), target)
     if target in ("treated", "control") and rows.kind == "continuous":
         raise ValueError(f"target={target!r} needs a binary or categorical treatment; a continuous treatment "
                          f"supports 'all' (the average partial effect) and 'overlap'")
@@ -76,7 +89,7 @@ def _all(comm, rows, w):
     G = rows.scores.reshape(rows.n, K * M)
     values = np.concatenate([w[:, None] * G, w[:, None]], axis=1)
     first, second, C = cluster_moments(comm, values, rows.layout, include=w > 0)
-    _check_units(C)
+    _check_units(C, rows.layout)
     total = first[-1]
     est = first[:-1] / total
     ss = np.diag(second)[:-1] - 2.0 * est * second[:-1, -1] + est * est * second[-1, -1]
@@ -84,9 +97,13 @@ def _all(comm, rows, w):
     return est.reshape(K, M), se.reshape(K, M)
 
 
-def _check_units(C, what="clusters (rows)"):
+def _check_units(C, layout, where=""):
+    """Raise ``ValueError`` unless the rows used lie in at least two clusters (rows without clusters)."""
     if C < 2:
-        raise ValueError(f"the average needs rows from at least two {what} with positive weight, got {C}")
+        unit = "cluster" if layout is not None else "row"
+        also = " (a subset inside a single cluster cannot give them)" if layout is not None else ""
+        raise ValueError(f"the rows used{where} lie in {C} {unit}{'' if C == 1 else 's'} with positive weight: "
+                         f"standard errors need at least two {unit}s{also}")
 
 
 def _targeted(comm, rows, w, target):
@@ -117,7 +134,7 @@ def _targeted(comm, rows, w, target):
         values = np.concatenate([wt[:, None] * resid_t, wc[:, None] * resid_c, wg[:, None] * tau_k,
                                  wt[:, None], wc[:, None], wg[:, None]], axis=1)
         first, second, C = cluster_moments(comm, values, rows.layout, include=(treated | control) & (w > 0))
-        _check_units(C, "clusters (rows) of this arm and the control")
+        _check_units(C, rows.layout, f" (arm {k + 1} and the control)" if K > 1 else " (treated and control)")
         St, Sc, Sg = first[3 * M], first[3 * M + 1], first[3 * M + 2]
         if not (St > 0 and Sc > 0 and Sg > 0):
             raise ValueError(f"target={target!r} needs treated and control rows with positive weight "

@@ -119,7 +119,10 @@ def robust_ols(comm, X, y, w, layout=None, vcov="HC3"):
     s = Xw * resid[:, None]                                   # w_i x_i e_i
     if vcov == "HC1":
         _, meat, n_cl = cluster_moments(comm, s, layout, include=used)
-        meat = meat * (n_cl / max(n_cl - 1, 1)) * ((n_obs - 1) / (n_obs - k))
+        if n_cl < 2:        # one cluster's score total is zero by the normal equations: a zero "error"
+            raise ValueError(f"the rows used lie in {n_cl} cluster{'' if n_cl == 1 else 's'}: cluster-robust "
+                             f"standard errors need at least two (a subset holding one cluster cannot give them)")
+        meat = meat * (n_cl / (n_cl - 1)) * ((n_obs - 1) / (n_obs - k))
     elif layout is None:
         lev = np.einsum("ij,jk,ik->i", X, M, X) * w
         u = s / np.maximum(1.0 - lev, 1e-12)[:, None]

@@ -331,8 +331,8 @@ class CausalAnalysisMixin:
         """
         return self._shape(self._heldout_rows(X, t, y, comm=SelfCommunicator()).scores)
 
-    def average_treatment_effect(self, target="all", subset=None, *, X=None, t=None, y=None, sample_weight=None,
-                                 clusters=None, comm=None):
+    def average_treatment_effect(self, target="all", subset=None, *, method="AIPW", X=None, t=None, y=None,
+                                 sample_weight=None, clusters=None, comm=None):
         """Doubly robust average effect and its standard error (grf's ``average_treatment_effect``).
 
         Parameters
@@ -344,6 +344,13 @@ class CausalAnalysisMixin:
             ``"all"`` (average partial effect) and ``"overlap"``.
         subset : array-like of bool, shape (n_local,), optional
             Rows of this rank to average over (define it from ``X`` only).
+        method : {"AIPW", "TMLE"}, default "AIPW"
+            grf's ``method``: augmented inverse-propensity weighting, or targeted maximum
+            likelihood (:mod:`forest.analysis.tmle`: a linear fluctuation of the regression
+            surfaces on the clever covariates, grf's HC3 standard errors). TMLE, as in grf,
+            needs a binary treatment and rows without clusters or sample weights, and
+            offers ``"all"``, ``"treated"`` and ``"control"`` (``"overlap"`` is AIPW only);
+            otherwise it raises ``ValueError``.
         X, t, y : array-like, optional
             Held-out rows of this rank (default: the out-of-bag training rows).
         sample_weight, clusters : array-like, shape (n_local,), optional
@@ -357,13 +364,13 @@ class CausalAnalysisMixin:
             Shape of one row of ``predict``.
         """
         comm = world() if comm is None else comm
-        if (target == "all" and subset is None and X is None and t is None and y is None
+        if (target == "all" and method == "AIPW" and subset is None and X is None and t is None and y is None
                 and getattr(self, "_oob_rows_", None) is None and hasattr(self, "ate_")):
             return self.ate_, self.ate_stderr_      # a loaded model keeps the out-of-bag average
         rows = self._rows(X, t, y, sample_weight, clusters, comm)
         if target != "overlap":
             sensitivity.warn_overlap(comm, rows.t_hat, rows.kind, stacklevel=3)
-        est, se = average_effects.average_treatment_effect(comm, rows, target, subset)
+        est, se = average_effects.average_treatment_effect(comm, rows, target, subset, method=method)
         return self._shape_one(est), self._shape_one(se)
 
     def sensitivity_analysis(self, c_y=0.05, c_t=0.05, rho=1.0, alpha=0.05, subset=None, *, X=None, t=None, y=None,
