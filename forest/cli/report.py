@@ -156,7 +156,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
     """
     import numpy as np
 
-    from forest.report import summary as rep
+    from forest.report import html as rep_html, summary as rep
 
     if html is not None:
         check_not_input(html, [path], "--html")
@@ -181,6 +181,8 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
         "importance": {k: v for k, v in imp.items()},
         "importance_sorted_by": sort_by, "top": top, "data": data,
     }
+    if getattr(est, "tuned_params_", None) is not None:
+        report["tuning"] = {"values": dict(est.tuned_params_), "status": est.tuning_["status"]}
     figures = {}
     coder = getattr(est, "category_coder_", None)
     labelled = rep.feature_labels(names, coder)
@@ -189,6 +191,7 @@ def build_report(path, data=None, top=20, want_figures=False, html=None):
              + (f" ({n_cat} categorical)" if n_cat else "")
              + (f", trained on {meta['n_rows']} rows" if meta.get("n_rows") else "")
              + f" (histforest {header.get('library_version')}, format {header.get('format_version')})",
+             *([f"Tuned parameters: {rep_html.tuned_sentence(report['tuning'])}"] if "tuning" in report else []),
              "", f"Feature importance (sorted by {rep.IMPORTANCE_TITLES[sort_by]}):",
              rep.text_table(labelled, imp, limit=top, sort_by=sort_by)]
     if want_figures:

@@ -24,6 +24,12 @@ PROG = "forest-train"
 #: ``--model`` choices: the model kinds (:mod:`forest.estimators.kinds`, the one table of them).
 MODELS = KINDS
 
+def tune_names(text):
+    """``--tune-parameters``: ``"all"`` or a comma-separated list of parameter names."""
+    text = text.strip()
+    return "all" if text == "all" else [name.strip() for name in text.split(",") if name.strip()]
+
+
 #: Named model options -> estimator parameter name (passed only when given).
 PARAM_OPTIONS = (
     ("--n-estimators", "n_estimators", int, "number of trees (forests) or boosting iterations"),
@@ -40,6 +46,9 @@ PARAM_OPTIONS = (
     ("--horizon", "horizon", float, "horizon of --model causal-survival: the effect on the mean survival time "
                                     "up to it (RMST) or on survival past it (--target survival_probability)"),
     ("--target", "target", str, "estimand of --model causal-survival: RMST (default) or survival_probability"),
+    ("--tune-parameters", "tune_parameters", tune_names, "tune these parameters first (regression, causal and "
+                                                         "instrumental forests; grf's tune.parameters): 'all' or a "
+                                                         "comma-separated list, e.g. min_samples_leaf,max_samples"),
     ("--quantiles", "quantiles", numbers, "quantile levels of --model quantile, comma-separated (default "
                                           "0.1,0.5,0.9): its splits and forest-predict's columns"),
 )

@@ -41,6 +41,7 @@ from forest._validation import (agreed_features, as_columns, check_moment_sums, 
 from forest.collective_checks import collective_checks, input_error, require_same, total
 from forest.estimators.regression_forest import (RegressionForest, forest_spec, resolve_mtry, scaled_weights,
                                                  weight_range)
+from forest.estimators.tuning import fit_tuned
 from forest.estimators.treatment import check_treatment_type, encode_treatment, resolve_treatment, treatment_summary
 from forest.io import model_checks, model_io
 
@@ -108,6 +109,14 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
         With ``clusters`` in ``fit`` (grf's rule): trees take ``min(cluster size)``
         rows of each drawn cluster and average effects weigh every cluster the
         same; otherwise every row weighs the same and trees take whole clusters.
+    tune_parameters : None, "all" or list of str, default None
+        grf's ``tune.parameters``: choose these parameters by the out-of-bag R-loss of
+        small forests at random draws, smoothed by kriging (:mod:`forest.estimators.tuning`);
+        ``"all"`` is ``min_samples_leaf, max_samples, max_features, honesty_fraction,
+        alpha, imbalance_penalty``. The values used are in ``tuned_params_``.
+    tune_num_trees, tune_num_reps, tune_num_draws : int, default 200, 50, 1000
+        Trees of each small forest, small forests fitted, and kriging candidates (grf's
+        ``tune.num.trees``, ``tune.num.reps``, ``tune.num.draws``).
     warm_start : bool, default False
         When True and the forest is fitted, ``fit`` keeps its trees and adds trees up
         to ``n_estimators``. The nuisance forests of the first fit are kept (new
@@ -157,8 +166,13 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
                  treatment_type="auto", nuisance_estimators=None, batch_size=None, random_state=None,
-                 equalize_cluster_weights=False, warm_start=False, categorical_features="from_dtype"):
+                 equalize_cluster_weights=False, warm_start=False, categorical_features="from_dtype",
+                 tune_parameters=None, tune_num_trees=200, tune_num_reps=50, tune_num_draws=1000):
         self.n_estimators = n_estimators
+        self.tune_parameters = tune_parameters
+        self.tune_num_trees = tune_num_trees
+        self.tune_num_reps = tune_num_reps
+        self.tune_num_draws = tune_num_draws
         self.categorical_features = categorical_features
         self.max_samples = max_samples
         self.honest = honest
@@ -293,6 +307,10 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
         self
         """
         comm = world() if comm is None else comm
+        if getattr(self, "tune_parameters", None) is not None:
+            return fit_tuned(self, dict(X=X, t=t, y=y, sample_weight=sample_weight, y_hat=y_hat, t_hat=t_hat,
+                                        binned=binned, feature_names=feature_names, clusters=clusters,
+                                        checkpoint=checkpoint), comm, progress)
         inputs = self._fit_inputs(X, t, y, sample_weight, y_hat, t_hat, binned, feature_names, comm)
         self._check_warm_targets(inputs)
         seed, X, W, Y, g, kind = inputs.seed, inputs.X, inputs.W, inputs.Y, inputs.g, inputs.kind
@@ -410,6 +428,12 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
             raise ValueError(f"warm start: y has shape {outcome(inputs.y_ndim, M)}, the forest was fitted on y of "
                              f"shape {outcome(self.y_ndim_, self.n_outcomes_)}; adding trees needs the first fit's "
                              f"outcome shape (or warm_start=False)")
+
+    def _tuning_residuals(self, fit_args):
+        """``(Y - y_hat (n, M), W - t_hat (n, K), out-of-bag tau (n, K, M), weights (n,))`` of this
+        rank's training rows, for :mod:`forest.estimators.tuning`'s R-loss."""
+        rows = self._oob_rows_
+        return rows.Y - rows.y_hat, rows.W - rows.t_hat, rows.tau, rows.weight
 
     # ------------------------------------------------------------------ shapes
     def _layout(self):

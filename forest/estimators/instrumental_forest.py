@@ -36,6 +36,7 @@ from forest.profiling import phase
 from forest._validation import (agreed_features, check_moment_sums, check_row_count, check_target, check_weight,
                                 check_weight_total, feature_summary, fit_features, moment_sums)
 from forest.estimators.regression_forest import RegressionForest, forest_spec, resolve_mtry
+from forest.estimators.tuning import fit_tuned
 from forest.io import model_checks, model_io
 
 #: The variables of a fit: argument name -> how messages call it.
@@ -105,6 +106,10 @@ class InstrumentalForest(InstrumentalAnalysisMixin, EffectForestBase):
     warm_start : bool, default False
         Keep the fitted trees and add trees up to ``n_estimators`` (the nuisance
         forests of the first fit are kept), as :class:`forest.CausalForest`.
+    tune_parameters : None, "all" or list of str, default None
+        grf's ``tune.parameters`` (:mod:`forest.estimators.tuning`), as :class:`forest.CausalForest`:
+        the R-loss ``(Y - m(x) - tau(x) (W - e(x)))^2`` of small forests' out-of-bag effects.
+    tune_num_trees, tune_num_reps, tune_num_draws : int, default 200, 50, 1000
 
     Attributes
     ----------
@@ -126,6 +131,8 @@ class InstrumentalForest(InstrumentalAnalysisMixin, EffectForestBase):
     feature_importances_ : ndarray, shape (n_features,)
         GRF's depth-weighted split frequency.
     gain_importances_ : ndarray, shape (n_features,)
+    tuned_params_, tuning_ : dict
+        With ``tune_parameters``: the values the forest was grown with, and the tuning record.
     """
 
     _nuisance_specs = EffectForestBase._nuisance_specs + (("z_hat", 15485863, "nuisance-z", "instrument_forest_"),)
@@ -133,8 +140,13 @@ class InstrumentalForest(InstrumentalAnalysisMixin, EffectForestBase):
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=5,
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
                  nuisance_estimators=None, batch_size=None, random_state=None, equalize_cluster_weights=False,
-                 warm_start=False, categorical_features="from_dtype"):
+                 warm_start=False, categorical_features="from_dtype", tune_parameters=None, tune_num_trees=200,
+                 tune_num_reps=50, tune_num_draws=1000):
         self.n_estimators = n_estimators
+        self.tune_parameters = tune_parameters
+        self.tune_num_trees = tune_num_trees
+        self.tune_num_reps = tune_num_reps
+        self.tune_num_draws = tune_num_draws
         self.categorical_features = categorical_features
         self.max_samples = max_samples
         self.honest = honest
@@ -250,6 +262,10 @@ class InstrumentalForest(InstrumentalAnalysisMixin, EffectForestBase):
         self
         """
         comm = world() if comm is None else comm
+        if getattr(self, "tune_parameters", None) is not None:
+            return fit_tuned(self, dict(X=X, t=t, y=y, z=z, sample_weight=sample_weight, y_hat=y_hat, t_hat=t_hat,
+                                        z_hat=z_hat, binned=binned, feature_names=feature_names, clusters=clusters,
+                                        checkpoint=checkpoint), comm, progress)
         inputs = self._fit_inputs(X, t, y, z, sample_weight, {"y_hat": y_hat, "t_hat": t_hat, "z_hat": z_hat},
                                   binned, feature_names, comm)
         seed, X, g, values, n_global = inputs.seed, inputs.X, inputs.g, inputs.values, inputs.n_global
@@ -300,6 +316,18 @@ class InstrumentalForest(InstrumentalAnalysisMixin, EffectForestBase):
         self._oob_source_ = (binned, gids, clusters_layout)
         self._keep_weights_source(binned, gids, np.ones(len(gids)), clusters_layout)
         return self
+
+    def _tuning_residuals(self, fit_args):
+        """``(Y - y_hat (n, 1), W - t_hat (n, 1), out-of-bag tau (n, 1, 1), weights (n,))`` of this rank's
+        training rows, for :mod:`forest.estimators.tuning`'s R-loss; ``fit_args`` holds the fit's
+        ``t``, ``y``, ``sample_weight`` and the centring estimates."""
+        def column(name):
+            return np.asarray(fit_args[name], dtype=np.float64).reshape(-1, 1)
+
+        tau = np.asarray(self.oob_predict(), dtype=np.float64).reshape(-1, 1, 1)
+        weight = fit_args.get("sample_weight")
+        weight = np.ones(len(tau)) if weight is None else np.asarray(weight, dtype=np.float64).reshape(-1)
+        return column("y") - column("y_hat"), column("t") - column("t_hat"), tau, weight
 
 
 # Model files name it as they always have (forest.io.model_io.register); its restored state's checks.

@@ -33,6 +33,7 @@ from forest.io.training_rows import TrainingRowsMixin
 from forest.estimators.forest_weights import ForestWeightsMixin
 from forest.estimators.regression_variance import RegressionVarianceMixin
 from forest.estimators.local_linear import LocalLinearMixin
+from forest.estimators.tuning import check_tuning_params, fit_tuned
 from forest.io import model_checks, model_io
 
 
@@ -252,6 +253,8 @@ def check_forest_params(est):
     if group < 1 or (group > 1 and est.max_samples > 0.5):
         raise ValueError(f"ci_group_size must be >= 1, and max_samples <= 0.5 when it is > 1; got "
                          f"{est.ci_group_size}, {est.max_samples}")
+    if hasattr(est, "tune_parameters"):
+        check_tuning_params(est)
     seed = 0 if est.random_state is None else est.random_state
     # numpy's and scikit-learn's range for an integer seed (RandomState, check_random_state)
     if not is_seed(seed):
@@ -392,6 +395,14 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         When True and the forest is fitted, ``fit`` keeps its trees and adds trees up
         to ``n_estimators``: the result is the forest a single fit with that
         ``n_estimators`` grows (see :mod:`forest.io.continuation`).
+    tune_parameters : None, "all" or list of str, default None
+        grf's ``tune.parameters``: choose these parameters by the debiased out-of-bag
+        error of small forests at random draws, smoothed by kriging
+        (:mod:`forest.estimators.tuning`); ``"all"`` is the size rule in use
+        (``min_samples_leaf``, or ``min_node_size`` when set), ``max_samples``,
+        ``max_features``, ``honesty_fraction``, ``alpha`` and ``imbalance_penalty``.
+    tune_num_trees, tune_num_reps, tune_num_draws : int, default 200, 50, 1000
+        Trees of each small forest, small forests fitted, and kriging candidates.
 
     Attributes
     ----------
@@ -407,6 +418,9 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
     feature_importances_ : ndarray, shape (n_features,)
         GRF's depth-weighted split frequency.
     gain_importances_ : ndarray, shape (n_features,)
+    tuned_params_, tuning_ : dict
+        With ``tune_parameters``: the values the forest was grown with, and the tuning
+        record (status, draws and their errors).
 
     Notes
     -----
@@ -429,8 +443,13 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=None,
                  min_node_size=None, alpha=None, imbalance_penalty=0.0, max_depth=None, max_features=None, max_bins=255, ci_group_size=None,
                  batch_size=None, random_state=None, equalize_cluster_weights=False, warm_start=False,
-                 categorical_features="from_dtype"):
+                 categorical_features="from_dtype", tune_parameters=None, tune_num_trees=200, tune_num_reps=50,
+                 tune_num_draws=1000):
         self.n_estimators = n_estimators
+        self.tune_parameters = tune_parameters
+        self.tune_num_trees = tune_num_trees
+        self.tune_num_reps = tune_num_reps
+        self.tune_num_draws = tune_num_draws
         self.min_node_size = min_node_size
         self.alpha = alpha
         self.imbalance_penalty = imbalance_penalty
@@ -518,6 +537,10 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         self
         """
         comm = world() if comm is None else comm
+        if getattr(self, "tune_parameters", None) is not None:
+            return fit_tuned(self, dict(X=X, y=y, sample_weight=sample_weight, binned=binned,
+                                        feature_names=feature_names, clusters=clusters, checkpoint=checkpoint),
+                             comm, progress)
         seed, X, binned, y, g, n_global, (shift, scale), w_scale = self._fit_inputs(X, y, sample_weight, binned,
                                                                           feature_names, comm)
         n_features = self.n_features_in_

@@ -241,13 +241,23 @@ def ranked_rows_line(report, n_rows):
 
 # ------------------------------------------------------------------ overview
 
+def tuned_sentence(tuning):
+    """``report["tuning"]`` as one line: the values the forest was grown with and whether tuning chose them."""
+    if not tuning:
+        return None
+    values = ", ".join(f"{k} = {fmt(v) if isinstance(v, (float, np.floating)) else v}"
+                       for k, v in tuning["values"].items())
+    return f"{values} ({tuning['status']})"
+
+
 def overview_section(report):
     """Model class, file, trees, features, training rows, versions and the highlighted rows box."""
     items = [("Model", report.get("model")), ("Model file", report.get("model_file")),
              ("Trees", report.get("n_trees")), ("Features", len(report.get("features") or [])),
              ("Training rows", report.get("n_training_rows")), ("Treatment column", report.get("treatment")),
              ("Outcome column", report.get("outcome")), ("histforest version", report.get("library_version")),
-             ("Model format version", report.get("format_version"))]
+             ("Model format version", report.get("format_version")),
+             ("Tuned parameters", tuned_sentence(report.get("tuning")))]
     # every value reads as text here (a version number is no quantity to right-align)
     body = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(fmt(v) if isinstance(v, (int, np.integer)) else v)}</td></tr>"
                    for k, v in items if v is not None)

@@ -40,6 +40,9 @@ def _one_error(main, argv, capsys, prog="forest-train"):
     (REGRESSION, ["--min-node-size", "0"], r"--min-node-size 0: min_node_size must be >= 1 or None, got 0"),
     (REGRESSION, ["--param", "alpha=0.3"], r"--param alpha=0.3: alpha must be a number in \[0, 0.25\] or None"),
     (CAUSAL, ["--min-node-size", "3"], r"model 'causal' \(CausalForest\) has no parameter 'min_node_size'"),
+    (CAUSAL, ["--tune-parameters", "min_samples_leaf,depth"], r"--tune-parameters min_samples_leaf,depth: "
+                                                              r"tune_parameters: unknown 'depth'"),
+    (GBDT, ["--tune-parameters", "all"], r"has no parameter 'tune_parameters'"),
     (GBDT, ["--learning-rate", "-1"], r"--learning-rate -1: learning_rate must be > 0"),
     (GBDT, ["--param", "l2_regularization=abc"], r"l2_regularization must be a real number, got 'abc'"),
     (GBDT, ["--param", "backend=gpu"], r"--param backend=gpu: backend must be one of"),
@@ -75,6 +78,21 @@ def test_grf_size_rules_reach_the_regression_forest(small_parquet, tmp_path):
 
     params = model_io.load(out).get_params()
     assert (params["min_node_size"], params["alpha"], params["min_samples_leaf"]) == (3, 0.1, None)
+
+
+def test_tuned_parameters_reach_the_model_and_the_report(small_parquet, tmp_path, capsys):
+    out = str(tmp_path / "m.model")
+    assert train.main([small_parquet, "--out", out] + REGRESSION + ["--tune-parameters", "min_samples_leaf,alpha",
+                                                                    "--param", "tune_num_trees=4",
+                                                                    "--param", "tune_num_reps=3"]) == 0
+    from forest.io import model_io
+
+    est = model_io.load(out)
+    assert est.get_params()["tune_parameters"] == ["min_samples_leaf", "alpha"]
+    assert set(est.tuned_params_) == {"min_samples_leaf", "alpha"}
+    capsys.readouterr()
+    assert report.main([out]) == 0
+    assert "Tuned parameters: min_samples_leaf = " in capsys.readouterr().out
 
 
 def test_quantized_option_trains_a_quantized_model(small_parquet, tmp_path):
