@@ -192,7 +192,10 @@ def _bounds(qleaves, offsets, vnode, count, node_lo, node_hi, out):
     for q in range(qleaves.shape[0]):
         s = 0
         for t in range(offsets.shape[0] - 1):
-            v = vnode[offsets[t] + qleaves[q, t]]
+            leaf = qleaves[q, t]
+            if leaf < 0:                    # the tree does not count for this query (out of bag)
+                continue
+            v = vnode[offsets[t] + leaf]
             if count[v] > 0:
                 s += node_hi[v] - node_lo[v]
         out[q] = s
@@ -205,7 +208,10 @@ def _fill_one(q, qleaves, offsets, vnode, count, norm, node_lo, node_hi, rows, f
     k = start
     denom = 0.0
     for t in range(offsets.shape[0] - 1):
-        v = vnode[offsets[t] + qleaves[q, t]]
+        leaf = qleaves[q, t]
+        if leaf < 0:
+            continue
+        v = vnode[offsets[t] + leaf]
         c = count[v]
         if c <= 0:
             continue
@@ -254,7 +260,10 @@ def forest_weights(packed, query_leaves, slices, factor, count_col, norm_col=Non
     packed : dict
         Packed forest.
     query_leaves : ndarray of int32, shape (n_query, n_trees)
-        Tree-local leaf of each query row (:func:`forest.engine.predictor.predict_leaves`).
+        Tree-local leaf of each query row (:func:`forest.engine.predictor.predict_leaves`);
+        ``-1`` where the tree does not count for the query (its out-of-bag weights,
+        :func:`forest.engine.oob_forest_weights.oob_query_leaves`: the sums and the
+        normaliser then run over the other trees only).
     slices : EstimationSlices
         This rank's estimation rows (:func:`estimation_slices`).
     factor : ndarray of float64, shape (n_local,)
@@ -329,6 +338,8 @@ def forest_weights_reference(packed, query_leaves, train_leaves, codes, factor, 
         est = [i for i in range(n_local) if codes[t, i] in (ESTIMATION, BOTH)]
         above = {i: ancestors(a + train_leaves[i, t]) for i in est}
         for q in range(n_query):
+            if query_leaves[q, t] < 0:
+                continue
             node = a + query_leaves[q, t]
             while parent[node] >= 0 and value[node, count_col] == value[parent[node], count_col]:
                 node = parent[node]
