@@ -22,16 +22,22 @@ Two implementations share that definition:
   ``t^|S| (1 - t)^(m - |S| - 1)``; the form Linear TreeSHAP, Yu et al. 2022, builds on).
   The integrand is a polynomial of degree ``m - 1``, so Gauss-Legendre quadrature with
   ``ceil(m / 2)`` nodes is exact: the walk carries the path's product at those nodes
-  (one multiplication per node and quadrature point, a division where a feature
-  repeats on the path), instead of the paper's subset-size weights and their
-  extend / unwind recurrences. The same numbers, in fewer operations; see the
-  comment above :func:`_tree_shap_one` for how the leaves' terms are summed per node.
+  (one multiplication per node and quadrature point), instead of the paper's
+  subset-size weights and their extend / unwind recurrences. The same numbers, in
+  fewer operations. A path-dependent walk visits every node for every row, and only
+  the ``o_i`` depend on the row: so blocks of rows (:data:`BLOCK`) walk each tree
+  together, the arithmetic vectorised over the block's rows, and what depends on the
+  tree alone is computed outside the loops over rows (the walk order and the ``z_i``
+  once per call, a node's quadrature factors once per block). See the comment above
+  :func:`_schedule`.
 * :func:`tree_shap_reference`: the definition itself, in Python: every subset of each
   tree's features, the recursive expectation, the Shapley sum. Exponential; for tests
   on small trees.
 
 Both route a row through a node by :func:`forest.engine.routing.goes_left_raw` (NaN takes
-the missing direction, categorical splits test the bitset), the rule of every walk.
+the missing direction, categorical splits test the bitset; the kernel calls its numeric
+case, ``goes_left_value``, directly in the loop over a block's rows), the rule of every
+walk.
 
 Covers (:func:`count_fractions`, :func:`honest_fractions`)
     ``frac[node]`` is the node's share of its parent's cover (1 at a root); siblings'
@@ -53,12 +59,12 @@ import numpy as np
 
 from histogram.jit import kernel, compiled_only, empty, zeros
 from forest.engine.predictor import as_packed, _check_X
-from forest.engine.routing import goes_left_raw
+from forest.engine.routing import goes_left_raw, goes_left_value
 from forest.engine.tree import packed_cat_bits
 
-#: Rows from which :func:`tree_shap` starts Numba's thread pool (one row of a
-#: 100-tree, 255-leaf model is about a hundred microseconds of work).
-PARALLEL_MIN_ROWS = 64
+#: Rows from which :func:`tree_shap` starts Numba's thread pool: two blocks of rows
+#: (``BLOCK``, the kernel's unit of work).
+PARALLEL_MIN_ROWS = 256
 
 
 # --------------------------------------------------------------------------- covers
@@ -225,237 +231,346 @@ def expected_values(packed, frac, value=None):
 
 
 # --------------------------------------------------------------------------- the kernel
-# The walk keeps, per depth d of the current path (root d = 0), the element its edge
-# adds: feature e_f[d], zero fraction e_z[d], one fraction e_o[d]; slot[f] is the depth
-# of feature f's live element (-1: not on the path). A deeper split on the same feature
-# merges the two into a new element and retires the old one for the leaves below it.
-# g[d, q] is the path polynomial G(t) = prod over live elements (z + (o - z) t) at the
-# quadrature nodes t_q.
+# Path-dependent TreeSHAP visits every node of a tree for every row (a split on a
+# feature outside S takes both children), and a row changes what a node adds only
+# through the one fractions o (0 or 1): the zero fractions z and which splits repeat a
+# feature belong to the tree. The work is split in two:
 #
-# Feature i's weight at a leaf is the integral of G(t) / (z_i + (o_i - z_i) t): linear in
-# the leaf's G. So the leaves do not visit their path's elements: a leaf adds
-# w_q G(t_q) value into acc[d] (its own depth), and when the walk leaves the node at
-# depth d, its element takes the accumulated sum over the leaves below it, divided by
-# its own factor at each node, and passes the sum to depth d - 1. Leaves below a deeper
-# split on the same feature (where the element is retired) are also summed into
-# dead[d] by that split, and taken off. Work per tree: O(nodes * q) instead of
-# O(leaves * depth * q).
+# * _schedule, once per call: every tree's nodes in depth-first pre-order (position i),
+#   each with its depth, the element its edge adds (the parent's feature p_feat, its
+#   zero fraction p_z, p_dup the depth of the element of the same feature it merges
+#   with, 0 if none, and that element's zero fraction p_z_before); p_end[i] is the
+#   position after i's subtree. Also each tree's quadrature size (most distinct
+#   features on a path).
+# * _shap_blocks: a block of up to BLOCK rows walks each tree once in that order. The
+#   state the row-by-row walk kept per depth is a vector over the block's rows, row
+#   index innermost, so the loops over the rows compile to vector instructions. The
+#   node's quadrature factors (the divisions) are computed once per node and block,
+#   outside those loops; o is a 0 / 1 vector from the rows' routing at the parent
+#   (:mod:`forest.engine.routing`).
+#
+# Per depth d of the current path (root d = 0): g[d, q, r] is the path polynomial
+# G(t) = prod over live elements (z + (o - z) t) at the quadrature nodes t_q for row r.
+# Entering a node multiplies g by its element's factor, e0 + o * ed: e0 = z (1 - t_q),
+# ed = (z + (1 - z) t_q) - e0. A deeper split on a feature already on the path merges
+# the two elements: z and o become the products, and the earlier factor comes off
+# (e0, ed divided by it); if the row failed the earlier split (o_before = 0) the
+# factor's ratio is z / z_before (e00) whatever t.
+#
+# Feature i's weight at a leaf is the integral of G(t) (o_i - z_i) / (z_i + (o_i - z_i) t):
+# linear in the leaf's G. So the leaves do not visit their path's elements: a leaf adds
+# G(t_q) value into acc[d - 1] (its parent's depth), and when the walk leaves the node
+# at depth d, its element takes the accumulated sum over the leaves below it times
+# w_q (o - z) / (z + (o - z) t_q) = w0 + o * wd (w0 = -w_q / (1 - t_q), the same for
+# every z: with o = 0 the ratio is -1 / (1 - t)), and passes the sum to depth d - 1.
+# Leaves below a deeper split on the same feature (where the element is retired) are
+# also summed into dead[d] by that split, and taken off. Work per tree and row:
+# O(nodes * q), in vector loops over the block's rows.
+#
+# A child with zero cover (z = 0) is skipped when no row of the block takes it (its
+# rows' terms are exactly zero). Rows do not interact: a row's values do not depend on
+# the block it was explained in (same operations, same order), so not on the threads.
 
-@compiled_only
-def _tree_shap_one(X, row, root, feature, bin_threshold, threshold, missing_left, cat_bits, left, right, value,
-                   frac, n_q, t_nodes, t_weights, inv_one_minus_t, g, acc, dead, has_dead, e_f, e_z, e_o, prev, slot,
-                   s_node, s_z, s_o, s_f, s_dup, s_d, out):
-    k_out = value.shape[1]
-    for q in range(n_q):
-        g[0, q] = 1.0
-        for k in range(k_out):
-            acc[0, k, q] = 0.0
-    top = 0
-    s_node[0] = root
-    s_d[0] = 0
-    current = 0          # depth of the node processed last: elements 1..current are set
-    while True:
-        # Leave the branch walked before (all of it once the stack is empty). Written
-        # here rather than as a function: passing the scratch arrays to a call per
-        # node costs reference-count updates that took most of the time.
-        d = s_d[top] if top >= 0 else 1
-        while current >= d and current > 0:
-            c = current
-            f = e_f[c]
-            z = e_z[c]
-            o = e_o[c]
-            if has_dead[c]:   # the element's own share: without the leaves it is retired for
-                for k in range(k_out):
-                    for q in range(n_q):
-                        acc[c, k, q] -= dead[c, k, q]
-            if o == 0.0:
-                # (0 - z) / (z (1 - t)) = -1 / (1 - t): no division, whatever z is
-                for k in range(k_out):
-                    total = 0.0
-                    for q in range(n_q):
-                        total += acc[c, k, q] * inv_one_minus_t[q]
-                    out[row, f, k] -= total
-            else:
-                for k in range(k_out):
-                    total = 0.0
-                    for q in range(n_q):
-                        total += acc[c, k, q] / (z + (o - z) * t_nodes[q])
-                    out[row, f, k] += (o - z) * total
-            if has_dead[c]:
-                for k in range(k_out):
-                    for q in range(n_q):
-                        acc[c, k, q] += dead[c, k, q]
-            for k in range(k_out):
-                for q in range(n_q):
-                    acc[c - 1, k, q] += acc[c, k, q]
-            above = prev[c]
-            if above > 0:
-                if not has_dead[above]:
-                    has_dead[above] = True
-                    for k in range(k_out):
-                        for q in range(n_q):
-                            dead[above, k, q] = 0.0
-                for k in range(k_out):
-                    for q in range(n_q):
-                        dead[above, k, q] += acc[c, k, q]
-            slot[f] = above
-            current -= 1
-        if top < 0:
-            break
-        node = s_node[top]
-        if d > 0:
-            z = s_z[top]
-            o = s_o[top]
-            f = s_f[top]
-            dup = s_dup[top]
-            if dup > 0:
-                # the feature's earlier factor comes off the path (its fractions are
-                # already multiplied into z and o)
-                dz = e_z[dup]
-                do = e_o[dup]
-                for q in range(n_q):
-                    t = t_nodes[q]
-                    g[d, q] = g[d - 1, q] * (z + (o - z) * t) / (dz + (do - dz) * t)
-            else:
-                for q in range(n_q):
-                    g[d, q] = g[d - 1, q] * (z + (o - z) * t_nodes[q])
-            for k in range(k_out):
-                for q in range(n_q):
-                    acc[d, k, q] = 0.0
-            has_dead[d] = False
-            e_f[d] = f
-            e_z[d] = z
-            e_o[d] = o
-            prev[d] = slot[f]
-            slot[f] = d
-            current = d
-        top -= 1
-        split = feature[node]
-        if split < 0:
-            for k in range(k_out):
-                v = value[node, k]
-                for q in range(n_q):
-                    acc[d, k, q] += t_weights[q] * g[d, q] * v
-            continue
-        dup = slot[split]
-        iz = 1.0
-        io = 1.0
-        if dup > 0:
-            iz = e_z[dup]
-            io = e_o[dup]
-        if goes_left_raw(X[row, split], node, bin_threshold, threshold, missing_left, cat_bits):
-            hot, cold = left[node], right[node]
-        else:
-            hot, cold = right[node], left[node]
-        # A child with z = o = 0 (no cover, and x cannot go there) contributes exactly nothing.
-        cz = iz * frac[cold]
-        if cz != 0.0:
-            top += 1
-            s_node[top] = cold
-            s_z[top] = cz
-            s_o[top] = 0.0
-            s_f[top] = split
-            s_dup[top] = dup
-            s_d[top] = d + 1
-        hz = iz * frac[hot]
-        if hz != 0.0 or io != 0.0:
-            top += 1
-            s_node[top] = hot
-            s_z[top] = hz
-            s_o[top] = io
-            s_f[top] = split
-            s_dup[top] = dup
-            s_d[top] = d + 1
+#: Rows explained together per walk of a tree: the width of the vector loops. Scratch
+#: per thread is about ``3 * depth * k * q * BLOCK`` doubles.
+BLOCK = 128
 
 
 @kernel
-def _shap_rows(X, feature, bin_threshold, threshold, missing_left, cat_bits, left, right, value, frac, offsets,
-               max_depth, tree_q, q_nodes, q_weights, out, a, b):
-    n_q_max = q_nodes.shape[1]
-    k_out = value.shape[1]
+def _schedule(feature, left, right, frac, offsets, n_features, max_depth):
+    """Pre-order positions of every tree's nodes and their path elements (row-independent)."""
+    n = feature.shape[0]
     levels = max_depth + 2
-    g = empty((levels, n_q_max), np.float64)
-    acc = empty((levels, k_out, n_q_max), np.float64)
-    dead = empty((levels, k_out, n_q_max), np.float64)
-    has_dead = empty(levels, np.bool_)
-    e_f = empty(levels, np.int64)
-    e_z = empty(levels, np.float64)
-    e_o = empty(levels, np.float64)
-    prev = empty(levels, np.int64)
-    slot = empty(X.shape[1], np.int64)
-    for f in range(X.shape[1]):
+    p_node = empty(n, np.int64)
+    p_depth = empty(n, np.int64)
+    p_left = empty(n, np.bool_)
+    p_feat = empty(n, np.int64)
+    p_dup = empty(n, np.int64)
+    p_z = empty(n, np.float64)
+    p_z_before = empty(n, np.float64)
+    p_end = empty(n, np.int64)
+    distinct_max = zeros(offsets.shape[0] - 1, np.int64)
+    slot = empty(n_features, np.int64)        # depth of feature f's live element, -1: none
+    for f in range(n_features):
         slot[f] = -1
-    stack = 2 * levels
+    e_z = empty(levels, np.float64)
+    e_f = empty(levels, np.int64)
+    e_prev = empty(levels, np.int64)
+    e_pos = empty(levels, np.int64)
+    distinct = zeros(levels, np.int64)        # distinct features on the path down to depth d
+    stack = 2 * levels + 2
     s_node = empty(stack, np.int64)
-    s_z = empty(stack, np.float64)
-    s_o = empty(stack, np.float64)
-    s_f = empty(stack, np.int64)
-    s_dup = empty(stack, np.int64)
     s_d = empty(stack, np.int64)
-    inv_one_minus_t = empty(q_nodes.shape, np.float64)
-    for i in range(q_nodes.shape[0]):
-        for q in range(n_q_max):
-            inv_one_minus_t[i, q] = 1.0 / (1.0 - q_nodes[i, q])
-    for row in range(a, b):
+    s_parent = empty(stack, np.int64)
+    s_left = empty(stack, np.bool_)
+    for t in range(offsets.shape[0] - 1):
+        pos = offsets[t]
+        top = 0
+        s_node[0] = offsets[t]
+        s_d[0] = 0
+        s_parent[0] = -1
+        s_left[0] = False
+        current = 0
+        while top >= 0:
+            node = s_node[top]
+            d = s_d[top]
+            parent = s_parent[top]
+            p_left[pos] = s_left[top]
+            top -= 1
+            while current >= d and current > 0:      # leave the branch walked before
+                p_end[e_pos[current]] = pos
+                slot[e_f[current]] = e_prev[current]
+                current -= 1
+            p_node[pos] = node
+            p_depth[pos] = d
+            p_end[pos] = pos + 1
+            p_feat[pos] = -1
+            p_dup[pos] = 0
+            p_z[pos] = 1.0
+            p_z_before[pos] = 1.0
+            if d > 0:
+                f = feature[parent]
+                dup = slot[f]
+                z_before = e_z[dup] if dup > 0 else 1.0
+                z = z_before * frac[node]
+                p_feat[pos] = f
+                p_dup[pos] = max(dup, 0)
+                p_z[pos] = z
+                p_z_before[pos] = z_before
+                distinct[d] = distinct[d - 1] + (1 if dup < 0 else 0)
+                distinct_max[t] = max(distinct_max[t], distinct[d])
+                e_z[d] = z
+                e_f[d] = f
+                e_prev[d] = dup
+                e_pos[d] = pos
+                slot[f] = d
+                current = d
+            if feature[node] >= 0:
+                top += 1                   # right below left: the left subtree comes first
+                s_node[top] = right[node]
+                s_d[top] = d + 1
+                s_parent[top] = node
+                s_left[top] = False
+                top += 1
+                s_node[top] = left[node]
+                s_d[top] = d + 1
+                s_parent[top] = node
+                s_left[top] = True
+            pos += 1
+        while current > 0:
+            p_end[e_pos[current]] = pos
+            slot[e_f[current]] = e_prev[current]
+            current -= 1
+        p_end[offsets[t]] = pos
+    return (p_node, p_depth, p_left, p_feat, p_dup, p_z, p_z_before, p_end), distinct_max
+
+
+@kernel(inline="always")
+def _leave(c, nb, k_out, n_q, p_feat, p_dup, w0t, wd, e_pos, o, acc, dead, has_dead, out_b):
+    """The walk leaves the element at depth ``c``: its Shapley terms, and its sums passed up."""
+    i = e_pos[c]
+    f = p_feat[i]
+    if has_dead[c]:     # the element's own share: without the leaves it is retired for
+        for k in range(k_out):
+            for q in range(n_q):
+                a0 = w0t[q]
+                a1 = wd[c, q]
+                for r in range(nb):
+                    a = acc[c, k, q, r]
+                    out_b[f, k, r] += (a - dead[c, k, q, r]) * (a0 + o[c, r] * a1)
+                    acc[c - 1, k, q, r] += a
+    else:
+        for k in range(k_out):
+            for q in range(n_q):
+                a0 = w0t[q]
+                a1 = wd[c, q]
+                for r in range(nb):
+                    a = acc[c, k, q, r]
+                    out_b[f, k, r] += a * (a0 + o[c, r] * a1)
+                    acc[c - 1, k, q, r] += a
+    above = p_dup[i]
+    if above > 0:
+        if not has_dead[above]:
+            has_dead[above] = True
+            for k in range(k_out):
+                for q in range(n_q):
+                    for r in range(nb):
+                        dead[above, k, q, r] = acc[c, k, q, r]
+        else:
+            for k in range(k_out):
+                for q in range(n_q):
+                    for r in range(nb):
+                        dead[above, k, q, r] += acc[c, k, q, r]
+
+
+@kernel(inline="always")
+def _route_block(nb, xb, node, feature, bin_threshold, threshold, missing_left, cat_bits, side, d):
+    """``side[d, r]``: 1.0 where row ``r`` of the block goes left at ``node``."""
+    f = feature[node]
+    if bin_threshold[node] >= 0:     # goes_left_raw's numeric case, outside the loop over rows
+        thr = threshold[node]
+        ml = missing_left[node]
+        for r in range(nb):
+            side[d, r] = 1.0 if goes_left_value(xb[f, r], thr, ml) else 0.0
+    else:
+        for r in range(nb):
+            side[d, r] = 1.0 if goes_left_raw(xb[f, r], node, bin_threshold, threshold, missing_left, cat_bits) else 0.0
+
+
+@kernel
+def _shap_blocks(X, feature, bin_threshold, threshold, missing_left, cat_bits, value, offsets, max_depth,
+                 p_node, p_depth, p_left, p_feat, p_dup, p_z, p_z_before, p_end, tree_q, q_nodes, q_weights, out,
+                 b0, b1):
+    n, n_features = X.shape
+    k_out = value.shape[1]
+    n_q_max = q_nodes.shape[1]
+    levels = max_depth + 2
+    xb = empty((n_features, BLOCK), np.float64)
+    g = empty((levels, n_q_max, BLOCK), np.float64)
+    acc = empty((levels, k_out, n_q_max, BLOCK), np.float64)
+    dead = empty((levels, k_out, n_q_max, BLOCK), np.float64)
+    has_dead = empty(levels, np.bool_)
+    o = empty((levels, BLOCK), np.float64)
+    side = empty((levels, BLOCK), np.float64)
+    e_pos = empty(levels, np.int64)
+    wd = empty((levels, n_q_max), np.float64)   # the exit weights' o-part of the element at depth d
+    e0 = empty(n_q_max, np.float64)
+    ed = empty(n_q_max, np.float64)
+    w0 = zeros(q_nodes.shape, np.float64)       # the exit weights with o = 0, by quadrature size
+    for n_q in range(1, q_nodes.shape[0]):
+        for q in range(n_q):
+            w0[n_q, q] = -q_weights[n_q, q] / (1.0 - q_nodes[n_q, q])
+    out_b = empty((n_features, k_out, BLOCK), np.float64)
+    for block in range(b0, b1):
+        r0 = block * BLOCK
+        nb = min(BLOCK, n - r0)
+        for f in range(n_features):
+            for r in range(nb):
+                xb[f, r] = X[r0 + r, f]
+            for k in range(k_out):
+                for r in range(nb):
+                    out_b[f, k, r] = 0.0
         for t in range(offsets.shape[0] - 1):
+            root, end = offsets[t], offsets[t + 1]
+            if feature[root] < 0:
+                continue                  # a single leaf: no feature moves it
             n_q = tree_q[t]
-            _tree_shap_one(X, row, offsets[t], feature, bin_threshold, threshold, missing_left, cat_bits, left, right,
-                           value, frac, n_q, q_nodes[n_q], q_weights[n_q], inv_one_minus_t[n_q], g, acc, dead,
-                           has_dead, e_f, e_z, e_o, prev, slot, s_node, s_z, s_o, s_f, s_dup, s_d, out)
+            t_q = q_nodes[n_q]
+            w_q = q_weights[n_q]
+            w0t = w0[n_q]
+            for q in range(n_q):
+                for r in range(nb):
+                    g[0, q, r] = 1.0
+                for k in range(k_out):
+                    for r in range(nb):
+                        acc[0, k, q, r] = 0.0
+            has_dead[0] = False
+            _route_block(nb, xb, root, feature, bin_threshold, threshold, missing_left, cat_bits, side, 0)
+            current = 0               # depth of the inner node entered last: elements 1..current live
+            i = root + 1
+            while i < end:
+                d = p_depth[i]
+                while current >= d:
+                    _leave(current, nb, k_out, n_q, p_feat, p_dup, w0t, wd, e_pos, o, acc, dead, has_dead, out_b)
+                    current -= 1
+                node = p_node[i]
+                dup = p_dup[i]
+                z = p_z[i]
+                # o: the row goes this way here (and took the earlier splits on the feature)
+                flip = 0.0 if p_left[i] else 1.0
+                if dup > 0:
+                    for r in range(nb):
+                        o[d, r] = abs(flip - side[d - 1, r]) * o[dup, r]
+                else:
+                    for r in range(nb):
+                        o[d, r] = abs(flip - side[d - 1, r])
+                if z == 0.0:
+                    taken = False
+                    for r in range(nb):
+                        if o[d, r] != 0.0:
+                            taken = True
+                    if not taken:
+                        i = p_end[i]      # no cover and no row goes there: every term is zero
+                        continue
+                # the element's factors and exit weights at the quadrature nodes
+                for q in range(n_q):
+                    f0 = z * (1.0 - t_q[q])
+                    f1 = z + (1.0 - z) * t_q[q]
+                    e0[q] = f0
+                    ed[q] = f1 - f0
+                    wd[d, q] = w_q[q] * (1.0 - z) / f1 - w0t[q]
+                if dup > 0:
+                    z_before = p_z_before[i]
+                    ratio = z / z_before if z_before > 0.0 else 0.0
+                    for q in range(n_q):
+                        before = z_before + (1.0 - z_before) * t_q[q]
+                        e0[q] /= before
+                        ed[q] /= before
+                    for q in range(n_q):
+                        a0 = e0[q]
+                        a1 = ed[q]
+                        for r in range(nb):
+                            was = o[dup, r]
+                            g[d, q, r] = g[d - 1, q, r] * (was * (a0 + o[d, r] * a1) + (1.0 - was) * ratio)
+                else:
+                    for q in range(n_q):
+                        a0 = e0[q]
+                        a1 = ed[q]
+                        for r in range(nb):
+                            g[d, q, r] = g[d - 1, q, r] * (a0 + o[d, r] * a1)
+                e_pos[d] = i
+                if feature[node] < 0:
+                    # a leaf: its element's terms and its sums passed up at once
+                    f = p_feat[i]
+                    for k in range(k_out):
+                        v = value[node, k]
+                        for q in range(n_q):
+                            a0 = w0t[q]
+                            a1 = wd[d, q]
+                            for r in range(nb):
+                                a = g[d, q, r] * v
+                                out_b[f, k, r] += a * (a0 + o[d, r] * a1)
+                                acc[d - 1, k, q, r] += a
+                    if dup > 0:
+                        if not has_dead[dup]:
+                            has_dead[dup] = True
+                            for k in range(k_out):
+                                for q in range(n_q):
+                                    for r in range(nb):
+                                        dead[dup, k, q, r] = 0.0
+                        for k in range(k_out):
+                            v = value[node, k]
+                            for q in range(n_q):
+                                for r in range(nb):
+                                    dead[dup, k, q, r] += g[d, q, r] * v
+                else:
+                    for k in range(k_out):
+                        for q in range(n_q):
+                            for r in range(nb):
+                                acc[d, k, q, r] = 0.0
+                    has_dead[d] = False
+                    _route_block(nb, xb, node, feature, bin_threshold, threshold, missing_left, cat_bits, side, d)
+                    current = d
+                i += 1
+            while current > 0:
+                _leave(current, nb, k_out, n_q, p_feat, p_dup, w0t, wd, e_pos, o, acc, dead, has_dead, out_b)
+                current -= 1
+        for r in range(nb):
+            for f in range(n_features):
+                for k in range(k_out):
+                    out[r0 + r, f, k] = out_b[f, k, r]
 
 
 @kernel(parallel=True)
-def _par_shap_rows(X, feature, bin_threshold, threshold, missing_left, cat_bits, left, right, value, frac, offsets,
-                   max_depth, tree_q, q_nodes, q_weights, out, n_chunks):
-    n = X.shape[0]
-    chunk = (n + n_chunks - 1) // n_chunks
+def _par_shap_blocks(X, feature, bin_threshold, threshold, missing_left, cat_bits, value, offsets, max_depth,
+                     p_node, p_depth, p_left, p_feat, p_dup, p_z, p_z_before, p_end, tree_q, q_nodes, q_weights, out,
+                     n_chunks):
+    n_blocks = (X.shape[0] + BLOCK - 1) // BLOCK
+    per = (n_blocks + n_chunks - 1) // n_chunks
     for c in numba.prange(n_chunks):
-        _shap_rows(X, feature, bin_threshold, threshold, missing_left, cat_bits, left, right, value, frac, offsets,
-                   max_depth, tree_q, q_nodes, q_weights, out, c * chunk, min(n, (c + 1) * chunk))
-
-
-@kernel
-def _path_features(feature, left, right, offsets, n_features):
-    """Most distinct features on one root-to-leaf path, per tree."""
-    n_trees = offsets.shape[0] - 1
-    out = zeros(n_trees, np.int64)
-    seen = zeros(n_features, np.int64)     # times feature f occurs on the current path
-    stack = empty(feature.shape[0] + 1, np.int64)
-    for t in range(n_trees):
-        top = 0
-        stack[0] = offsets[t]
-        distinct = 0
-        path_len = 0
-        depth_of = empty(offsets[t + 1] - offsets[t], np.int64)
-        path = empty(offsets[t + 1] - offsets[t] + 1, np.int64)   # features on the path, by depth
-        depth_of[0] = 0
-        while top >= 0:
-            node = stack[top]
-            top -= 1
-            d = depth_of[node - offsets[t]]
-            while path_len > d:                  # back up to this node's parent
-                path_len -= 1
-                seen[path[path_len]] -= 1
-                if seen[path[path_len]] == 0:
-                    distinct -= 1
-            f = feature[node]
-            if f < 0:
-                continue
-            path[path_len] = f
-            path_len += 1
-            if seen[f] == 0:
-                distinct += 1
-                if distinct > out[t]:
-                    out[t] = distinct
-            seen[f] += 1
-            for child in (left[node], right[node]):
-                depth_of[child - offsets[t]] = d + 1
-                top += 1
-                stack[top] = child
-        while path_len > 0:
-            path_len -= 1
-            seen[path[path_len]] -= 1
-    return out
+        _shap_blocks(X, feature, bin_threshold, threshold, missing_left, cat_bits, value, offsets, max_depth,
+                     p_node, p_depth, p_left, p_feat, p_dup, p_z, p_z_before, p_end, tree_q, q_nodes, q_weights, out,
+                     c * per, min(n_blocks, (c + 1) * per))
 
 
 @functools.lru_cache(maxsize=None)
@@ -502,13 +617,10 @@ def quadrature(n_elements):
     return nodes.copy(), weights.copy()
 
 
-def _quadrature_tables(packed, n_features):
-    """Per tree its node count ``tree_q``, and tables of nodes and weights by count."""
-    offsets = np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64)
-    distinct = _path_features(np.ascontiguousarray(packed["feature"], dtype=np.int32),
-                              np.ascontiguousarray(packed["left"], dtype=np.int32),
-                              np.ascontiguousarray(packed["right"], dtype=np.int32), offsets, int(n_features))
-    tree_q = np.maximum(1, -(-distinct // 2)).astype(np.int64)
+def _quadrature_tables(distinct):
+    """Per tree its node count ``tree_q`` (from the most distinct features on a path),
+    and tables of nodes and weights by count (row ``q``: ``q`` nodes, padded)."""
+    tree_q = np.maximum(1, -(-np.asarray(distinct, dtype=np.int64) // 2))
     top = int(tree_q.max()) if len(tree_q) else 1
     nodes = np.full((top + 1, top), 0.5)
     weights = np.zeros((top + 1, top))
@@ -551,26 +663,34 @@ def tree_shap(packed, X, frac, value=None):
         ``phi[i, j, :]``: feature ``j``'s contribution to row ``i``'s sum of leaf values;
         ``phi[i].sum(axis=0) + expected_values(packed, frac, value).sum(axis=0)`` is the
         row's sum over trees of its leaves' values (up to rounding).
+
+    Notes
+    -----
+    Rows are explained :data:`BLOCK` at a time per walk of a tree, blocks spread over
+    Numba's threads from :data:`PARALLEL_MIN_ROWS` rows. A row's values do not depend on
+    the other rows of the call nor on the thread count, bit for bit. Every call walks
+    every node of the forest at least once, so one row costs about as much as a few.
     """
     packed, X, value, frac = _inputs(packed, X, frac, value)
     offsets = np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64)
     out = np.zeros((X.shape[0], X.shape[1], value.shape[1]))
     depth = packed["depth"]
     max_depth = int(depth.max()) if len(depth) else 0
-    tree_q, q_nodes, q_weights = _quadrature_tables(packed, X.shape[1])
-    args = (X, np.ascontiguousarray(packed["feature"], dtype=np.int32),
-            np.ascontiguousarray(packed["bin_threshold"], dtype=np.int32),
+    feature = np.ascontiguousarray(packed["feature"], dtype=np.int32)
+    schedule, distinct = _schedule(feature, np.ascontiguousarray(packed["left"], dtype=np.int32),
+                                   np.ascontiguousarray(packed["right"], dtype=np.int32), frac, offsets, X.shape[1],
+                                   max_depth)
+    args = (X, feature, np.ascontiguousarray(packed["bin_threshold"], dtype=np.int32),
             np.ascontiguousarray(packed["threshold"], dtype=np.float64),
             np.ascontiguousarray(packed["missing_left"], dtype=np.uint8),
-            np.ascontiguousarray(packed_cat_bits(packed)), np.ascontiguousarray(packed["left"], dtype=np.int32),
-            np.ascontiguousarray(packed["right"], dtype=np.int32), value, frac, offsets, max_depth, tree_q, q_nodes,
-            q_weights, out)
+            np.ascontiguousarray(packed_cat_bits(packed)), value, offsets, max_depth) + schedule
+    args += _quadrature_tables(distinct) + (out,)
+    n_blocks = -(-X.shape[0] // BLOCK)
     threads = numba.get_num_threads()
     if X.shape[0] < PARALLEL_MIN_ROWS or threads == 1:
-        _shap_rows(*args, 0, X.shape[0])
+        _shap_blocks(*args, 0, n_blocks)
     else:
-        # many more chunks than threads: rows differ in cost (depth of the paths they follow)
-        _par_shap_rows(*args, min(X.shape[0], 16 * threads))
+        _par_shap_blocks(*args, min(n_blocks, 16 * threads))
     return out
 
 
@@ -690,4 +810,4 @@ def shap_tree_dicts(packed, frac, value=None, root_cover=1.0):
 
 
 __all__ = ["tree_shap", "tree_shap_reference", "expected_values", "count_fractions", "honest_fractions", "quadrature",
-           "shap_tree_dicts", "PARALLEL_MIN_ROWS"]
+           "shap_tree_dicts", "PARALLEL_MIN_ROWS", "BLOCK"]

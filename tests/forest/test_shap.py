@@ -13,8 +13,8 @@ from forest._validation import validate_features
 from forest.analysis.inference import solve_theta
 from forest.engine.predictor import predict_values
 from forest.engine.tree import Tree, pack_trees
-from forest.engine.treeshap import (count_fractions, expected_values, honest_fractions, shap_tree_dicts, tree_shap,
-                                    tree_shap_reference)
+from forest.engine.treeshap import (BLOCK, count_fractions, expected_values, honest_fractions, shap_tree_dicts,
+                                    tree_shap, tree_shap_reference)
 from native import collectives as col
 from native.comm import SelfCommunicator
 
@@ -118,6 +118,25 @@ def test_threads_do_not_change_a_bit():
     finally:
         numba.set_num_threads(before)
     np.testing.assert_array_equal(one, many)
+
+
+def test_a_rows_values_do_not_depend_on_the_block_it_is_explained_in():
+    # the kernel explains BLOCK rows per walk of a tree (a shorter last block); a
+    # zero-cover child is skipped only when no row of the block takes it
+    X, y, _ = _data(n=700, p=4, seed=12)
+    g = GBDTRegressor(n_estimators=3, max_leaf_nodes=16, early_stopping=False, random_state=0).fit(X, y, comm=SELF)
+    rf = RegressionForest(n_estimators=4, min_samples_leaf=2, random_state=3).fit(X, y, comm=SELF)
+    n = 2 * BLOCK + 37
+    for packed, frac, value in [
+        (g._packed_forest(), count_fractions(g._packed_forest()), None),
+        (rf.estimators_, honest_fractions(rf.estimators_, count_col=1),
+         np.ascontiguousarray(rf.estimators_["value"][:, :1])),
+    ]:
+        together = tree_shap(packed, X[:n], frac, value)
+        for i in (0, BLOCK - 1, BLOCK, 2 * BLOCK, n - 1):
+            np.testing.assert_array_equal(tree_shap(packed, X[i:i + 1], frac, value)[0], together[i])
+        picks = np.r_[0:5, BLOCK - 3:BLOCK + 3, n - 5:n]
+        _check_reference(packed, X[picks], frac, value)
 
 
 # ----------------------------------------------------------------------- against the shap package
