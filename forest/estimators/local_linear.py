@@ -24,23 +24,13 @@ rows; the criterion is one more allreduce, so every rank makes the same choice. 
 result (:class:`forest.analysis.local_linear.LambdaPath`) is returned and kept as
 ``local_linear_tuning_`` (not written to model files: it describes training rows).
 
-Not built: grf's ``ll_regression_forest`` *splitting* (``enable.ll.split``: trees split
-on ridge residuals); the correction applies to forests grown by the usual rules, which
-is grf's ``regression_forest`` / ``causal_forest`` + ``predict(..., linear.correction.variables)``
-path. It needs no engine change, but a criterion of its own: grf refits, at each node, a
-ridge of ``y`` on ``z = [1, x_S]`` (the split variables, raw values) over the node's
-rows (or uses the whole data's ridge below ``ll.split.cutoff`` rows) and splits the
-residuals by the variance rule. The residual sums of a side are linear in channel
-sums, ``S_r = S_y - S_z^T beta``, so the channels ``[w, w y, w x_S, w x_j x_k (j <= k),
-w r_overall, rows]`` are subtractable histograms; the criterion's ``prepare`` solves the
-node's ``(|S|+1)``-square ridge from the node's sums (a small compiled Cholesky, beta in
-``consts``; the overall fit's residual channel below the cutoff), ``gains`` is the
-variance gain of ``S_r``, ``bin_key`` the category's mean residual, ``node_value`` the
-regression forest's (the leaves still hold outcome means). Histogram width grows as
-``|S|^2 / 2``. The wiring is in ``RegressionForest`` (parameters ``enable_ll_split``,
-``ll_split_lambda``, ``ll_split_weight_penalty``, ``ll_split_variables``,
-``ll_split_cutoff``; the overall ridge from one allreduce of its sums; no missing values
-in ``x_S``; model files and their checks).
+Local linear *splitting* (grf's ``ll_regression_forest(enable.ll.split = TRUE)``) is
+``RegressionForest(enable_ll_split=True, ...)``: the criterion
+:mod:`forest.criteria.local_linear_split` (the node's ridge solved in ``prepare`` from
+subtractable channel sums, the variance gain of the residual sums), its wiring in
+:mod:`forest.estimators.ll_split` (parameters, the whole-data ridge from exact sums, no
+missing values in the split variables). The leaves hold outcome means as before; these
+mixins apply the correction at prediction.
 """
 import numpy as np
 from scipy import sparse

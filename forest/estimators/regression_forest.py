@@ -34,6 +34,7 @@ from forest.estimators.forest_weights import ForestWeightsMixin
 from forest.estimators.regression_variance import RegressionVarianceMixin
 from forest.estimators.local_linear import LocalLinearMixin
 from forest.estimators.tuning import check_tuning_params, fit_tuned
+from forest.estimators.ll_split import check_ll_split_params, ll_split_channels
 from forest.io import model_checks, model_io
 
 
@@ -403,6 +404,23 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         ``max_features``, ``honesty_fraction``, ``alpha`` and ``imbalance_penalty``.
     tune_num_trees, tune_num_reps, tune_num_draws : int, default 200, 50, 1000
         Trees of each small forest, small forests fitted, and kriging candidates.
+    enable_ll_split : bool, default False
+        grf's ``enable.ll.split`` (``ll_regression_forest``): split each node on the
+        residuals of a ridge regression of ``y`` on the split variables fitted on the
+        node's rows (:mod:`forest.criteria.local_linear_split`), for forests whose
+        predictions go through :meth:`predict_local_linear`. Leaves still hold outcome
+        means. One outcome; needs ``X`` (not binned codes alone); no missing values in
+        the split variables; histograms widen to ``4 + 2p + p(p+1)/2`` channels.
+    ll_split_lambda : float, default 0.1
+        grf's ``ll.split.lambda``, the ridge penalty of the node fits.
+    ll_split_weight_penalty : bool, default False
+        grf's ``ll.split.weight.penalty``: penalise each coefficient by its second
+        moment instead of the trace-normalised identity.
+    ll_split_variables : list of int or str, or None, default None
+        The split variables ``p``; None: every non-categorical column.
+    ll_split_cutoff : int or None, default None
+        grf's ``ll.split.cutoff``: nodes of fewer rows use the residuals of the ridge
+        fitted once on the whole data; None is grf's ``floor(sqrt(n))``, 0 fits every node.
 
     Attributes
     ----------
@@ -443,6 +461,8 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
     def __init__(self, n_estimators=200, *, max_samples=0.5, honest=True, honesty_fraction=0.5, min_samples_leaf=None,
                  min_node_size=None, alpha=None, imbalance_penalty=0.0, max_depth=None, max_features=None, max_bins=255, ci_group_size=None,
                  batch_size=None, random_state=None, equalize_cluster_weights=False, warm_start=False,
+                 enable_ll_split=False, ll_split_lambda=0.1, ll_split_weight_penalty=False, ll_split_variables=None,
+                 ll_split_cutoff=None,
                  categorical_features="from_dtype", tune_parameters=None, tune_num_trees=200, tune_num_reps=50,
                  tune_num_draws=1000):
         self.n_estimators = n_estimators
@@ -466,6 +486,11 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         self.random_state = random_state
         self.equalize_cluster_weights = equalize_cluster_weights
         self.warm_start = warm_start
+        self.enable_ll_split = enable_ll_split
+        self.ll_split_lambda = ll_split_lambda
+        self.ll_split_weight_penalty = ll_split_weight_penalty
+        self.ll_split_variables = ll_split_variables
+        self.ll_split_cutoff = ll_split_cutoff
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -494,7 +519,9 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
 
         ``fit`` runs it first; ``forest-train`` and model-file loading run it too.
         """
-        return check_forest_params(self)
+        seed = check_forest_params(self)
+        check_ll_split_params(self)
+        return seed
 
     def fit(self, X, y, sample_weight=None, *, comm=None, progress=None, binned=None, feature_names=None,
             clusters=None, checkpoint=None):
@@ -579,6 +606,8 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
                                  imbalance_penalty=penalty)
         # Trees grow on the standardised outcome (target_standardisation); values map back.
         channels = crit.make_channels((y2 - shift) / scale, g)
+        if getattr(self, "enable_ll_split", False):     # grf's ll splits: same leaves, other criterion
+            crit, channels = ll_split_channels(self, X, (y2 - shift) / scale, g, n_global, comm, crit)
 
         def value_fn(sums):
             # grf's weighted estimator is forest-level: sum_i alpha_i w_i y_i / sum_i alpha_i w_i with
