@@ -45,6 +45,14 @@ Constraints (GRF's, in histogram form)
 * ``imbalance_penalty``: the score loses ``penalty * sum_k (1/size_L,k + 1/size_R,k)``
   (for ``K = 1`` exactly GRF's penalty); with a penalty, a child of zero spread fails.
 
+These are grf's "stabilized" splits (``stabilize.splits = TRUE``, whether the treatment is
+taken into account when judging a split's balance). The ``"rows"`` constraint is grf's
+``stabilize.splits = FALSE``, where grf scores the same pseudo-outcomes with its regression
+rule: each child needs ``max(min_samples_leaf, ceil(alpha * rows of the node))`` rows, any
+treatment, no spread floor, and the penalty is ``penalty * (1/n_L + 1/n_R)`` in rows. A
+child may then hold fewer treated (or control) rows than ``min_samples_leaf``, or none;
+trees grow deeper where one arm is rare.
+
 Leaf values
 -----------
 ``node_value`` returns the leaf's moments divided by its row count
@@ -64,8 +72,9 @@ from forest._validation import as_columns
 from forest.criteria.compiled import CompiledCriterion, register
 from forest.criteria.basic import Criterion
 
-#: Constraint kinds: raw arm counts (categorical) or sign of the centered treatment.
-CONSTRAINTS = ("arms", "sign")
+#: Constraint kinds: raw arm counts (categorical), sign of the centered treatment, or
+#: rows only (``stabilize_splits=False``: grf's regression rule on the pseudo-outcomes).
+CONSTRAINTS = ("arms", "sign", "rows")
 
 
 class CausalChannels:
@@ -201,12 +210,35 @@ def _gain_scalar_core(gl, wl, yl, wyl, wwl, nl, al, gr, wr, yr, wyr, wwr, nr, ar
         if pen > 0.0:
             ok2 = ok2 & (size_l > 0.0) & (size_r > 0.0)
         if ok2:
-            sl = wyl - yb * wl - wb * yl + wb * yb * gl - tau * (wwl - 2.0 * wb * wl + wb * wb * gl)
-            sr = wyr - yb * wr - wb * yr + wb * yb * gr - tau * (wwr - 2.0 * wb * wr + wb * wb * gr)
-            score = sl * sl / gl + sr * sr / gr
+            score = _scalar_score(gl, wl, yl, wyl, wwl, gr, wr, yr, wyr, wwr, wb, yb, tau)
             if pen > 0.0:
                 score -= pen * (1.0 / size_l + 1.0 / size_r)
             out = score
+    return out
+
+
+@compiled_only
+def _scalar_score(gl, wl, yl, wyl, wwl, gr, wr, yr, wyr, wwr, wb, yb, tau):
+    """``(sum_L g rho)^2 / sum_L g + (sum_R g rho)^2 / sum_R g`` for ``K = M = 1`` (both sides weighted)."""
+    sl = wyl - yb * wl - wb * yl + wb * yb * gl - tau * (wwl - 2.0 * wb * wl + wb * wb * gl)
+    sr = wyr - yb * wr - wb * yr + wb * yb * gr - tau * (wwr - 2.0 * wb * wr + wb * wb * gr)
+    return sl * sl / gl + sr * sr / gr
+
+
+@compiled_only
+def _gain_scalar_rows_core(gl, wl, yl, wyl, wwl, nl, gr, wr, yr, wyr, wwr, nr, wb, yb, tau, valid, least, pen):
+    """The ``K = M = 1`` gain under the ``"rows"`` constraint (``stabilize_splits=False``).
+
+    grf's regression-style rule on the pseudo-outcomes: each child needs ``least`` rows
+    (``max(min_samples_leaf, ceil(alpha * rows of the node))``, from ``prepare``),
+    whatever its treatment; the penalty is ``pen * (1/n_L + 1/n_R)`` in rows.
+    """
+    out = -np.inf
+    if (valid != 0.0) & (gl > 0.0) & (gr > 0.0) & (nl >= least) & (nr >= least):
+        score = _scalar_score(gl, wl, yl, wyl, wwl, gr, wr, yr, wyr, wwr, wb, yb, tau)
+        if pen > 0.0:
+            score -= pen * (1.0 / nl + 1.0 / nr)
+        out = score
     return out
 
 
@@ -249,6 +281,7 @@ CausalRecord = namedtuple("CausalRecord", ["K", "M", "ww0", "i_count", "arm0", "
                                            "imbalance_penalty", "sign", "precondition"])
 
 
+@compiled_only    # the registry compiles the function itself; the "rows" records' prepare calls it compiled
 def causal_prepare(p, parent, consts):
     """Node constants of the ``K = M = 1`` gain, as ``_parent_terms`` computes them.
 
@@ -325,6 +358,58 @@ register(CausalScalarRecord, prepare=causal_prepare, gains=_scalar_gains_piece, 
          right_exhausted=_scalar_right_exhausted, bin_key=_scalar_bin_key)
 
 
+# The "rows" constraint (stabilize_splits=False): records of their own, so the default
+# forests' kernels are untouched and these compile only for a forest that asks for them.
+
+#: Record of the ``K = M = 1`` gain under the ``"rows"`` constraint; ``i_count`` is the row-count channel.
+CausalScalarRowsRecord = namedtuple("CausalScalarRowsRecord", ["i_count", "min_samples_leaf", "alpha",
+                                                               "imbalance_penalty"])
+
+#: Slot of the node constants holding a child's fewest rows under ``"rows"`` (after ``causal_prepare``'s five).
+_ROWS_SLOT = 5
+
+
+@compiled_only
+def rows_least(min_samples_leaf, alpha, node_rows):
+    """Fewest rows a child needs under ``"rows"``: ``max(min_samples_leaf, ceil(alpha * node_rows))``
+    (grf's regression rule, ``alpha`` applied to rows)."""
+    return max(min_samples_leaf, np.ceil(alpha * node_rows))
+
+
+def causal_rows_prepare(p, parent, consts):
+    """:func:`causal_prepare`'s constants, then the children's fewest rows (slot 5)."""
+    causal_prepare(p, parent, consts)
+    consts[_ROWS_SLOT] = rows_least(p.min_samples_leaf, p.alpha, parent[p.i_count])
+
+
+def _scalar_rows_gains_piece(p, lefts, rights, consts, out, row, n):
+    pen = p.imbalance_penalty
+    wb = consts[0]
+    yb = consts[1]
+    tau = consts[2]
+    valid = consts[4]
+    least = consts[_ROWS_SLOT]
+    for i in range(n):
+        out[row, i] = _gain_scalar_rows_core(lefts[i, 0], lefts[i, 1], lefts[i, 2], lefts[i, 3], lefts[i, 4],
+                                             lefts[i, 5], rights[i, 0], rights[i, 1], rights[i, 2], rights[i, 3],
+                                             rights[i, 4], rights[i, 5], wb, yb, tau, valid, least, pen)
+
+
+def rows_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
+    """The row tests of every ``"rows"`` record's gains (``p.i_count``: the count channel)."""
+    least = rows_least(p.min_samples_leaf, p.alpha, parent[p.i_count])
+    return n_l >= least and n_r >= least
+
+
+def rows_right_exhausted(p, n_r, cum, parent):
+    """A scan's right side only shrinks: below the fewest rows, no later candidate passes."""
+    return n_r < rows_least(p.min_samples_leaf, p.alpha, parent[p.i_count])
+
+
+register(CausalScalarRowsRecord, prepare=causal_rows_prepare, gains=_scalar_rows_gains_piece,
+         sides_ok=rows_sides_ok, right_exhausted=rows_right_exhausted, bin_key=_scalar_bin_key)
+
+
 def _general_offsets(K, M):
     """Offsets in the node constants of the general case: ``floor (K)``, ``valid (1)``, then
     the node's linear map ``P`` (``K*M`` rows, ``n_moments`` columns, row-major).
@@ -368,6 +453,7 @@ def _tri(K, i, j):
     return i * K - (i * (i - 1)) // 2 + (j - i)
 
 
+@compiled_only    # as causal_prepare
 def causal_prepare_general(p, parent, consts):
     """Node constants of the general gain: the parent terms of ``CausalCriterion._parent_terms``
     (``wbar, ybar, tau_P, A^{-1}``) folded into the linear map ``P`` (see :func:`_general_offsets`)."""
@@ -580,6 +666,50 @@ def _general_bin_key(p, stats, i, consts):
 register(CausalRecord, prepare=causal_prepare_general, gains=causal_gains_general, sides_ok=_general_sides_ok,
          right_exhausted=_general_right_exhausted, bin_key=_general_bin_key)
 
+#: Record of the general gain under the ``"rows"`` constraint (fields as :class:`CausalRecord`'s).
+CausalRowsRecord = namedtuple("CausalRowsRecord", ["K", "M", "ww0", "i_count", "min_samples_leaf", "alpha",
+                                                   "imbalance_penalty", "precondition"])
+
+
+def causal_rows_prepare_general(p, parent, consts):
+    """:func:`causal_prepare_general`'s constants; the first ``floor`` slot (unused under ``"rows"``)
+    then holds the children's fewest rows."""
+    causal_prepare_general(p, parent, consts)
+    consts[0] = rows_least(p.min_samples_leaf, p.alpha, parent[p.i_count])
+
+
+def causal_rows_gains_general(p, lefts, rights, consts, out, row, n):
+    """The general gain of ``n`` candidates under ``"rows"``: :func:`causal_gains_general`'s score with
+    each child's rows (not arms, signs or treatment spread) constrained, and the penalty in rows."""
+    o_floor, o_valid, o_q, o_p = _general_offsets_jit(p.K, p.M)
+    nm = _n_moments(p)
+    valid = consts[o_valid] != 0.0
+    least = consts[0]
+    pen = p.imbalance_penalty
+    if n > 0:
+        for r in range(p.K * p.M):
+            acc = 0.0
+            for c in range(nm):
+                acc += consts[o_p + r * nm + c] * (lefts[0, c] + rights[0, c])
+            consts[o_q + r] = acc
+    for i in range(n):
+        gl = lefts[i, 0]
+        gr = rights[i, 0]
+        nl = lefts[i, p.i_count]
+        nr = rights[i, p.i_count]
+        out[row, i] = -np.inf
+        if not (valid and gl > 0 and gr > 0 and nl >= least and nr >= least):
+            continue
+        side_l, side_r = _general_sides(p, lefts, i, consts, o_q, o_p, nm)
+        score = side_l / gl + side_r / gr
+        if pen > 0.0:
+            score = score - pen * (1.0 / nl + 1.0 / nr)
+        out[row, i] = score
+
+
+register(CausalRowsRecord, prepare=causal_rows_prepare_general, gains=causal_rows_gains_general,
+         sides_ok=rows_sides_ok, right_exhausted=rows_right_exhausted, bin_key=_general_bin_key)
+
 
 def _safe_div(num, den):
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -597,12 +727,15 @@ class CausalCriterion(Criterion):
     n_outcomes : int, default 1
         ``M``.
     min_samples_leaf : int, default 5
-        Fewest rows per child, and per arm (or per sign of ``W~``) in each child.
+        Fewest rows per child, and per arm (or per sign of ``W~``) in each child
+        (``"rows"``: rows only).
     alpha : float, default 0.05
-        Fewest treatment spread per child, as a fraction of the parent's.
+        Fewest treatment spread per child, as a fraction of the parent's (``"rows"``:
+        fewest rows, as a fraction of the parent's rows).
     imbalance_penalty : float, default 0.0
-    constraint : {"arms", "sign"}, default "arms"
-        How the per-arm counts are read (see :class:`CausalChannels`).
+    constraint : {"arms", "sign", "rows"}, default "arms"
+        How the per-arm counts are read (see :class:`CausalChannels`); ``"rows"``
+        constrains rows only (module docstring: grf's ``stabilize.splits = FALSE``).
     precondition : bool or None, default None
         Multiply pseudo-outcomes by ``A^{-1}``; ``None`` means ``K > 1`` (GRF).
     """
@@ -702,7 +835,7 @@ class CausalCriterion(Criterion):
         parent = np.asarray(parent, dtype=np.float64)
         L = self.layout
         wbar, ybar, tau, a_inv, spread_p, valid_p = self._parent_terms(parent)
-        if self.K == 1 and self.M == 1 and a_inv is None:
+        if self.K == 1 and self.M == 1 and a_inv is None and self.constraint != "rows":
             l, r = left, right
             return _gain_scalar_ufunc()(l[..., 0], l[..., 1], l[..., 2], l[..., 3], l[..., 4], l[..., 5], l[..., 6],
                                         r[..., 0], r[..., 1], r[..., 2], r[..., 3], r[..., 4], r[..., 5], r[..., 6],
@@ -719,6 +852,14 @@ class CausalCriterion(Criterion):
             vr = self._child_sum_rho(right, wbar, ybar, tau, a_inv)
             score = _safe_div((vl * vl).sum(axis=(-2, -1)), gl) + _safe_div((vr * vr).sum(axis=(-2, -1)), gr)
         ok = valid_p & (gl > 0) & (gr > 0)
+        if self.constraint == "rows":
+            nl, nr = left[..., L.i_count], right[..., L.i_count]
+            least = np.maximum(float(self.min_samples_leaf), np.ceil(self.alpha * parent[..., L.i_count]))
+            ok = ok & (nl >= least) & (nr >= least)
+            if self.imbalance_penalty > 0:
+                with np.errstate(divide="ignore"):
+                    score = score - self.imbalance_penalty * (1.0 / nl + 1.0 / nr)
+            return np.where(ok, score, -np.inf)
         ok = ok & self._counts_ok(left) & self._counts_ok(right)
         size_l = self._spread(left)
         size_r = self._spread(right)
@@ -782,9 +923,21 @@ class CausalCriterion(Criterion):
         A single treatment column and outcome without preconditioning (binary or
         scalar continuous treatment) gets the fused scalar record
         (:class:`CausalScalarRecord`); every other case (``K`` arms or a treatment
-        vector, ``M`` outcomes) the general one (:class:`CausalRecord`).
+        vector, ``M`` outcomes) the general one (:class:`CausalRecord`). The ``"rows"``
+        constraint has records of its own (:class:`CausalScalarRowsRecord`,
+        :class:`CausalRowsRecord`).
         """
         L = self.layout
+        if self.constraint == "rows":
+            if self.K == 1 and self.M == 1 and not self.precondition:
+                record = CausalScalarRowsRecord(L.i_count, float(self.min_samples_leaf), self.alpha,
+                                                self.imbalance_penalty)
+                n_consts = 8
+            else:
+                record = CausalRowsRecord(self.K, self.M, L.s_ww.start, L.i_count, float(self.min_samples_leaf),
+                                          self.alpha, self.imbalance_penalty, self.precondition)
+                n_consts = _general_consts_size(self.K, self.M, L.n_moments)
+            return CompiledCriterion(record, L.i_count, self.min_samples_leaf, n_consts)
         if self.K == 1 and self.M == 1 and not self.precondition:
             record = CausalScalarRecord(L.i_count + 1, float(self.min_samples_leaf), self.alpha,
                                         self.imbalance_penalty)

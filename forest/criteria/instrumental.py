@@ -50,6 +50,10 @@ Constraints (grf's, in histogram form)
 * no split of a node whose first stage ``C_zw`` is zero (relative to the size of its
   terms): ``tau_P`` is undefined there (grf stops at ``|C_zw| <= 1e-10``).
 
+The first three are grf's ``stabilize.splits = TRUE``. ``constraint="rows"`` is its
+``FALSE``: the same pseudo-outcomes under grf's regression rule (rows only, see
+:class:`InstrumentalCriterion`), with records of its own (:class:`InstrumentalRowsRecord`).
+
 Leaf values and the estimate
 ----------------------------
 ``node_value`` returns the leaf's equation moments divided by its row count,
@@ -66,7 +70,8 @@ from numba import vectorize
 
 from histogram.jit import kernel, compiled_only
 from forest._validation import as_columns
-from forest.criteria.causal import CausalCriterion, _scalar_right_exhausted, _scalar_sides_ok
+from forest.criteria.causal import (CausalCriterion, _scalar_right_exhausted, _scalar_sides_ok, rows_least,
+                                    rows_right_exhausted, rows_sides_ok)
 from forest.criteria.compiled import CompiledCriterion, register
 from forest.criteria.basic import Criterion
 
@@ -163,14 +168,34 @@ def _iv_gain_core(gl, zl, wl, yl, zyl, zwl, zzl, nl, al, gr, zr, wr, yr, zyr, zw
         if pen > 0.0:
             ok2 = ok2 & (size_l > 0.0) & (size_r > 0.0)
         if ok2:
-            zbyb = zb * yb
-            zbwb = zb * wb
-            sl = (zyl - yb * zl - zb * yl + zbyb * gl - tau * (zwl - wb * zl - zb * wl + zbwb * gl)) * inv_d
-            sr = (zyr - yb * zr - zb * yr + zbyb * gr - tau * (zwr - wb * zr - zb * wr + zbwb * gr)) * inv_d
-            score = sl * sl / gl + sr * sr / gr
+            score = _iv_score(gl, zl, wl, yl, zyl, zwl, gr, zr, wr, yr, zyr, zwr, zb, wb, yb, tau, inv_d)
             if pen > 0.0:
                 score -= pen * (1.0 / size_l + 1.0 / size_r)
             out = score
+    return out
+
+
+@compiled_only
+def _iv_score(gl, zl, wl, yl, zyl, zwl, gr, zr, wr, yr, zyr, zwr, zb, wb, yb, tau, inv_d):
+    """``(sum_L g rho)^2 / sum_L g + (sum_R g rho)^2 / sum_R g`` of one candidate."""
+    zbyb = zb * yb
+    zbwb = zb * wb
+    sl = (zyl - yb * zl - zb * yl + zbyb * gl - tau * (zwl - wb * zl - zb * wl + zbwb * gl)) * inv_d
+    sr = (zyr - yb * zr - zb * yr + zbyb * gr - tau * (zwr - wb * zr - zb * wr + zbwb * gr)) * inv_d
+    return sl * sl / gl + sr * sr / gr
+
+
+@compiled_only
+def _iv_gain_rows_core(gl, zl, wl, yl, zyl, zwl, nl, gr, zr, wr, yr, zyr, zwr, nr, zb, wb, yb, tau, inv_d, valid,
+                       least, pen):
+    """The gain under the ``"rows"`` constraint (``stabilize_splits=False``): grf's regression rule
+    on the pseudo-outcomes, each child ``least`` rows whatever its instrument, the penalty in rows."""
+    out = -np.inf
+    if (valid != 0.0) & (gl > 0.0) & (gr > 0.0) & (nl >= least) & (nr >= least):
+        score = _iv_score(gl, zl, wl, yl, zyl, zwl, gr, zr, wr, yr, zyr, zwr, zb, wb, yb, tau, inv_d)
+        if pen > 0.0:
+            score -= pen * (1.0 / nl + 1.0 / nr)
+        out = score
     return out
 
 
@@ -280,6 +305,39 @@ def _iv_bin_key(p, stats, i, consts):
 register(InstrumentalRecord, prepare=instrumental_prepare, gains=_gains_piece, sides_ok=_scalar_sides_ok,
          right_exhausted=_scalar_right_exhausted, bin_key=_iv_bin_key)
 
+#: Record of the gain under the ``"rows"`` constraint (``stabilize_splits=False``); ``i_count`` is
+#: the row-count channel, as the causal criterion's rows records name it (their count shortcuts).
+InstrumentalRowsRecord = namedtuple("InstrumentalRowsRecord", ["i_count", "min_samples_leaf", "alpha",
+                                                               "imbalance_penalty", "precondition"])
+
+
+def instrumental_rows_prepare(p, parent, consts):
+    """:func:`instrumental_prepare`'s constants, then the children's fewest rows (slot 7)."""
+    c = _node_constants(parent, p.alpha, p.precondition)
+    for j in range(7):
+        consts[j] = c[j]
+    consts[7] = rows_least(p.min_samples_leaf, p.alpha, parent[p.i_count])
+
+
+def _rows_gains_piece(p, lefts, rights, consts, out, row, n):
+    pen = p.imbalance_penalty
+    zb = consts[0]
+    wb = consts[1]
+    yb = consts[2]
+    tau = consts[3]
+    inv_d = consts[4]
+    valid = consts[6]
+    least = consts[7]
+    for i in range(n):
+        out[row, i] = _iv_gain_rows_core(lefts[i, 0], lefts[i, 1], lefts[i, 2], lefts[i, 3], lefts[i, 4],
+                                         lefts[i, 5], lefts[i, 7], rights[i, 0], rights[i, 1], rights[i, 2],
+                                         rights[i, 3], rights[i, 4], rights[i, 5], rights[i, 7], zb, wb, yb, tau,
+                                         inv_d, valid, least, pen)
+
+
+register(InstrumentalRowsRecord, prepare=instrumental_rows_prepare, gains=_rows_gains_piece,
+         sides_ok=rows_sides_ok, right_exhausted=rows_right_exhausted, bin_key=_iv_bin_key)
+
 
 # ---------------------------------------------------------------------- the criterion
 class InstrumentalCriterion(Criterion):
@@ -295,9 +353,17 @@ class InstrumentalCriterion(Criterion):
     precondition : bool, default False
         Divide the pseudo-outcomes by the node's first-stage covariance (the GRF
         paper's ``A_P^{-1}``); grf's code does not. Same splits without a penalty.
+    constraint : {"sign", "rows"}, default "sign"
+        ``"sign"``: the constraints above (grf's ``stabilize.splits = TRUE``). ``"rows"``
+        (``stabilize.splits = FALSE``, grf's regression rule on the pseudo-outcomes):
+        each child needs ``max(min_samples_leaf, ceil(alpha * rows of the node))`` rows,
+        whatever its instrument; no spread floor; the penalty is
+        ``penalty (1/n_L + 1/n_R)`` in rows.
     """
 
-    def __init__(self, min_samples_leaf=5, alpha=0.05, imbalance_penalty=0.0, precondition=False):
+    def __init__(self, min_samples_leaf=5, alpha=0.05, imbalance_penalty=0.0, precondition=False, constraint="sign"):
+        if constraint not in ("sign", "rows"):
+            raise ValueError(f"constraint must be 'sign' or 'rows', got {constraint!r}")
         if not 0.0 <= alpha < 0.5:
             raise ValueError(f"alpha must be in [0, 0.5), got {alpha}")
         if imbalance_penalty < 0:
@@ -309,6 +375,7 @@ class InstrumentalCriterion(Criterion):
         self.alpha = float(alpha)
         self.imbalance_penalty = float(imbalance_penalty)
         self.precondition = bool(precondition)
+        self.constraint = constraint
 
     def make_channels(self, z_centered, w_centered, y_centered, sample_weight):
         """See :meth:`InstrumentalChannels.make`."""
@@ -334,9 +401,29 @@ class InstrumentalCriterion(Criterion):
         consts = np.empty((flat.shape[0], 7))
         _constants_rows(flat, self.alpha, self.precondition, consts)
         consts = consts.reshape(p.shape[:-1] + (7,))
+        if self.constraint == "rows":
+            return self._rows_gain(l, r, p, consts)
         return _iv_gain_ufunc()(*(l[..., c] for c in range(9)), *(r[..., c] for c in range(9)),
                                 *(consts[..., j] for j in range(7)), float(self.min_samples_leaf),
                                 self.imbalance_penalty)
+
+    def _rows_gain(self, l, r, p, consts):
+        """The ``"rows"`` gain in NumPy, from the node constants of :func:`_node_constants`."""
+        zb, wb, yb, tau, inv_d, _, valid = (consts[..., j] for j in range(7))
+
+        def side(s):
+            cross = s[..., 4] - yb * s[..., 1] - zb * s[..., 3] + zb * yb * s[..., 0]
+            first = s[..., 5] - wb * s[..., 1] - zb * s[..., 2] + zb * wb * s[..., 0]
+            return (cross - tau * first) * inv_d
+
+        gl, gr, nl, nr = l[..., 0], r[..., 0], l[..., 7], r[..., 7]
+        least = np.maximum(float(self.min_samples_leaf), np.ceil(self.alpha * p[..., 7]))
+        ok = (valid != 0.0) & (gl > 0) & (gr > 0) & (nl >= least) & (nr >= least)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = side(l) ** 2 / gl + side(r) ** 2 / gr
+            if self.imbalance_penalty > 0:
+                score = score - self.imbalance_penalty * (1.0 / nl + 1.0 / nr)
+        return np.where(ok, score, -np.inf)
 
     # A leaf stores its first ``n_moments`` channel sums per row, then its row count,
     # and its weight is the row count: the causal criterion's rules, on this layout.
@@ -346,8 +433,12 @@ class InstrumentalCriterion(Criterion):
     def compiled(self):
         """Compiled pieces for the growth kernels (:class:`forest.criteria.compiled.CompiledCriterion`)."""
         L = self.layout
-        record = InstrumentalRecord(L.i_sign, float(self.min_samples_leaf), self.alpha, self.imbalance_penalty,
-                                    self.precondition)
+        if self.constraint == "rows":
+            record = InstrumentalRowsRecord(L.i_count, float(self.min_samples_leaf), self.alpha,
+                                            self.imbalance_penalty, self.precondition)
+        else:
+            record = InstrumentalRecord(L.i_sign, float(self.min_samples_leaf), self.alpha, self.imbalance_penalty,
+                                        self.precondition)
         return CompiledCriterion(record, L.i_count, self.min_samples_leaf, n_consts=8)
 
 

@@ -82,8 +82,25 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
     max_features : None, int, float, "sqrt" or "log2", default None
         ``mtry``; ``None`` is GRF's ``min(ceil(sqrt(d) + 20), d)``.
     alpha : float, default 0.05
-        Each child keeps at least this share of the parent's treatment spread.
+        Each child keeps at least this share of the parent's treatment spread
+        (``stabilize_splits=False``: of the parent's rows).
     imbalance_penalty : float, default 0.0
+    stabilize_splits : bool, default True
+        grf's ``stabilize.splits``: whether the treatment counts when judging a split's
+        balance. True: the ``min_samples_leaf`` and ``alpha`` rules above, per arm (or
+        sign of the centred treatment) and on the treatment spread. False: grf's
+        regression rule on the pseudo-outcomes, each child needs
+        ``max(min_samples_leaf, ceil(alpha * rows of the node))`` rows of any arm, and
+        ``imbalance_penalty`` is in rows; trees grow deeper where one arm is rare, and a
+        leaf may hold fewer treated rows than ``min_samples_leaf`` (or none)
+        (:mod:`forest.criteria.causal`).
+    honesty_prune_leaves : bool, default True
+        grf's ``honesty.prune.leaves``, for leaves no estimation row reaches. True: such a
+        leaf takes its nearest non-empty ancestor's value (close to grf's pruning, not the
+        same: :mod:`forest.engine.honest_forest`). False: a tree whose leaf is empty for a
+        point is left out of that point's estimate, variance and forest weights (NaN where
+        every tree is); may help on small data, needs more trees. The nuisance forests
+        keep the default: their out-of-bag estimates centre every row.
     ci_group_size : int, default 2
         Trees per little bag; ``>= 2`` enables ``predict_var``/``predict_interval``.
     max_bins : int, default 255
@@ -167,8 +184,11 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
                  treatment_type="auto", nuisance_estimators=None, batch_size=None, random_state=None,
                  equalize_cluster_weights=False, warm_start=False, categorical_features="from_dtype",
-                 tune_parameters=None, tune_num_trees=200, tune_num_reps=50, tune_num_draws=1000):
+                 tune_parameters=None, tune_num_trees=200, tune_num_reps=50, tune_num_draws=1000, stabilize_splits=True,
+                 honesty_prune_leaves=True):
         self.n_estimators = n_estimators
+        self.stabilize_splits = stabilize_splits
+        self.honesty_prune_leaves = honesty_prune_leaves
         self.tune_parameters = tune_parameters
         self.tune_num_trees = tune_num_trees
         self.tune_num_reps = tune_num_reps
@@ -320,7 +340,7 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
         clusters_layout = resolve_clusters(clusters, comm, n, self.equalize_cluster_weights, sample_weight)
         # The criterion validates alpha and imbalance_penalty: build it before the two
         # nuisance forests so a bad value fails in milliseconds, not after their fits.
-        constraint = "sign" if kind == "continuous" else "arms"
+        constraint = "rows" if not self.stabilize_splits else "sign" if kind == "continuous" else "arms"
         crit = CausalCriterion(K, M, min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
                                imbalance_penalty=self.imbalance_penalty, constraint=constraint)
         begun = begin_forest(self, X, inputs.binned, n_features, seed, comm, clustered=clusters_layout is not None)

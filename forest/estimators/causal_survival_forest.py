@@ -109,6 +109,8 @@ class CausalSurvivalForest(CausalForest):
     #: The CausalForest parameters this forest does not offer.
     treatment_type = "binary"
     warm_start = False
+    stabilize_splits = True
+    honesty_prune_leaves = True
 
     def __init__(self, horizon=None, *, target="RMST", n_estimators=200, max_samples=0.5, honest=True,
                  honesty_fraction=0.5, min_samples_leaf=5, max_depth=None, max_features=None, alpha=0.05,

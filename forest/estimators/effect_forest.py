@@ -145,7 +145,13 @@ class EffectForestBase(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Estimat
         return self._shape(np.asarray(v)[None])[0]
 
     def _mean_moments_binned(self, codes, rows):
-        """Mean leaf moments over all trees for training rows ``rows`` (bool mask) given as codes."""
+        """Mean leaf moments over all trees for training rows ``rows`` (bool mask) given as codes.
+
+        With ``honesty_prune_leaves=False`` an empty leaf holds zero moments, so these are
+        the non-empty trees' mean times their share of the trees: ``theta``, which solves an
+        equation homogeneous in the moments (:func:`forest.analysis.inference.solve_theta`),
+        is the non-empty trees' estimate (grf's), and NaN where every tree is empty.
+        """
         n_trees = len(self.estimators_["tree_offsets"]) - 1
         idx = np.flatnonzero(rows).astype(np.int64)
         return predict_values_binned(self.estimators_, codes, self.bin_mapper_.missing_bin_, rows=idx) / n_trees
@@ -186,6 +192,10 @@ class EffectForestBase(ShapMixin, ForestWeightsMixin, TrainingRowsMixin, Estimat
         X = validate_features(self, X, reset=False, min_samples=0)
         with phase("prediction"):
             th, var = blb_predict(self.estimators_, X, self._layout(), self.ci_group_size, chunk_rows)
+        if not getattr(self, "honesty_prune_leaves", True):
+            # Little bags holding an empty leaf are left out of the variance (grf), not out
+            # of the estimate: the intervals are around predict's theta, over every tree.
+            th = solve_theta(self._mean_moments(X), self._layout())[0]
         return self._shape(th), self._shape(var)
 
     def predict_interval(self, X, alpha=0.05):

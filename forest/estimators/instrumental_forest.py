@@ -83,8 +83,19 @@ class InstrumentalForest(InstrumentalAnalysisMixin, EffectForestBase):
     max_features : None, int, float, "sqrt" or "log2", default None
         ``mtry``; ``None`` is GRF's ``min(ceil(sqrt(d) + 20), d)``.
     alpha : float, default 0.05
-        Each child keeps at least this share of the parent's instrument spread.
+        Each child keeps at least this share of the parent's instrument spread
+        (``stabilize_splits=False``: of the parent's rows).
     imbalance_penalty : float, default 0.0
+    stabilize_splits : bool, default True
+        grf's ``stabilize.splits``: whether the instrument counts when judging a split's
+        balance. True: the ``min_samples_leaf`` and ``alpha`` rules above, per side of the
+        centred instrument and on its spread. False: grf's regression rule on the
+        pseudo-outcomes, each child needs ``max(min_samples_leaf, ceil(alpha * rows of the
+        node))`` rows, and ``imbalance_penalty`` is in rows
+        (:class:`forest.criteria.instrumental.InstrumentalCriterion`).
+    honesty_prune_leaves : bool, default True
+        grf's ``honesty.prune.leaves``, as :class:`forest.CausalForest`'s: False leaves a
+        tree whose leaf is empty for a point out of that point's estimate.
     ci_group_size : int, default 2
         Trees per little bag; ``>= 2`` enables ``predict_var``/``predict_interval``.
     max_bins : int, default 255
@@ -141,8 +152,10 @@ class InstrumentalForest(InstrumentalAnalysisMixin, EffectForestBase):
                  max_depth=None, max_features=None, alpha=0.05, imbalance_penalty=0.0, ci_group_size=2, max_bins=255,
                  nuisance_estimators=None, batch_size=None, random_state=None, equalize_cluster_weights=False,
                  warm_start=False, categorical_features="from_dtype", tune_parameters=None, tune_num_trees=200,
-                 tune_num_reps=50, tune_num_draws=1000):
+                 tune_num_reps=50, tune_num_draws=1000, stabilize_splits=True, honesty_prune_leaves=True):
         self.n_estimators = n_estimators
+        self.stabilize_splits = stabilize_splits
+        self.honesty_prune_leaves = honesty_prune_leaves
         self.tune_parameters = tune_parameters
         self.tune_num_trees = tune_num_trees
         self.tune_num_reps = tune_num_reps
@@ -184,7 +197,8 @@ class InstrumentalForest(InstrumentalAnalysisMixin, EffectForestBase):
 
     def _criterion(self):
         return InstrumentalCriterion(min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
-                                     imbalance_penalty=self.imbalance_penalty)
+                                     imbalance_penalty=self.imbalance_penalty,
+                                     constraint="sign" if self.stabilize_splits else "rows")
 
     def _layout(self):
         return InstrumentalChannels()

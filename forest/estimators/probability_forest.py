@@ -81,7 +81,7 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
         43.4 s without, RESULTS.md). :meth:`oob_predict_proba` with the training rows
         computes the same probabilities later, either way.
     honest, honesty_fraction, min_samples_leaf, min_node_size, alpha, imbalance_penalty, max_depth, max_features,
-    max_bins
+    max_bins, honesty_prune_leaves
         As in :class:`RegressionForest`, with its defaults.
     ci_group_size, batch_size, categorical_features, random_state, equalize_cluster_weights, warm_start
         As in :class:`RegressionForest`, with its defaults (``ci_group_size=None`` gives no
@@ -119,7 +119,7 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
     def __init__(self, n_estimators=200, *, max_samples=0.8, honest=True, honesty_fraction=0.5, min_samples_leaf=None,
                  min_node_size=None, alpha=None, imbalance_penalty=0.0, max_depth=None, max_features=None,
                  max_bins=255, ci_group_size=None, batch_size=None, random_state=None, equalize_cluster_weights=False,
-                 warm_start=False, categorical_features="from_dtype", oob_score=False):
+                 warm_start=False, categorical_features="from_dtype", oob_score=False, honesty_prune_leaves=True):
         # max_samples's default differs from RegressionForest's, and oob_score is the
         # classifier's own (see the docstring); scikit-learn reads the parameters from this signature.
         self.oob_score = oob_score
@@ -128,7 +128,8 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
                          imbalance_penalty=imbalance_penalty, max_depth=max_depth, max_features=max_features,
                          max_bins=max_bins, ci_group_size=ci_group_size, batch_size=batch_size,
                          random_state=random_state, equalize_cluster_weights=equalize_cluster_weights,
-                         warm_start=warm_start, categorical_features=categorical_features)
+                         warm_start=warm_start, categorical_features=categorical_features,
+                         honesty_prune_leaves=honesty_prune_leaves)
 
     _oob_attribute = "oob_decision_function_"   # scikit-learn's name for a classifier's
 

@@ -220,7 +220,10 @@ def check_forest_params(est):
                                                                ("min_samples_leaf", "ci_group_size")),
                       optional_ints=("max_depth", "batch_size", "random_state")
                       + (("min_samples_leaf", "min_node_size", "ci_group_size") if grf_sizes else ()),
-                      reals=("max_samples", "honesty_fraction"), bools=("honest", "equalize_cluster_weights"))
+                      reals=("max_samples", "honesty_fraction"),
+                      bools=("honest", "equalize_cluster_weights")
+                      + (("honesty_prune_leaves",) if hasattr(est, "honesty_prune_leaves") else ())
+                      + (("stabilize_splits",) if hasattr(est, "stabilize_splits") else ()))
     resolve_mtry(est.max_features, 1)  # every accepted form of max_features, whatever the data
     if not isinstance(est.n_estimators, (int, np.integer)) or est.n_estimators < 1:
         raise ValueError(f"n_estimators must be a positive int, got {est.n_estimators!r}")
@@ -327,7 +330,7 @@ def forest_spec(est, sampling, n_features, value_fn, count_col):
     tree = TreeParams(max_depth=est.max_depth, min_samples_split=size_rules(est)[0],
                       mtry=resolve_mtry(est.max_features, n_features), seed=sampling["seed"])
     return ForestSpec(int(est.n_estimators), sampling, tree, value_fn=value_fn, count_col=count_col,
-                      batch_size=est.batch_size)
+                      batch_size=est.batch_size, fill_empty=bool(getattr(est, "honesty_prune_leaves", True)))
 
 
 def _check_value_width(trees, width):
@@ -371,6 +374,14 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
     imbalance_penalty : float, default 0.0
         grf's ``imbalance.penalty``: a split's gain (in the units of ``y`` and the sample
         weights as given) loses ``imbalance_penalty * (1/n_left + 1/n_right)`` (rows).
+    honesty_prune_leaves : bool, default True
+        grf's ``honesty.prune.leaves``, for leaves that no estimation row reaches (or
+        only rows of zero weight). True: such a leaf takes its nearest non-empty
+        ancestor's value, so every tree counts in every prediction (close to grf's
+        pruning, not the same: :mod:`forest.engine.honest_forest`). False: grf's
+        unpruned trees; a tree whose leaf is empty for a point is left out of that
+        point's average (NaN where every tree is), which may help small data sets but
+        needs more trees.
     max_depth : int or None, default None
     max_features : None, int, float, "sqrt" or "log2", default None
         Features tried per node; ``None`` is GRF's ``min(ceil(sqrt(d) + 20), d)``.
@@ -464,8 +475,9 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
                  enable_ll_split=False, ll_split_lambda=0.1, ll_split_weight_penalty=False, ll_split_variables=None,
                  ll_split_cutoff=None,
                  categorical_features="from_dtype", tune_parameters=None, tune_num_trees=200, tune_num_reps=50,
-                 tune_num_draws=1000):
+                 tune_num_draws=1000, honesty_prune_leaves=True):
         self.n_estimators = n_estimators
+        self.honesty_prune_leaves = honesty_prune_leaves
         self.tune_parameters = tune_parameters
         self.tune_num_trees = tune_num_trees
         self.tune_num_reps = tune_num_reps
@@ -513,6 +525,7 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         self.__dict__.setdefault("min_node_size", None)
         self.__dict__.setdefault("alpha", None)
         self.__dict__.setdefault("imbalance_penalty", 0.0)
+        self.__dict__.setdefault("honesty_prune_leaves", True)
 
     def _check_params(self):
         """Validate the parameters before any data is touched; returns the seed.

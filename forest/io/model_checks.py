@@ -46,7 +46,7 @@ class ContentMismatch(ValueError):
 #: been fitted on categorical columns, and ``cat_smooth`` only acts on them).
 ADDED_PARAMS = ("categorical_features", "cat_smooth", "cat_l2", "min_data_per_group", "min_node_size", "tune_parameters",
                 "enable_ll_split", "ll_split_lambda", "ll_split_weight_penalty", "ll_split_variables", "ll_split_cutoff",
-                "tune_num_trees", "tune_num_reps", "tune_num_draws")
+                "tune_num_trees", "tune_num_reps", "tune_num_draws", "honesty_prune_leaves", "stabilize_splits")
 
 
 def _init_defaults(cls):
