@@ -99,7 +99,8 @@ def wa_part(n, seeds, trees):
             rmse = datasets.pehe(est.predict(data["X_test"]), data["tau_test"])
             line += [rmse, time.perf_counter() - start]
             if tune:
-                line.append(", ".join(f"{k}={v:.3g}" for k, v in est.tuned_params_.items())
+                line.append(", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in est.tuned_params_.items())
                             + f" ({est.tuning_['status'].split(':')[0]})")
         rows.append(tuple(line))
         print("WA", line, flush=True)
