@@ -409,16 +409,33 @@ class ForestSpec:
     channels: int
     oob: bool
     progress: bool       # a progress callback bounds the batch size (forest-train)
+    held_trees: int = 0  # trees held at once when fewer than n_trees (tuning drops each small forest)
+
+
+def _tuning_spec(prm, main):
+    """The small forests of ``tune_parameters`` (:mod:`forest.estimators.tuning`) as one forest, or none.
+
+    The probe, ``tune_num_reps`` draws and the refitted winner, each ``tune_num_trees``
+    trees (an effect forest's two halves of half as many), with out-of-bag estimates;
+    priced at the given parameters (the draws' leaf sizes and sample fractions vary around them).
+    """
+    if prm.get("tune_parameters") is None:
+        return []
+    n_trees = (int(prm["tune_num_reps"]) + 2) * int(prm["tune_num_trees"])
+    # held at once: the probe (its nuisance forests' centring) and the candidate being scored
+    return [dataclasses.replace(main, n_trees=n_trees, oob=True, progress=False,
+                                held_trees=2 * int(prm["tune_num_trees"]))]
 
 
 def forest_specs(workload):
-    """The forests a fit grows, in order (nuisance forests first)."""
+    """The forests a fit grows, in order (nuisance forests first, then tuning's small forests)."""
     prm = workload.resolved()
     if workload.model == "regression":
         from forest.criteria.basic import VarianceCriterion
 
         c = VarianceCriterion(workload.n_outcomes, count_channel=True).n_channels
-        return [ForestSpec("regression", int(prm["n_estimators"]), c, True, workload.entry == "cli")]
+        main = ForestSpec("regression", int(prm["n_estimators"]), c, True, workload.entry == "cli")
+        return _tuning_spec(prm, main) + [main]
     from forest.criteria.causal import CausalCriterion
     from forest.criteria.basic import VarianceCriterion
 
@@ -431,13 +448,13 @@ def forest_specs(workload):
         nuisance = ForestSpec("regression", n_nuis, VarianceCriterion(1, count_channel=True).n_channels, True, False)
         main = ForestSpec("causal", int(prm["n_estimators"]), InstrumentalCriterion().n_channels, False,
                           workload.entry == "cli")
-        return [nuisance] * (0 if workload.nuisance_given else 3) + [main]
+        return [nuisance] * (0 if workload.nuisance_given else 3) + _tuning_spec(prm, main) + [main]
     nuisance = [ForestSpec("regression", n_nuis, VarianceCriterion(width, count_channel=True).n_channels, True, False)
                 for width in (workload.n_outcomes, workload.n_treatments)]
     main = ForestSpec("causal", int(prm["n_estimators"]),
                       CausalCriterion(workload.n_treatments, workload.n_outcomes).n_channels, True,
                       workload.entry == "cli")
-    return ([] if workload.nuisance_given else nuisance) + [main]
+    return ([] if workload.nuisance_given else nuisance) + _tuning_spec(prm, main) + [main]
 
 
 def forest_geometry(workload, spec, constants=None):
@@ -701,7 +718,7 @@ def peak_memory(workload, p, constants=None):
         chunk = current_engine_options().local_gather_bytes
         for spec in forest_specs(workload):
             g = forest_geometry(workload, spec, constants)
-            sizes.append(spec.n_trees * g["nodes"] * node_bytes)
+            sizes.append((spec.held_trees or spec.n_trees) * g["nodes"] * node_bytes)
             row_bytes = 16 + F + 8 * spec.channels
             task = min(g["rows"], g["task_rows"]) * task_row_bytes(F, spec.channels)
             held = 0.0

@@ -207,3 +207,15 @@ def test_given_nuisance_estimates_grow_no_nuisance_forest():
     iv = cm.forest_specs(cm.Workload("instrumental", 10_000, 5, nuisance_given=True))
     assert [s.family for s in iv] == ["causal"]
     assert len(cm.forest_specs(cm.Workload("instrumental", 10_000, 5))) == 4
+
+
+def test_tuning_prices_its_small_forests():
+    base = {"n_estimators": 40, "tune_num_trees": 20, "tune_num_reps": 8}
+    plain = cm.Workload("regression", 10_000, 5, dict(base))
+    tuned = cm.Workload("regression", 10_000, 5, dict(base, tune_parameters="all"))
+    specs = cm.forest_specs(tuned)
+    assert [s.n_trees for s in specs] == [(8 + 2) * 20, 40] and specs[0].oob and specs[0].held_trees == 40
+    assert cm.forest_specs(plain) == specs[-1:]
+    assert cm.predict(tuned, 1).seconds > cm.predict(plain, 1).seconds
+    causal = cm.forest_specs(cm.Workload("causal", 10_000, 5, dict(base, tune_parameters=["alpha"])))
+    assert [s.family for s in causal] == ["regression", "regression", "causal", "causal"]
