@@ -180,7 +180,7 @@ class _Tuner:
         self.est, self.args, self.comm, self.progress = est, args, comm, progress
         self.effect = hasattr(est, "_nuisance_specs")
         self.small_trees = int(est.tune_num_trees) // (2 if self.effect else 1)
-        self.base = {**est.get_params(deep=False), **{k: None for k in ("tune_parameters",)}, "warm_start": False}
+        self.base = {**est.get_params(deep=False), "tune_parameters": None, "warm_start": False}
         self.seed = int(self.base["random_state"] or 0)
         self.done = 0
         n_fits = (est.tune_num_reps + 2) * (2 if self.effect else 1)
@@ -220,7 +220,9 @@ class _Tuner:
                 self.hats[name] = hat[:, 0] if hat.ndim == 2 and hat.shape[1] == 1 else hat
         later = {k: v for k, v in args.items() if k not in ("X", "feature_names", "binned")}
         later.update(self.hats)
-        later["binned"] = (first.bin_mapper_, source.codes)
+        # the probe's codes serve every later fit, the final one included: binning is keyed by
+        # the seed every fit shares, so binning again would give these codes once more
+        self.binned = later["binned"] = (first.bin_mapper_, source.codes)
         later["feature_names"] = getattr(first, "feature_names_in_", None)
         later["X"] = None
         self.later = later
@@ -247,7 +249,10 @@ class _Tuner:
 
 
 def _choose(names, draws, errors, rng, n_draws):
-    """Index into ``candidates`` of the lowest kriging prediction, and the candidates (rank 0's work)."""
+    """``(index of the lowest kriging prediction or None, candidates (n_draws, len(names)))`` (rank 0's work).
+
+    None when fewer than two errors are finite or they are all equal (nothing to smooth).
+    """
     candidates = rng.random((n_draws, len(names)))
     ok = np.isfinite(errors)
     if ok.sum() < 2 or np.ptp(errors[ok]) == 0:
@@ -305,7 +310,7 @@ def fit_tuned(est, args, comm, progress=None):
         chosen = pick if better else given
         record["status"] = "tuned" if better else "given: the tuned parameters' error was not lower"
     final = type(est)(**{**tuner.base, **chosen})
-    final_args = dict(args)
+    final_args = dict(args, binned=tuner.binned)   # with X: its names and category coder, no re-binning
     if tuner.effect:
         final_args.update(tuner.hats)
     tuner.done = tuner.total - int(est.n_estimators)
