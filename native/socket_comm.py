@@ -44,14 +44,20 @@ from collections import deque
 import numpy as np
 
 from .comm import Communicator
-from .rendezvous import DEFAULT_TIMEOUT_S, ENV_TIMEOUT, Listener, connect_mesh, parse_endpoint
+from .rendezvous import (DEFAULT_TIMEOUT_S, ENV_TIMEOUT, Listener, RendezvousError, RendezvousTimeout, connect_mesh,
+                         parse_endpoint)
 from .settings import positive_number
+from .shm_link import SHM_MIN_BYTES
+from . import shm_link
 from .transport import TAG_BARRIER
 
 ENV_WAIT_TIMEOUT = "HISTFOREST_SOCKET_TIMEOUT"
 
 _HEADER = struct.Struct("<qqq")  # kind, tag, payload bytes
 _DATA, _ABORT, _BYE = 1, 2, 3
+# Shared memory (native.shm_link): a message whose payload follows in the peer's ring
+# (kind, tag, bytes); a slot filled (kind, slot, bytes in it); a slot handed back (kind, slot, 0).
+_SHMDATA, _CHUNK, _CREDIT = 4, 5, 6
 
 #: Seconds :meth:`SocketCommunicator.close` waits for peers to close their ends (their
 #: last frames are read, so no reset discards data a slower peer has not read yet).
@@ -111,23 +117,37 @@ def _byte_view(arr):
 
 
 class _Link:
-    """The frames to and from one peer over one TCP socket (see the module docstring)."""
+    """The frames to and from one peer over one TCP socket (see the module docstring).
 
-    def __init__(self, peer, sock):
+    ``shm_out`` / ``shm_in``: the shared-memory rings to / from this peer
+    (:mod:`native.shm_link`), or None where the pair uses TCP for every byte.
+    """
+
+    def __init__(self, peer, sock, shm_out=None, shm_in=None):
         self.peer = peer
         self.sock = sock
         sock.setblocking(False)
         self.fileno = sock.fileno()
-        self.out = deque()            # [header view, payload view, bytes written, request]
+        self.out = deque()            # [kind, tag, payload view, request, bytes handed over, announced]
+        self.ctrl = deque()           # small frames that may go between any two frames (credits, abort)
+        self._tx = None               # [views, total bytes, bytes written, request] being written
+        self.blocked = False          # the last write found the kernel buffer full
         self.posted = {}              # tag -> deque of receive requests, in posting order
         self.unexpected = {}          # tag -> deque of complete payloads (bytearray)
         self._hdr = bytearray(_HEADER.size)
         self._hdr_view = memoryview(self._hdr)
         self._hdr_got = 0
         self._cur = None              # [kind, tag, view, got, request, store] of the frame being read
+        self._shm_cur = None          # [_SHMDATA, tag, view, got, request, store]: a message in slots
+        self.shm_out = shm_out
+        self.shm_in = shm_in
         self.state = "open"           # "open" | "left" (said bye) | "lost" | "aborted" (said why)
         self.reason = ""
         self.want_write = False
+
+    def pending(self):
+        """True while anything of this rank waits to be written to this peer."""
+        return bool(self._tx is not None or self.ctrl or self.out)
 
     # ----------------------------------------------------------------- receiving
     def post(self, req):
@@ -143,12 +163,12 @@ class _Link:
         q = self.posted.get(req.tag)
         if q is not None and req in q:
             q.remove(req)
-        cur = self._cur
-        if cur is not None and cur[4] is req:
-            # Its frame is half read into the buffer: finish it into a private copy instead.
-            store = bytearray(len(cur[2]))
-            store[:cur[3]] = cur[2][:cur[3]]
-            cur[2], cur[4], cur[5] = memoryview(store), None, store
+        for cur in (self._cur, self._shm_cur):
+            if cur is not None and cur[4] is req:
+                # Its frame is half read into the buffer: finish it into a private copy instead.
+                store = bytearray(len(cur[2]))
+                store[:cur[3]] = cur[2][:cur[3]]
+                cur[2], cur[4], cur[5] = memoryview(store), None, store
 
     def on_readable(self):
         """Read everything that has arrived, frame by frame, until the socket would block."""
@@ -177,39 +197,74 @@ class _Link:
                 if cur[3] == len(cur[2]):
                     self._finish()
 
+    def _match(self, tag, nbytes):
+        """The posted receive a data frame of ``nbytes`` with ``tag`` goes to, or None."""
+        q = self.posted.get(tag)
+        if not q:
+            return None
+        req = q.popleft()
+        if len(req.view) != nbytes:
+            raise TransportError(f"rank {self.peer} sent {nbytes} bytes with tag {tag}, but the receive "
+                                 f"expects {len(req.view)}: the ranks disagree on the message size")
+        return req
+
     def _start(self, kind, tag, nbytes):
-        req = None
-        if kind == _DATA:
-            q = self.posted.get(tag)
-            if q:
-                req = q.popleft()
-                if len(req.view) != nbytes:
-                    raise TransportError(f"rank {self.peer} sent {nbytes} bytes with tag {tag}, but the receive "
-                                         f"expects {len(req.view)}: the ranks disagree on the message size")
+        if kind == _CHUNK:  # "tag" is the slot, "nbytes" the bytes in it
+            self._chunk(tag, nbytes)
+            return
+        if kind == _CREDIT:
+            if self.shm_out is None or not 0 <= tag < len(self.shm_out.slots):
+                raise TransportError(f"rank {self.peer} handed back slot {tag}, which it was never given")
+            self.shm_out.free.append(tag)
+            return
+        req = self._match(tag, nbytes) if kind in (_DATA, _SHMDATA) else None
         if req is not None:
-            self._cur = [kind, tag, req.view, 0, req, None]
+            cur = [kind, tag, req.view, 0, req, None]
         else:
             store = bytearray(nbytes)
-            self._cur = [kind, tag, memoryview(store), 0, None, store]
+            cur = [kind, tag, memoryview(store), 0, None, store]
+        if kind == _SHMDATA:
+            if self.shm_in is None or self._shm_cur is not None:
+                raise TransportError(f"rank {self.peer} sent a shared-memory message this rank cannot read")
+            self._shm_cur = cur
+            return
+        self._cur = cur
         if nbytes == 0:
             self._finish()
+
+    def _chunk(self, slot, n):
+        """Copy slot ``slot`` of the peer's ring into the message it belongs to, hand it back."""
+        cur = self._shm_cur
+        ring = self.shm_in
+        if cur is None or ring is None or not 0 <= slot < len(ring.slots) or not 0 < n <= len(cur[2]) - cur[3]:
+            raise TransportError(f"rank {self.peer} announced {n} bytes in slot {slot} outside a message")
+        got = cur[3]
+        cur[2][got:got + n] = ring.slots[slot][:n]
+        cur[3] = got + n
+        self.ctrl.append(_HEADER.pack(_CREDIT, slot, 0))
+        if cur[3] == len(cur[2]):
+            self._shm_cur = None
+            self._deliver(cur[1], cur[4], cur[5])
 
     def _finish(self):
         kind, tag, _, _, req, store = self._cur
         self._cur = None
         if kind == _DATA:
-            if req is not None:
-                req.done, req.keep = True, None
-                return
-            q = self.posted.get(tag)
-            if q:  # posted while its frame was being read
-                _fill(q.popleft(), store, self.peer)
-            else:
-                self.unexpected.setdefault(tag, deque()).append(store)
+            self._deliver(tag, req, store)
         elif kind == _ABORT:
             self.state, self.reason = "aborted", bytes(store).decode(errors="replace")
         elif kind == _BYE:
             self.state = "left"
+
+    def _deliver(self, tag, req, store):
+        if req is not None:
+            req.done, req.keep = True, None
+            return
+        q = self.posted.get(tag)
+        if q:  # posted while its frame was being read
+            _fill(q.popleft(), store, self.peer)
+        else:
+            self.unexpected.setdefault(tag, deque()).append(store)
 
     def _gone(self, why):
         if self.state == "open":
@@ -217,31 +272,90 @@ class _Link:
         elif self.state == "left":
             self.state = "closed"  # bye, then the end of the stream: an orderly close
         self.out.clear()
+        self.ctrl.clear()
+        self._tx = None
 
     # ------------------------------------------------------------------- sending
     def push(self, kind, tag, view, req):
-        self.out.append([memoryview(_HEADER.pack(kind, tag, len(view))), view, 0, req])
+        if kind == _DATA and self.shm_out is not None and len(view) >= SHM_MIN_BYTES:
+            kind = _SHMDATA
+        self.out.append([kind, tag, view, req, 0, False])
+
+    def push_ctrl(self, kind, tag, payload=b""):
+        """A frame that overtakes queued data at the next frame boundary (an abort)."""
+        self.ctrl.append(_HEADER.pack(kind, tag, len(payload)) + bytes(payload))
+
+    def _next_tx(self):
+        """The next bytes to write: control frames first, then the head of the queue."""
+        if self.ctrl:
+            data = b"".join(self.ctrl)
+            self.ctrl.clear()
+            return [[memoryview(data)], len(data), 0, None]
+        if not self.out:
+            return None
+        entry = self.out[0]
+        kind, tag, view, req, offset, announced = entry
+        if kind != _SHMDATA:
+            self.out.popleft()
+            hdr = memoryview(_HEADER.pack(kind, tag, len(view)))
+            return [[hdr, view] if len(view) else [hdr], _HEADER.size + len(view), 0, req]
+        # Shared memory: one slot per write, so the peer copies one slot out while this
+        # rank fills the next.
+        ring = self.shm_out
+        frames = b"" if announced else _HEADER.pack(_SHMDATA, tag, len(view))
+        entry[5] = True
+        if ring.free:
+            k = ring.free.pop()
+            n = min(ring.slot_bytes, len(view) - offset)
+            ring.slots[k][:n] = view[offset:offset + n]
+            frames += _HEADER.pack(_CHUNK, k, n)
+            entry[4] = offset = offset + n
+        done = None
+        if offset == len(view):
+            self.out.popleft()
+            done = req
+        if not frames:
+            return None  # every slot is with the peer: its credits wake this rank up
+        return [[memoryview(frames)], len(frames), 0, done]
 
     def on_writable(self):
-        """Write queued frames until the kernel buffer is full; completes their requests."""
-        out = self.out
-        while out:
-            entry = out[0]
-            hdr, payload, sent, req = entry
+        """Write queued frames until the kernel buffer is full; completes their requests.
+
+        ``blocked`` tells afterwards whether it stopped at a full kernel buffer (the
+        selector should wake this rank when there is room) or for want of anything
+        writable now (nothing queued, or a shared-memory message waiting for slots).
+        """
+        self.blocked = False
+        while self.state in ("open", "left"):
+            tx = self._tx
+            if tx is None:
+                tx = self._tx = self._next_tx()
+                if tx is None:
+                    return
+            views, total, written = tx[0], tx[1], tx[2]
+            if written:
+                rest, skip = [], written
+                for v in views:
+                    if skip >= len(v):
+                        skip -= len(v)
+                        continue
+                    rest.append(v[skip:])
+                    skip = 0
+                views = rest
             try:
-                if sent < len(hdr):
-                    n = self.sock.sendmsg([hdr[sent:], payload] if len(payload) else [hdr[sent:]])
-                else:
-                    n = self.sock.send(payload[sent - len(hdr):])
+                n = self.sock.sendmsg(views) if len(views) > 1 else self.sock.send(views[0])
             except (BlockingIOError, InterruptedError):
+                self.blocked = True
                 return
             except OSError as exc:
                 self._gone(f"its connection failed while sending to it ({exc.strerror or exc})")
                 return
-            entry[2] = sent = sent + n
-            if sent < len(hdr) + len(payload):
+            tx[2] = written + n
+            if tx[2] < total:
+                self.blocked = True
                 return  # the kernel buffer is full
-            out.popleft()
+            self._tx = None
+            req = tx[3]
             if req is not None:
                 req.done, req.keep = True, None
 
@@ -276,15 +390,23 @@ class SocketCommunicator(Communicator):
         The second set of links, handed out by :meth:`private_channel`.
     endpoints : list of str, optional
         For error messages.
+    quiet : bool
+        A watchdog channel: a lost link never raises.
+    shm : tuple of two dicts, optional
+        ``(out_rings, in_rings)`` from :func:`native.shm_link.setup`: peers on this
+        machine whose large messages go through shared memory.
     """
 
-    def __init__(self, links, rank, size, hosts, timeout=None, channel_links=None, endpoints=None, quiet=False):
+    def __init__(self, links, rank, size, hosts, timeout=None, channel_links=None, endpoints=None, quiet=False,
+                 shm=None):
         self.rank = int(rank)
         self.size = int(size)
         self.timeout = timeout
         self.endpoints = list(endpoints) if endpoints is not None else None
         self._hosts = list(hosts)
-        self._links = {peer: _Link(peer, sock) for peer, sock in links.items()}
+        out_rings, in_rings = shm if shm is not None else ({}, {})
+        self._links = {peer: _Link(peer, sock, out_rings.get(peer), in_rings.get(peer))
+                       for peer, sock in links.items()}
         self._sel = selectors.DefaultSelector()
         for link in self._links.values():
             self._sel.register(link.sock, selectors.EVENT_READ, link)
@@ -324,8 +446,6 @@ class SocketCommunicator(Communicator):
         """
         host, port = parse_endpoint(endpoints[rank]) if 0 <= rank < len(endpoints) else (None, None)
         if host is None:
-            from .rendezvous import RendezvousError
-
             raise RendezvousError(f"rank {rank} is not in 0..{len(endpoints) - 1} ({len(endpoints)} endpoints)")
         listener = Listener(bind_host, port, advertise=host)
         return connect(listener, endpoints, rank, token, timeout, connect_timeout)
@@ -501,8 +621,10 @@ class SocketCommunicator(Communicator):
                 sock.close()
         links = [link for link in self._links.values() if link.state in ("open", "left")]
         for link in links:
-            text = (reason or "").encode()[:65536]
-            link.push(_ABORT if reason is not None else _BYE, 0, memoryview(text), None)
+            if reason is not None:  # overtakes queued data: the peers learn why at once
+                link.push_ctrl(_ABORT, 0, reason.encode()[:65536])
+            else:
+                link.push(_BYE, 0, memoryview(b""), None)
         self._flush(links, ABORT_FLUSH_S if reason is not None else linger)
         if reason is None and linger > 0:
             for link in links:
@@ -519,6 +641,10 @@ class SocketCommunicator(Communicator):
             except (KeyError, ValueError):
                 pass
             link.sock.close()
+            for ring in (link.shm_out, link.shm_in):
+                if ring is not None:
+                    ring.release()
+            link.shm_out = link.shm_in = None
         self._sel.close()
 
     def __enter__(self):
@@ -560,9 +686,11 @@ class SocketCommunicator(Communicator):
     def _progress(self, wait):
         """Move bytes on every link: queued writes, then whatever the selector reports."""
         for link in self._links.values():
-            if link.out:
+            if link.pending():
                 link.on_writable()
-            want = bool(link.out)
+            # Wake for room to write only when the kernel buffer was full; a message
+            # waiting for shared-memory slots is woken by the peer's credit frames.
+            want = link.blocked and link.pending()
             if want != link.want_write and link.state in ("open", "left"):
                 link.want_write = want
                 events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
@@ -577,6 +705,8 @@ class SocketCommunicator(Communicator):
                 link.on_readable()
             if mask & selectors.EVENT_WRITE:
                 link.on_writable()
+            if link.ctrl and link.state in ("open", "left"):
+                link.on_writable()  # hand slots back at once: the peer may be waiting for them
             if link.state not in ("open", "left"):
                 try:
                     self._sel.unregister(link.sock)
@@ -585,7 +715,7 @@ class SocketCommunicator(Communicator):
 
     def _flush(self, links, seconds):
         deadline = time.monotonic() + seconds
-        while any(lk.out and lk.state in ("open", "left") for lk in links) and time.monotonic() < deadline:
+        while any(lk.pending() and lk.state in ("open", "left") for lk in links) and time.monotonic() < deadline:
             self._progress(min(0.05, max(deadline - time.monotonic(), 0.0)))
 
     def _wait(self, requests, peers):
@@ -631,7 +761,7 @@ class SocketCommunicator(Communicator):
         bool
             True if it read something.
         """
-        if any(link.out for link in self._links.values()):
+        if any(link.pending() for link in self._links.values()):
             return False
         for req in requests:
             link = req.link
@@ -687,7 +817,7 @@ class SocketCommunicator(Communicator):
         return f" ({self.endpoints[peer]})" if self.endpoints else ""
 
 
-def connect(listener, endpoints, rank, token=b"", timeout=None, connect_timeout=None):
+def connect(listener, endpoints, rank, token=b"", timeout=None, connect_timeout=None, shm=None):
     """Finish the rendezvous from an open listener; the communicator of rank ``rank``.
 
     Parameters
@@ -701,6 +831,10 @@ def connect(listener, endpoints, rank, token=b"", timeout=None, connect_timeout=
     token : bytes
     timeout, connect_timeout : float, optional
         As in :meth:`SocketCommunicator.from_endpoints`.
+    shm : bool, optional
+        Whether this rank offers shared memory to the peers on its machine
+        (:mod:`native.shm_link`); default ``HISTFOREST_SOCKET_SHM`` (unset: yes).
+        A pair uses it only if both ranks offer it.
 
     Returns
     -------
@@ -711,9 +845,25 @@ def connect(listener, endpoints, rank, token=b"", timeout=None, connect_timeout=
         timeout = wait_timeout_setting()
     if connect_timeout is None:
         connect_timeout = connect_timeout_setting()
+    start = time.monotonic()
     links, hosts = connect_mesh(listener, list(endpoints), rank, token=token, timeout=connect_timeout)
+    try:
+        rings = shm_link.setup(links[0], rank, hosts, token=token, want=shm,
+                               timeout=max(connect_timeout - (time.monotonic() - start), 1.0))
+    except (OSError, EOFError) as exc:
+        for chan in links.values():
+            for sock in chan.values():
+                sock.close()
+        if isinstance(exc, TimeoutError):
+            raise RendezvousTimeout(f"rank {rank}: {exc}") from None
+        raise RendezvousError(f"rank {rank}: the links were made but a peer failed right after ({exc})") from None
+    except BaseException:
+        for chan in links.values():
+            for sock in chan.values():
+                sock.close()
+        raise
     return SocketCommunicator(links[0], rank, len(endpoints), hosts, timeout=timeout, channel_links=links[1],
-                              endpoints=endpoints)
+                              endpoints=endpoints, shm=rings)
 
 
 def loopback_world_endpoints(size, host="127.0.0.1"):

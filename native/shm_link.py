@@ -1,0 +1,266 @@
+"""Shared-memory rings between socket ranks on the same machine (issue 36).
+
+Over TCP loopback every byte of a large message is copied into the kernel, pushed
+through the TCP stack and copied out again, and on this kernel the loopback device
+also reorders segments when sender and receiver run on different cores, which TCP
+answers with spurious retransmissions and now and then a 200 ms retransmission
+timeout (``TCPOFOQueue``, ``TCPFastRetrans``, ``TCPLostRetransmit`` in
+``/proc/net/netstat``). MPI libraries move bytes between ranks of one machine through
+shared memory instead; this module lets :mod:`native.socket_comm` do the same, so
+comparing the two transports compares like with like.
+
+Layout
+------
+Every rank creates one segment in ``/dev/shm`` holding one *ring* per peer on its
+machine: a header page (a random cookie, so a peer can tell that it mapped the same
+memory) and ``slots`` slots of ``slot_bytes``. The ring from rank ``a`` to rank ``b``
+is written only by ``a`` and read only by ``b``. The TCP link between the two stays
+and carries everything else: the frame that announces a message (kind, tag, size),
+one small frame per slot filled ("chunk in slot k, n bytes") and one per slot
+emptied ("credit for slot k"). A waiting rank therefore still blocks in ``select`` on
+its sockets (no spinning, so ranks oversubscribing the cores leave them to each
+other), and a peer that dies still closes its socket, which ends every wait on it
+with :class:`native.socket_comm.PeerLostError` exactly as without shared memory.
+
+Which pairs use it
+------------------
+Decided at connection time by :func:`setup`, over the freshly made TCP links: two
+ranks share memory when they report the same host name and the same
+``/proc/sys/kernel/random/boot_id``, both have it enabled (``HISTFOREST_SOCKET_SHM``,
+default on; ``0`` turns it off) and the peer could map the segment and read the
+cookie back (containers on one host with private ``/dev/shm`` fail that check and
+keep TCP). Every other pair, in particular ranks on different machines, uses TCP.
+
+Nothing is left behind: a segment's name carries the job token's hash, the rank and
+the process id, space is reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails
+here, cleanly, instead of with ``SIGBUS`` at the first write), and the creator
+unlinks it as soon as each peer has answered whether it mapped it, so after
+:func:`setup` returns the memory lives only in the mappings and vanishes with the
+last process, killed or not.
+"""
+import hashlib
+import mmap
+import os
+import secrets
+import socket
+import struct
+import time
+
+from .settings import flag
+
+ENV_SHM = "HISTFOREST_SOCKET_SHM"
+SHM_DIR = "/dev/shm"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+#: Messages of at least this many bytes go through shared memory (smaller ones: TCP,
+#: where one system call carries them and no slot hand-over is needed).
+SHM_MIN_BYTES = 64 << 10
+#: Slots per ring and the bytes of each (shrunk for many peers, see :func:`ring_geometry`).
+SLOTS = 4
+SLOT_BYTES = 1 << 20
+#: Upper bound on the shared memory one rank creates for all its rings.
+MAX_SEGMENT_BYTES = 64 << 20
+_PAGE = mmap.PAGESIZE
+_COOKIE = 16
+
+_IDENT = struct.Struct("<8sq64s")        # magic, enabled, boot id
+_OFFER = struct.Struct("<8sqqqq128s16s")  # magic, ok, offset, slots, slot bytes, name, cookie
+_ANSWER = struct.Struct("<8sq")           # magic, mapped
+_MAGIC = b"HFSHM001"
+
+
+def enabled():
+    """``HISTFOREST_SOCKET_SHM`` (default on) and a ``/dev/shm`` to put segments in."""
+    return flag(ENV_SHM, True) and os.path.isdir(SHM_DIR)
+
+
+def boot_id():
+    """This machine's boot id (equal host names and boot ids: the same running kernel)."""
+    try:
+        with open(BOOT_ID_PATH) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def ring_geometry(npeers):
+    """Slots and slot size of each of ``npeers`` rings, within :data:`MAX_SEGMENT_BYTES`.
+
+    Returns
+    -------
+    slots, slot_bytes : int, int
+        ``slot_bytes`` a multiple of the page size, at least 64 KiB.
+    """
+    per_ring = min(SLOTS * SLOT_BYTES, max(MAX_SEGMENT_BYTES // max(npeers, 1), 4 * (64 << 10)))
+    slot = max((per_ring // SLOTS) // _PAGE * _PAGE, 64 << 10)
+    return SLOTS, slot
+
+
+class Ring:
+    """One direction of one pair: ``slots`` slots in a mapping (writer or reader side).
+
+    Attributes
+    ----------
+    slots : list of memoryview
+        Each ``slot_bytes`` long.
+    free : list of int
+        Writer side: slots the reader has handed back (all of them at first).
+    """
+
+    def __init__(self, mapping, base, nslots, slot_bytes):
+        self._map = mapping
+        view = memoryview(mapping)
+        self.slot_bytes = slot_bytes
+        self.slots = [view[base + _PAGE + k * slot_bytes: base + _PAGE + (k + 1) * slot_bytes]
+                      for k in range(nslots)]
+        self.free = list(range(nslots))[::-1]
+
+    def release(self):
+        """Drop the views (the mapping itself goes with its last reference)."""
+        for s in self.slots:
+            s.release()
+        self.slots = []
+
+
+def _send_all(socks, blobs):
+    for peer, sock in socks.items():
+        sock.sendall(blobs[peer])
+
+
+def _recv_all(socks, size, what, deadline):
+    out = {}
+    for peer, sock in socks.items():
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        buf = bytearray(size)
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            try:
+                n = sock.recv_into(view[got:])
+            except socket.timeout:
+                raise TimeoutError(f"rank {peer} did not answer the shared-memory {what} in time") from None
+            if n == 0:
+                raise ConnectionError(f"rank {peer} closed its link during the shared-memory {what}")
+            got += n
+        out[peer] = bytes(buf)
+    return out
+
+
+def setup(socks, rank, hosts, token=b"", timeout=60.0, want=None):
+    """Agree with every peer on shared-memory rings (see the module docstring).
+
+    Every rank of the world must call it, with its channel-0 sockets, right after the
+    rendezvous (it speaks on them: three small messages each way).
+
+    Parameters
+    ----------
+    socks : dict of int to socket.socket
+        Peer rank -> connected blocking socket.
+    rank : int
+    hosts : list of str
+        Host name of every rank.
+    token : bytes
+        The job token (names the segment).
+    timeout : float
+        Seconds for the whole exchange.
+    want : bool, optional
+        Override :func:`enabled` (tests).
+
+    Returns
+    -------
+    out_rings, in_rings : dict of int to Ring
+        Rings this rank writes to / reads from, by peer; pairs absent use TCP.
+    """
+    deadline = time.monotonic() + timeout
+    mine = enabled() if want is None else bool(want)
+    me_boot = boot_id()
+    # Round 1: who am I (machine, switched on).
+    ident = _IDENT.pack(_MAGIC, int(mine), me_boot.encode()[:64])
+    _send_all(socks, {p: ident for p in socks})
+    idents = _recv_all(socks, _IDENT.size, "greeting", deadline)
+    local = []
+    for peer in sorted(socks):
+        magic, on, their_boot = _IDENT.unpack(idents[peer])
+        if magic != _MAGIC:
+            raise ConnectionError(f"rank {peer} does not speak this version of the socket transport")
+        their_boot = their_boot.rstrip(b"\0").decode(errors="replace")
+        if mine and on and me_boot and their_boot == me_boot and hosts[peer] == hosts[rank]:
+            local.append(peer)
+    out_rings, in_rings = {}, {}
+    if not local:
+        return out_rings, in_rings
+    local_socks = {p: socks[p] for p in local}
+    # Round 2: my segment (one ring per local peer) and where each peer's ring starts.
+    nslots, slot_bytes = ring_geometry(len(local))
+    ring_bytes = _PAGE + nslots * slot_bytes
+    name = f"histforest-{hashlib.sha1(token).hexdigest()[:12]}-r{rank}-p{os.getpid()}-{secrets.token_hex(4)}"
+    path = os.path.join(SHM_DIR, name)
+    mapping = None
+    created = False
+    try:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            created = True
+            try:
+                os.posix_fallocate(fd, 0, ring_bytes * len(local))
+                mapping = mmap.mmap(fd, ring_bytes * len(local))
+            finally:
+                os.close(fd)
+        except OSError:
+            mapping = None  # no room or no /dev/shm: offer nothing, keep TCP
+        offers = {}
+        cookies = {}
+        for k, peer in enumerate(local):
+            cookie = secrets.token_bytes(_COOKIE)
+            cookies[peer] = cookie
+            if mapping is not None:
+                mapping[k * ring_bytes: k * ring_bytes + _COOKIE] = cookie
+            offers[peer] = _OFFER.pack(_MAGIC, int(mapping is not None), k * ring_bytes, nslots, slot_bytes,
+                                       name.encode(), cookie)
+        _send_all(local_socks, offers)
+        theirs = _recv_all(local_socks, _OFFER.size, "offer", deadline)
+        answers = {}
+        for peer in local:
+            magic, ok, offset, their_slots, their_slot_bytes, their_name, cookie = _OFFER.unpack(theirs[peer])
+            ring = _map_peer(their_name.rstrip(b"\0").decode(errors="replace"), offset, their_slots,
+                             their_slot_bytes, cookie) if ok and magic == _MAGIC else None
+            if ring is not None:
+                in_rings[peer] = ring
+            answers[peer] = _ANSWER.pack(_MAGIC, int(ring is not None))
+        # Round 3: did you map mine? Then nobody needs the name any more.
+        _send_all(local_socks, answers)
+        replies = _recv_all(local_socks, _ANSWER.size, "answer", deadline)
+    finally:
+        if created:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    for k, peer in enumerate(local):
+        magic, mapped = _ANSWER.unpack(replies[peer])
+        if mapping is not None and magic == _MAGIC and mapped:
+            out_rings[peer] = Ring(mapping, k * ring_bytes, nslots, slot_bytes)
+    return out_rings, in_rings
+
+
+def _map_peer(name, offset, nslots, slot_bytes, cookie):
+    """Map a peer's ring read-write; None if it cannot be opened or is not the same memory."""
+    if "/" in name or not name.startswith("histforest-") or nslots <= 0 or slot_bytes <= 0 or offset % _PAGE:
+        return None
+    ring_bytes = _PAGE + nslots * slot_bytes
+    try:
+        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_size < offset + ring_bytes:
+            return None
+        mapping = mmap.mmap(fd, ring_bytes, offset=offset)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if mapping[:_COOKIE] != cookie:
+        mapping.close()
+        return None
+    return Ring(mapping, 0, nslots, slot_bytes)
