@@ -301,6 +301,32 @@ class NewtonCriterion(Criterion):
                               self.min_child_weight, min_gain, rel_tol, result.feature, result.bin,
                               result.missing_left, result.gain, result.left_stats, result.right_stats)
 
+    def numba_categorical_search(self, hist, parent, nb, missing_bin, feature_mask, parent_count, min_gain, rel_tol,
+                                 result, categorical):
+        """Compiled split search with categorical features (``categorical`` bool ``(n_features,)``).
+
+        Fills ``result`` in place (its ``cat_bits`` zero on entry) with what
+        :func:`forest.engine.splitting.find_best_splits`' NumPy categorical branch returns for
+        this criterion: keys of :meth:`category_keys`, the subset scan at ``cat_l2`` more
+        regularisation (:meth:`categorical_criterion`), bitsets of the left categories.
+        """
+        from forest.engine.splitting import _newton_categorical_kernel
+
+        categorical = np.asarray(categorical, dtype=bool)
+        cat_index = np.flatnonzero(categorical).astype(np.int64)
+        cat_pos = np.full(len(categorical), -1, dtype=np.int64)
+        cat_pos[cat_index] = np.arange(len(cat_index))
+        mask = _NO_MASK if feature_mask is None else feature_mask.astype(np.bool_)
+        count = np.zeros(1) if parent_count is None else parent_count
+        _newton_categorical_kernel(hist, np.ascontiguousarray(parent, dtype=np.float64),
+                                   np.asarray(nb, dtype=np.int64), missing_bin, mask, feature_mask is not None, count,
+                                   parent_count is not None, cat_index, cat_pos, self.n_outputs,
+                                   self.l2_regularization, self.cat_l2 != 0.0, self.l2_regularization + self.cat_l2,
+                                   self.cat_smooth, self.min_data_per_group, float(self.min_samples_leaf),
+                                   self.min_child_weight, min_gain, rel_tol, result.feature, result.bin,
+                                   result.missing_left, result.gain, result.left_stats, result.right_stats,
+                                   result.cat_bits)
+
     def node_objective(self, stats):
         return -self._score(self._check_stats(stats))
 

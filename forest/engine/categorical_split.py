@@ -140,6 +140,25 @@ def permute_categories(hist, categorical, keys_fn):
     return permuted, orders, cat_index
 
 
+@kernel
+def left_bitsets_kernel(orders, cat_pos, feature, bins, bits):
+    """Compiled :func:`left_bitsets`, in place: ``bits`` (zeros on entry) gets each categorical
+    split's left categories and ``bins`` :data:`forest.engine.tree.CATEGORICAL_SPLIT`.
+
+    ``cat_pos[f]`` is feature ``f``'s index into ``orders``' second axis, ``-1`` for a numeric
+    feature; ``feature < 0`` marks a node without a split.
+    """
+    for node in range(feature.shape[0]):
+        f = feature[node]
+        if f < 0 or cat_pos[f] < 0:
+            continue
+        j = cat_pos[f]
+        for i in range(bins[node] + 1):
+            code = orders[node, j, i]
+            bits[node, code >> 6] |= np.uint64(1) << np.uint64(code & 63)
+        bins[node] = CATEGORICAL_SPLIT
+
+
 def left_bitsets(orders, cat_index, feature, bins):
     """Bitsets of the chosen splits, and their ``bin_threshold`` values.
 

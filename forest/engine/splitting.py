@@ -31,7 +31,7 @@ import numpy as np
 
 from histogram.jit import kernel, compiled_only, empty, zeros
 from forest.criteria import compiled as cc
-from forest.engine.categorical_split import left_bitsets, permute_categories
+from forest.engine.categorical_split import _permute_kernel, left_bitsets, left_bitsets_kernel, permute_categories
 from forest.engine.tree import CAT_BITS_DTYPE, CAT_WORDS
 
 #: Upper bound on the float64 elements of one candidate block (per chunk of nodes),
@@ -350,6 +350,15 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
     n_nodes, n_features, n_bins, n_channels = hist.shape
     if categorical is not None and np.any(categorical) and n_nodes and n_features:
         hist = np.ascontiguousarray(hist, dtype=np.float64)
+        if getattr(criterion, "numba_categorical_search", None) is not None:
+            result = SplitResult.empty(n_nodes, n_channels)
+            pc = None if parent_count is None else np.ascontiguousarray(parent_count, dtype=np.float64)
+            criterion.numba_categorical_search(hist, parent, nb, int(missing_bin),
+                                               None if feature_mask is None else np.ascontiguousarray(feature_mask),
+                                               pc, float(min_gain), float(rel_tol), result,
+                                               np.asarray(categorical, dtype=bool))
+            result.feature[result.feature >= 0] += feature_offset
+            return result
         permuted, orders, cat_index = permute_categories(
             hist[:, :, :missing_bin + 1], categorical,
             lambda stats: criterion.category_keys(stats, parent, parent_count=parent_count))
@@ -646,6 +655,110 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
         out_b[n] = b
         out_ml[n] = ml
         out_gain[n] = best
+
+
+@kernel
+def _newton_category_keys(hist, parent, parent_count, use_count, cat_index, k, cat_smooth, min_data_per_group,
+                          keys):
+    """:meth:`NewtonCriterion.category_keys` of the value bins of features ``cat_index`` (its
+    NumPy form is the reference): ``keys[n, j, b]`` for feature ``cat_index[j]``, bin ``b``.
+
+    Same operations in the same order; a zero denominator (``cat_smooth=0`` and no
+    hessian) gives an infinite key, as NumPy's non-finite quotient ends up in the scan.
+    """
+    n_nodes = hist.shape[0]
+    nv = keys.shape[2]
+    check = use_count and min_data_per_group > 1.0
+    for n in range(n_nodes):
+        per_hess = 0.0
+        if check:
+            hp = parent[n, k]
+            for j in range(1, k):
+                hp += parent[n, k + j]
+            per_hess = parent_count[n] / hp if hp > 0 else 0.0
+        for jf in range(cat_index.shape[0]):
+            f = cat_index[jf]
+            for b in range(nv):
+                key = 0.0
+                finite = True
+                for j in range(k):
+                    d = hist[n, f, b, k + j] + cat_smooth
+                    if d == 0.0:
+                        finite = False
+                        break
+                    term = hist[n, f, b, j] / d
+                    key = term if j == 0 else key + term
+                if not finite:
+                    key = np.inf
+                elif check:
+                    h = hist[n, f, b, k]
+                    for j in range(1, k):
+                        h += hist[n, f, b, k + j]
+                    if h * per_hess < min_data_per_group:
+                        key = np.inf
+                keys[n, jf, b] = key
+
+
+@kernel
+def _newton_categorical_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_count, use_count, cat_index,
+                               cat_pos, k, lam, two_lambdas, cat_lam, cat_smooth, min_data_per_group, min_leaf,
+                               min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_left, out_right,
+                               out_bits):
+    """The categorical branch of :func:`find_best_splits` for the Newton criterion, compiled.
+
+    Keys (:func:`_newton_category_keys`), order and permutation
+    (:func:`forest.engine.categorical_split._permute_kernel`), the search of numeric features
+    at ``lam`` and of categorical ones at ``cat_lam`` (``two_lambdas``; else one search at
+    ``lam``), the better of the two per node with the split rule's tie to the lower feature,
+    then the left categories as bitsets: what the NumPy branch does through
+    ``permute_categories``, ``_two_criteria_search`` and ``left_bitsets``, bit for bit,
+    without their per-call overhead (boosting calls it once per split step, ~3,000 times a fit).
+    """
+    n_nodes, n_features, n_bins, c = hist.shape
+    nv = missing_bin
+    n_cat = cat_index.shape[0]
+    keys = empty((n_nodes, n_cat, nv), np.float64)
+    _newton_category_keys(hist, parent, parent_count, use_count, cat_index, k, cat_smooth, min_data_per_group, keys)
+    permuted = hist.copy()
+    orders = empty((n_nodes, n_cat, nv), np.int64)
+    _permute_kernel(hist[:, :, :nv + 1], cat_index, keys, permuted[:, :, :nv + 1], orders)
+    if not two_lambdas:
+        _newton_search_kernel(permuted, parent, nb, missing_bin, mask, use_mask, parent_count, use_count, k, lam,
+                              min_leaf, min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_left,
+                              out_right)
+    else:
+        num_mask = empty((n_nodes, n_features), np.bool_)
+        cat_mask = empty((n_nodes, n_features), np.bool_)
+        for n in range(n_nodes):
+            for f in range(n_features):
+                base = mask[n, f] if use_mask else True
+                num_mask[n, f] = base and cat_pos[f] < 0
+                cat_mask[n, f] = base and cat_pos[f] >= 0
+        c_f = empty(n_nodes, np.int32)
+        c_b = empty(n_nodes, np.int32)
+        c_ml = empty(n_nodes, np.bool_)
+        c_gain = empty(n_nodes, np.float64)
+        c_left = zeros((n_nodes, c), np.float64)
+        c_right = zeros((n_nodes, c), np.float64)
+        _newton_search_kernel(permuted, parent, nb, missing_bin, num_mask, True, parent_count, use_count, k, lam,
+                              min_leaf, min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_left,
+                              out_right)
+        _newton_search_kernel(permuted, parent, nb, missing_bin, cat_mask, True, parent_count, use_count, k, cat_lam,
+                              min_leaf, min_hess, min_gain, rel_tol, c_f, c_b, c_ml, c_gain, c_left, c_right)
+        for n in range(n_nodes):
+            best = max(out_gain[n], c_gain[n])
+            thr = tie_threshold_jit(best, rel_tol)
+            num_ties = out_f[n] >= 0 and out_gain[n] >= thr
+            cat_ties = c_f[n] >= 0 and c_gain[n] >= thr
+            if cat_ties and (not num_ties or c_f[n] < out_f[n]):
+                out_f[n] = c_f[n]
+                out_b[n] = c_b[n]
+                out_ml[n] = c_ml[n]
+                out_gain[n] = c_gain[n]
+                for ch in range(c):
+                    out_left[n, ch] = c_left[n, ch]
+                    out_right[n, ch] = c_right[n, ch]
+    left_bitsets_kernel(orders, cat_pos, out_f, out_b, out_bits)
 
 
 def find_best_splits_reference(hist, parent, criterion, n_bins_non_missing, missing_bin, feature_mask=None,

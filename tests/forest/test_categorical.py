@@ -171,6 +171,50 @@ def test_categorical_search_equals_reference(kind):
     assert not (plain.bin == CATEGORICAL_SPLIT).any()
 
 
+class _NumpyCategoricalNewton(NewtonCriterion):
+    numba_categorical_search = None  # the NumPy branch: permute_categories, two searches, left_bitsets
+
+
+@pytest.mark.parametrize("k,cat_l2,use_count,masked", [(1, 10.0, True, False), (1, 0.0, True, True),
+                                                        (2, 10.0, True, True), (1, 10.0, False, False)])
+def test_compiled_newton_categorical_search_equals_numpy_branch(k, cat_l2, use_count, masked):
+    """The fused kernel gives the NumPy branch's result bit for bit (keys with min_data_per_group,
+    cat_l2's second search and its tie rule, feature masks, several outputs)."""
+    rng = np.random.default_rng(40 + k)
+    missing_bin, n_nodes, n_features = 12, 40, 4
+    hist = np.zeros((n_nodes, n_features, missing_bin + 1, 2 * k))
+    for n in range(n_nodes):
+        for f in range(n_features):
+            for b in range(int(rng.integers(3, missing_bin + 1))):
+                m = int(rng.integers(1, 30))
+                hist[n, f, b, :k] = rng.normal(size=k) * m + b % 4
+                hist[n, f, b, k:] = rng.uniform(0.1, 0.3, size=k) * m
+    parent = hist[:, 0].sum(axis=1)
+    for f in range(1, n_features):
+        hist[:, f, missing_bin] = np.maximum(parent - hist[:, f].sum(axis=1), 0.0)
+    hist[:, 0, missing_bin] = 0.0
+    parent = hist[:, 0].sum(axis=1)
+    # ties across features: feature 3 a copy of feature 0 (categorical vs numeric)
+    hist[:, 3] = hist[:, 0]
+    nb = np.array([12, 9, 12, 12])
+    categorical = np.array([True, False, True, False])
+    count = hist[:, 0, :, k:].sum(axis=(1, 2)) * rng.uniform(2.0, 40.0, n_nodes) if use_count else None
+    mask = rng.random((n_nodes, n_features)) < 0.7 if masked else None
+    args = dict(l2_regularization=0.5, min_samples_leaf=3, min_child_weight=0.2, cat_smooth=2.0, cat_l2=cat_l2,
+                min_data_per_group=20)
+    fast = find_best_splits(hist, parent, NewtonCriterion(k, **args), nb, missing_bin, feature_mask=mask,
+                            parent_count=count, categorical=categorical, feature_offset=2)
+    slow = find_best_splits(hist, parent, _NumpyCategoricalNewton(k, **args), nb, missing_bin, feature_mask=mask,
+                            parent_count=count, categorical=categorical, feature_offset=2)
+    for name in ("feature", "bin", "missing_left", "gain", "left_stats", "right_stats", "cat_bits"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
+    assert (fast.bin == CATEGORICAL_SPLIT).any() and (fast.valid & (fast.bin != CATEGORICAL_SPLIT)).any()
+    ref = find_best_splits_reference(hist, parent, NewtonCriterion(k, **args), nb, missing_bin, feature_mask=mask,
+                                     parent_count=count, categorical=categorical)
+    np.testing.assert_array_equal(fast.feature, np.where(ref.feature >= 0, ref.feature + 2, -1))
+    np.testing.assert_array_equal(fast.cat_bits, ref.cat_bits)
+
+
 def test_sorted_scan_finds_the_best_subset_for_one_target():
     """Fisher: with squared error, the best subset is a prefix of the categories sorted by mean."""
     rng = np.random.default_rng(9)
