@@ -26,6 +26,7 @@ from numba import prange
 
 from native import collectives as col
 
+from histogram.cpu_kernels import _prefetch as prefetch
 from histogram.jit import kernel
 from forest.engine.forest_weights import value_nodes
 
@@ -85,120 +86,227 @@ def gather_leaf_outcomes(packed, slices, y, factor, gids, count_col, comm, event
     return lists
 
 
+_HASH_MUL = np.uint64(0x9E3779B97F4A7C15)
+_NEG_ZERO = np.uint64(1 << 63)
+
+
+@kernel(inline="always")
+def _key(bits):
+    # an outcome's bits, +0.0's for -0.0 (np.unique keeps one zero)
+    return np.uint64(0) if bits == _NEG_ZERO else bits
+
+
 @kernel
-def _quantiles_one(q, qleaves, use, offsets_t, span, entries, levels, out, rel_tol, vals, wts, bs, hist, sel_v,
-                   sel_w):
-    # Entries of the query's trees into the scratch arrays, a weight histogram over the
-    # coarse outcome bins, then per level: the bin where the cumulative weight reaches it,
-    # and a sort of that bin's entries only (a full sort of every entry, and allocating
-    # per query, cost most of the prediction).
+def _hash_values(values, keys, slots, shift):
+    # open addressing, linear probing (Fibonacci hashing); slots hold rank + 1 (0: empty)
+    mask = np.uint64(keys.shape[0] - 1)
+    for r in range(values.shape[0]):
+        k = _key(values[r])
+        h = (k * _HASH_MUL) >> shift
+        while slots[h] != 0:
+            h = (h + np.uint64(1)) & mask
+        keys[h] = k
+        slots[h] = r + 1
+
+
+@kernel
+def _lookup_ranks(keys, slots, shift, ys, out, a, b):
+    mask = np.uint64(keys.shape[0] - 1)
+    for e in range(a, b):
+        k = _key(ys[e])
+        h = (k * _HASH_MUL) >> shift
+        while keys[h] != k or slots[h] == 0:  # present: the values are ys' distinct outcomes
+            h = (h + np.uint64(1)) & mask
+        out[e] = slots[h] - 1
+
+
+@kernel(parallel=True)
+def _par_lookup_ranks(keys, slots, shift, ys, out, n_chunks):
+    n = ys.shape[0]
+    for c in prange(n_chunks):
+        _lookup_ranks(keys, slots, shift, ys, out, c * n // n_chunks, (c + 1) * n // n_chunks)
+
+
+def outcome_ranks(ys):
+    """Distinct stored outcomes and each entry's rank among them.
+
+    Parameters
+    ----------
+    ys : ndarray of float64, shape (n_entries,)
+        Finite outcomes (the model checks reject others).
+
+    Returns
+    -------
+    values : ndarray of float64, shape (n_values,)
+        The distinct outcomes, increasing.
+    ranks : ndarray of uint32 (int64 from 2**32 - 1 distinct outcomes), shape (n_entries,)
+        ``values[ranks] == ys`` (``np.searchsorted(values, ys)``).
+    """
+    ys = np.ascontiguousarray(ys, dtype=np.float64)
+    values = np.unique(ys)  # NumPy's float64 sort is vectorised: ~0.05 s for 5M entries
+    wide = len(values) >= 2 ** 32 - 1
+    ranks = np.empty(len(ys), dtype=np.int64 if wide else np.uint32)
+    if len(ys):
+        # A hash table of the values, at most half full: one probe per entry mostly, and
+        # the entries' probes are independent loads. np.searchsorted is a chain of
+        # mispredicted branches and cache misses per entry (1.5 s for 5M entries into
+        # 200k values; a branch-free two-level search 0.24 s, this ~0.05 s).
+        log_size = max(4, (2 * len(values)).bit_length())
+        keys = np.zeros(1 << log_size, dtype=np.uint64)
+        slots = np.zeros(1 << log_size, dtype=np.int64 if wide else np.uint32)
+        shift = np.uint64(64 - log_size)
+        _hash_values(values.view(np.uint64), keys, slots, shift)
+        _par_lookup_ranks(keys, slots, shift, ys.view(np.uint64), ranks, max(1, 8 * numba.get_num_threads()))
+    return values, ranks
+
+
+@kernel
+def _prefetch_nodes(q, qleaves, offsets_t, bounds):
+    # the entry ranges of query q's leaves into cache, ahead of _entry_ranges
+    for t in range(offsets_t.shape[0] - 1):
+        prefetch(bounds, 2 * (offsets_t[t] + qleaves[q, t]))
+
+
+@kernel
+def _entry_ranges(q, qleaves, use, offsets_t, bounds, ranks, weights, uniform, los, his):
+    # query q's entry range per tree (empty for trees it does not use), and the ranges'
+    # first and last entries into cache, ahead of _quantiles_one
+    for t in range(offsets_t.shape[0] - 1):
+        lo = 0
+        hi = 0
+        if use[q, t]:
+            node = offsets_t[t] + qleaves[q, t]
+            lo = bounds[2 * node]
+            hi = bounds[2 * node + 1]
+            if hi > lo:
+                prefetch(ranks, lo)
+                prefetch(ranks, hi - 1)
+                if not uniform:
+                    prefetch(weights, lo)
+                    prefetch(weights, hi - 1)
+        los[t] = lo
+        his[t] = hi
+
+
+@kernel
+def _quantiles_one(q, los, his, ranks, weights, uniform, shift, values, levels, out, rel_tol, rs, ws, hist,
+                   sel_r, sel_w):
+    # The entries of the query's trees into the scratch arrays with a weight histogram
+    # over coarse rank bins (rank >> shift); then the levels in one walk up the
+    # histogram: the bin where the cumulative weight reaches the level, and a sort of
+    # that bin's few entries only.
     n_bins = hist.shape[0]
     for b in range(n_bins):
         hist[b] = 0.0
     m = 0
     total = 0.0
-    for t in range(offsets_t.shape[0] - 1):
-        if not use[q, t]:
+    top = np.int64(0)
+    for t in range(los.shape[0]):
+        lo = los[t]
+        hi = his[t]
+        if hi == lo:
             continue
-        node = offsets_t[t] + qleaves[q, t]
-        for e in range(span[node, 0], span[node, 1]):
-            y = entries[e, 0]
-            w = entries[e, 1]
-            b = int(entries[e, 2])
-            vals[m] = y
-            wts[m] = w
-            bs[m] = b
-            hist[b] += w
+        # equal shares f_i / rows with f_i = 1: the stored weights' bits (PredictionLayout checks)
+        w = 1.0 / np.float64(hi - lo)
+        for e in range(lo, hi):
+            r = np.int64(ranks[e])
+            if not uniform:
+                w = weights[e]
+            rs[m] = r
+            ws[m] = w
+            hist[r >> shift] += w
             total += w
             m += 1
+        top = max(top, np.int64(ranks[hi - 1]))  # a node's entries increase
     if m == 0:
         for k in range(levels.shape[0]):
             out[q, k] = np.nan
         return
+    before = 0.0
+    b = 0
+    sorted_bin = -1
+    cnt = 0
     for k in range(levels.shape[0]):
+        if k > 0 and levels[k] < levels[k - 1]:
+            before = 0.0  # levels out of order: walk again from the first bin
+            b = 0
         # a relative slack so that a cumulative weight equal to tau * total in exact
         # arithmetic takes the lower outcome whatever the rounding (any rank count)
         target = levels[k] * total * (1.0 - rel_tol)
-        before = 0.0
-        b = 0
         while b < n_bins - 1 and before + hist[b] < target:
             before += hist[b]
             b += 1
-        cnt = 0
-        for r in range(m):
-            if bs[r] == b:
-                sel_v[cnt] = vals[r]
-                sel_w[cnt] = wts[r]
-                cnt += 1
-        order = np.argsort(sel_v[:cnt], kind="mergesort")
+        if b != sorted_bin:
+            cnt = 0
+            for j in range(m):  # branch-free: the test is a coin flip per entry
+                r = rs[j]
+                sel_r[cnt] = r
+                sel_w[cnt] = ws[j]
+                cnt += (r >> shift) == b
+            for i in range(1, cnt):  # insertion sort by rank: a bin holds a few entries
+                r = sel_r[i]
+                w = sel_w[i]
+                j = i - 1
+                while j >= 0 and sel_r[j] > r:
+                    sel_r[j + 1] = sel_r[j]
+                    sel_w[j + 1] = sel_w[j]
+                    j -= 1
+                sel_r[j + 1] = r
+                sel_w[j + 1] = w
+            sorted_bin = b
         cum = before
-        found = False
-        for r in range(cnt):
-            cum += sel_w[order[r]]
+        found = top  # rounding left the target just above the bins' sum: the largest outcome
+        for i in range(cnt):
+            cum += sel_w[i]
             if cum >= target:
-                out[q, k] = sel_v[order[r]]
-                found = True
+                found = sel_r[i]
                 break
-        if not found:
-            # rounding left the target just above the bins' sum: the largest outcome
-            best = vals[0]
-            for r in range(m):
-                if vals[r] > best:
-                    best = vals[r]
-            out[q, k] = best
+        out[q, k] = values[found]
 
 
 @kernel(parallel=True)
-def _quantiles(qleaves, use, offsets_t, span, entries, n_bins, levels, out, rel_tol, bound, n_chunks):
-    # One scratch per chunk of queries, sized by the largest entry count among them.
+def _quantiles(qleaves, use, offsets_t, bounds, ranks, weights, uniform, shift, n_bins, values, levels, out, rel_tol,
+               n_chunks):
+    # Chunks of queries, each with its own scratch (sized by its queries' largest entry
+    # count). The gather is bound by cache misses (a leaf's entries are one random line
+    # per tree), so the loop runs two stages ahead: query q + 2's entry ranges and
+    # query q + 1's first entries are fetched while query q is computed.
     n = qleaves.shape[0]
+    n_trees = offsets_t.shape[0] - 1
     for c in prange(n_chunks):
         a = c * n // n_chunks
         b = (c + 1) * n // n_chunks
         size = 1
         for q in range(a, b):
-            if bound[q] > size:
-                size = bound[q]
-        vals = np.empty(size)
-        wts = np.empty(size)
-        bs = np.empty(size, dtype=np.int64)
-        sel_v = np.empty(size)
+            s = 0
+            for t in range(n_trees):
+                if use[q, t]:
+                    node = offsets_t[t] + qleaves[q, t]
+                    s += bounds[2 * node + 1] - bounds[2 * node]
+            size = max(size, s)
+        rs = np.empty(size, dtype=np.int64)
+        ws = np.empty(size)
+        sel_r = np.empty(size, dtype=np.int64)
         sel_w = np.empty(size)
         hist = np.empty(n_bins)
+        los = np.empty((2, n_trees), dtype=np.int64)
+        his = np.empty((2, n_trees), dtype=np.int64)
+        if a < b:
+            _entry_ranges(a, qleaves, use, offsets_t, bounds, ranks, weights, uniform, los[a & 1], his[a & 1])
         for q in range(a, b):
-            _quantiles_one(q, qleaves, use, offsets_t, span, entries, levels, out, rel_tol, vals, wts, bs, hist,
-                           sel_v, sel_w)
+            if q + 2 < b:
+                _prefetch_nodes(q + 2, qleaves, offsets_t, bounds)
+            if q + 1 < b:
+                _entry_ranges(q + 1, qleaves, use, offsets_t, bounds, ranks, weights, uniform, los[(q + 1) & 1],
+                              his[(q + 1) & 1])
+            _quantiles_one(q, los[q & 1], his[q & 1], ranks, weights, uniform, shift, values, levels, out, rel_tol,
+                           rs, ws, hist, sel_r, sel_w)
 
 
-@kernel
-def entry_bounds(qleaves, use, offsets_t, span, out):
-    """``out[q]``: how many list entries query ``q``'s used trees hold (scratch sizes)."""
-    for q in range(qleaves.shape[0]):
-        s = 0
-        for t in range(offsets_t.shape[0] - 1):
-            if use[q, t]:
-                node = offsets_t[t] + qleaves[q, t]
-                s += span[node, 1] - span[node, 0]
-        out[q] = s
-
-
-#: Coarse outcome bins of the prediction kernel (quantiles of the stored outcomes).
-_COARSE_BINS = 256
-
-
-def coarse_bins(ys):
-    """Monotone coarse bin of every stored outcome: ``(bins int64 (E,), n_bins)``.
-
-    The edges are quantiles of the stored outcomes themselves, the same bits on every
-    rank (the lists are), so no model-file field is needed.
-    """
-    if not len(ys):
-        return np.zeros(0, dtype=np.int64), 1
-    # edges from an evenly strided sample (sorting every entry cost more than the kernel)
-    sample = ys[::max(1, len(ys) // 65536)]
-    edges = np.unique(np.quantile(sample, np.linspace(0.0, 1.0, _COARSE_BINS + 1)[1:-1]))
-    return np.searchsorted(edges, ys, side="left").astype(np.int64), len(edges) + 1
-
+#: Coarse rank bins of the prediction kernel: 2**8 at most (fewer bins leave more
+#: entries to sort per level, more bins cost more to clear and walk; 2**6..2**12
+#: measured, 2**8 the fastest at 200k training rows).
+BINS_LOG2 = 8
 
 #: Relative slack of the cumulative-weight test (see ``_quantiles_one``).
 REL_TOL = 1e-12
@@ -207,24 +315,51 @@ REL_TOL = 1e-12
 class PredictionLayout:
     """The outcome lists laid out for the prediction kernel (built once per model and reused).
 
-    The gather is bound by cache misses, so each node's entry range is one row (through
-    its value node) and each entry's outcome, weight and coarse bin one row.
+    The gather is bound by cache misses, so the lists shrink to what the kernel reads:
+    each entry's rank among the distinct stored outcomes (4 bytes, not 24: outcome,
+    weight and a coarse bin; the bin is now ``rank >> shift``), and, when every
+    entry's weight is its node's equal share (no sample weights), no weight at all:
+    the kernel divides 1 by the node's entry count, the same bits as the stored
+    weight (checked here; otherwise the stored weights are read).
+
+    Parameters
+    ----------
+    packed : dict
+    outcomes : dict
+        :func:`gather_leaf_outcomes`.
+    count_col : int
+    bins_log2 : int, optional
+        At most ``2 ** bins_log2`` coarse bins (:data:`BINS_LOG2`; tests take fewer).
 
     Attributes
     ----------
-    span : ndarray of int64, shape (n_nodes, 2)
-    entries : ndarray of float64, shape (n_entries, 3)
+    values : ndarray of float64, shape (n_values,)
+        Distinct stored outcomes, increasing.
+    ranks : ndarray of uint32 (or int64), shape (n_entries,)
+        ``values[ranks] == outcomes["y"]``.
+    bounds : ndarray of int64, shape (2 * n_nodes,)
+        Node ``v``'s entries (those of its value node) are ``bounds[2 v]:bounds[2 v + 1]``.
+    uniform : bool
+        Whether every weight is ``1 / (entries of its node)``.
+    weights : ndarray of float64, shape (n_entries,), or (0,) when ``uniform``
+    shift : int
+        Coarse bin of a rank: ``rank >> shift``.
     n_bins : int
     """
 
-    def __init__(self, packed, outcomes, count_col):
+    def __init__(self, packed, outcomes, count_col, bins_log2=BINS_LOG2):
         vnode = value_nodes(packed, count_col)
-        ys = np.ascontiguousarray(outcomes["y"], dtype=np.float64)
-        bins, self.n_bins = coarse_bins(ys)
-        self.entries = np.empty((len(ys), 3))
-        self.entries[:, 0], self.entries[:, 1], self.entries[:, 2] = ys, outcomes["weight"], bins
-        lo_of = np.asarray(outcomes["offsets"], dtype=np.int64)
-        self.span = np.ascontiguousarray(np.stack([lo_of[vnode], lo_of[vnode + 1]], axis=1))
+        self.values, self.ranks = outcome_ranks(outcomes["y"])
+        offsets = np.asarray(outcomes["offsets"], dtype=np.int64)
+        self.bounds = np.ascontiguousarray(np.stack([offsets[vnode], offsets[vnode + 1]], axis=1).reshape(-1))
+        weights = np.ascontiguousarray(outcomes["weight"], dtype=np.float64)
+        sizes = np.diff(offsets)
+        sizes = sizes[sizes > 0]
+        self.uniform = bool(np.array_equal(weights, np.repeat(1.0 / sizes.astype(np.float64), sizes)))
+        self.weights = np.zeros(0) if self.uniform else weights
+        n_values = len(self.values)
+        self.shift = max(0, (n_values - 1).bit_length() - int(bins_log2)) if n_values else 0
+        self.n_bins = ((n_values - 1) >> self.shift) + 1 if n_values else 1
 
 
 def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col, use=None, layout=None):
@@ -262,13 +397,12 @@ def weighted_quantiles(packed, outcomes, query_leaves, levels, count_col, use=No
         n_trees = len(packed["tree_offsets"]) - 1
         use = (np.ones((len(query_leaves), n_trees), dtype=np.bool_) if use is None
                else np.ascontiguousarray(use, dtype=np.bool_))
-        qleaves = np.ascontiguousarray(query_leaves, dtype=np.int64)
+        # tree-local ids fit int32 (the packed children are int32): one compiled signature
+        qleaves = np.ascontiguousarray(query_leaves, dtype=np.int32)
         offsets_t = np.ascontiguousarray(packed["tree_offsets"], dtype=np.int64)
-        bound = np.empty(len(qleaves), dtype=np.int64)
-        entry_bounds(qleaves, use, offsets_t, layout.span, bound)
         n_chunks = max(1, min(len(qleaves), 8 * numba.get_num_threads()))
-        _quantiles(qleaves, use, offsets_t, layout.span, layout.entries, int(layout.n_bins), levels, out, REL_TOL,
-                   bound, n_chunks)
+        _quantiles(qleaves, use, offsets_t, layout.bounds, layout.ranks, layout.weights, layout.uniform,
+                   np.int64(layout.shift), int(layout.n_bins), layout.values, levels, out, REL_TOL, n_chunks)
     return out
 
 

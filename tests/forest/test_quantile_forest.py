@@ -6,7 +6,8 @@ from scipy.stats import norm
 from native.comm import SelfCommunicator
 from forest import QuantileForest, model_io
 from forest.criteria.quantile import MAX_SPLIT_LEVELS, QuantileCriterion, relabel_map, split_levels
-from forest.engine.leaf_outcomes import weighted_quantile_reference, weighted_quantiles
+from forest.engine.leaf_outcomes import (PredictionLayout, outcome_ranks, weighted_quantile_reference,
+                                         weighted_quantiles)
 
 SELF = SelfCommunicator()
 LEVELS = (0.1, 0.5, 0.9)
@@ -135,6 +136,89 @@ def test_outcome_list_kernel_reference_tree():
     leaves = np.array([[1], [2]], dtype=np.int32)
     got = weighted_quantiles(packed, outcomes, leaves, np.array([0.2, 0.5, 0.7]), 0)
     np.testing.assert_array_equal(got, [[1.0, 2.0, 5.0], [7.0, 7.0, 7.0]])
+
+
+def test_outcome_ranks_are_searchsorted():
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 5, 64, 65, 1000, 5000):
+        pool = np.r_[rng.normal(size=n), 0.0, -0.0, 1e300, -1e300, 5e-324, -5e-324]
+        ys = rng.choice(pool, size=4 * n + 3)
+        values, ranks = outcome_ranks(ys)
+        np.testing.assert_array_equal(values, np.unique(ys))
+        assert ranks.dtype == np.uint32
+        np.testing.assert_array_equal(ranks, np.searchsorted(values, ys))
+    values, ranks = outcome_ranks(np.zeros(0))
+    assert len(values) == 0 and len(ranks) == 0
+
+
+def _stump_forest(rng, n_trees, pool, uniform):
+    # n_trees one-split trees; each leaf's list its own, or (an empty leaf given its
+    # parent's count) the root's; weights f_i / count as gather_leaf_outcomes stores them
+    feature, left, right, value, offsets = [], [], [], [], [0]
+    offs, ys, ws = [0], [], []
+    for t in range(n_trees):
+        n1, n2 = rng.integers(1, 9, size=2)
+        filled = rng.uniform() < 0.3
+        root = n1 + n2 if not filled else int(rng.integers(1, 9))
+        counts = [root, n1, root if filled else n2]
+        holders = [filled, True, not filled]          # which nodes keep a list
+        base = 3 * t
+        feature += [0, -1, -1]
+        left += [base + 1, -1, -1]
+        right += [base + 2, -1, -1]
+        for c, keep in zip(counts, holders):
+            value.append([float(c), 1.0])
+            k = c if keep else 0
+            y = np.sort(rng.choice(pool, size=k))
+            f = np.ones(k) if uniform else rng.uniform(0.1, 3.0, size=k)
+            ys.append(y)
+            ws.append(f / c)
+            offs.append(offs[-1] + k)
+        offsets.append(base + 3)
+    packed = {"feature": np.array(feature), "left": np.array(left), "right": np.array(right),
+              "tree_offsets": np.array(offsets), "value": np.array(value)}
+    outcomes = {"offsets": np.array(offs, dtype=np.int64), "y": np.concatenate(ys), "weight": np.concatenate(ws)}
+    return packed, outcomes
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_rank_kernel_equals_reference_at_any_bin_count(uniform):
+    # the compiled kernel against the NumPy reference on the union of each query's
+    # lists: equal at every bin count (one bin: a full sort; 2**20: a bin per value),
+    # with ties, trees left out (out-of-bag) and rows with no tree (NaN)
+    rng = np.random.default_rng(3 + uniform)
+    pool = np.round(rng.normal(size=40), 1)               # ties within and across lists
+    packed, outcomes = _stump_forest(rng, 12, pool, uniform)
+    n_q = 300
+    leaves = rng.integers(1, 3, size=(n_q, 12)).astype(np.int32)
+    use = rng.uniform(size=(n_q, 12)) < 0.6
+    use[:3] = False
+    use[3:, 0] = True
+    levels = np.array([0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.999])
+    node_of = np.asarray(packed["tree_offsets"])[:-1]
+    from forest.engine.forest_weights import value_nodes
+    vnode = value_nodes(packed, 0)
+    off = outcomes["offsets"]
+    expected = np.empty((n_q, len(levels)))
+    for q in range(n_q):
+        parts = [vnode[node_of[t] + leaves[q, t]] for t in range(12) if use[q, t]]
+        y = np.concatenate([outcomes["y"][off[v]:off[v + 1]] for v in parts] + [np.zeros(0)])
+        w = np.concatenate([outcomes["weight"][off[v]:off[v + 1]] for v in parts] + [np.zeros(0)])
+        expected[q] = weighted_quantile_reference(y, w, levels)
+    assert np.isnan(expected[:3]).all() and not np.isnan(expected[3:]).any()
+    for bins_log2 in (0, 2, 8, 20):
+        layout = PredictionLayout(packed, outcomes, 0, bins_log2=bins_log2)
+        assert layout.uniform == uniform
+        got = weighted_quantiles(packed, outcomes, leaves, levels, 0, use=use, layout=layout)
+        np.testing.assert_array_equal(got, expected)
+        # levels in any order: each level's quantile as alone
+        back = weighted_quantiles(packed, outcomes, leaves, levels[::-1], 0, use=use, layout=layout)
+        np.testing.assert_array_equal(back, expected[:, ::-1])
+    if uniform:
+        # the stored weights read instead of 1 / count: the same bits, the same quantiles
+        layout.uniform, layout.weights = False, np.ascontiguousarray(outcomes["weight"])
+        np.testing.assert_array_equal(
+            weighted_quantiles(packed, outcomes, leaves, levels, 0, use=use, layout=layout), expected)
 
 
 @pytest.mark.mpi
