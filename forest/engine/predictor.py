@@ -314,6 +314,27 @@ def _batch_forest(packed, X):
     return batch_forest(packed, X.shape[0], X.shape[1])
 
 
+def batch_layout(forest, n_features):
+    """The batch layout of a forest whatever the row count, for a caller that keeps it
+    over calls (:func:`predict_leaves`'s ``batch``): building it costs about 70 ns per
+    node, 0.1 s for a forest of 1.6M nodes, as much as walking 20k rows through it.
+
+    Parameters
+    ----------
+    forest : dict (packed), Tree or sequence of Tree
+    n_features : int
+        Columns of the rows it will route.
+
+    Returns
+    -------
+    _BatchForest or False
+        False where the forest does not fit the record layout (the per-row walk serves).
+    """
+    packed = as_packed(forest)
+    layout = encode_records(packed, n_features)
+    return False if layout is None else _BatchForest(layout, packed)
+
+
 def run_rows(serial, parallel, n, *args):
     """Run a row kernel: ``serial(*args, 0, n)`` for small ``n`` or one thread, else
     ``parallel(*args, n_chunks)`` (a ``prange`` over row chunks calling ``serial``)."""
@@ -373,7 +394,7 @@ def _check_binned(binned, rows, packed):
     return binned, rows
 
 
-def predict_leaves(forest, X):
+def predict_leaves(forest, X, batch=None):
     """Leaf reached by each row in each tree, from raw features.
 
     Parameters
@@ -381,6 +402,11 @@ def predict_leaves(forest, X):
     forest : dict (packed), Tree or sequence of Tree
     X : array-like of float, shape (n, n_features)
         NaN means missing.
+    batch : optional
+        :func:`batch_layout` of this forest for ``n_features`` columns, kept by the
+        caller over calls: then the batch walk serves from :data:`BATCH_MIN_ROWS` rows
+        on, whatever the forest's size (False: the per-row walk). Built per call when
+        omitted. The leaves are the same on every route.
 
     Returns
     -------
@@ -392,7 +418,10 @@ def predict_leaves(forest, X):
     feature, threshold, bin_threshold, missing_left, left, right, _, offsets, cat_bits = _arrays(packed)
     out = np.empty((X.shape[0], len(offsets) - 1), dtype=np.int32)
     with phase("prediction"):
-        batch = _batch_forest(packed, X)
+        if batch is None:
+            batch = _batch_forest(packed, X)
+        elif batch is False or not batch_worthwhile(X.shape[0], 1, 0):   # single rows: the per-row walk
+            batch = None
         if batch is None:
             run_rows(_leaves_raw, _par_leaves_raw, X.shape[0], X, feature, bin_threshold, threshold, missing_left,
                      cat_bits, left, right, offsets, out)

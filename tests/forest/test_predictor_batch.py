@@ -6,7 +6,8 @@ import pytest
 
 from forest.analysis.inference import _blb_sums, _pairwise_sum, blb_predict, blb_variance
 from forest.criteria.causal import CausalChannels
-from forest.engine.predictor import (accumulate_oob, batch_forest, leaf_value_index, oob_average, predict_leaves,
+from forest.engine.predictor import (accumulate_oob, batch_forest, batch_layout, leaf_value_index, oob_average,
+                                     predict_leaves,
                                      predict_reference, predict_values, tree_values)
 from forest.engine.routing import (RECORD_MAX_THRESHOLDS, code_rows, encode_records, goes_left_code, goes_left_shifted)
 from forest.engine.tree import Tree, pack_trees
@@ -117,6 +118,25 @@ def test_batch_equals_per_row_walk(rng, threads, per_row_walk):
     X = _rows(rng, 5000, thresholds)
     np.testing.assert_array_equal(predict_values(packed, X), per_row_walk(predict_values, packed, X))
     np.testing.assert_array_equal(predict_leaves(packed, X), per_row_walk(predict_leaves, packed, X))
+
+
+@pytest.mark.parametrize("n_rows", [7, 300, 2500, 9000])   # per-row walk below BATCH_MIN_ROWS, then batch
+def test_kept_batch_layout_gives_the_reference_leaves(rng, threads, n_rows):
+    # a layout kept over calls (QuantileForest keeps one) routes as the per-call one
+    trees, thresholds = _forest(rng, n_trees=30, depth=12)
+    packed = pack_trees(trees)
+    batch = batch_layout(packed, len(thresholds))
+    assert batch is not False
+    X = _rows(rng, n_rows, thresholds)
+    ref_leaves, _ = predict_reference(trees, X)
+    np.testing.assert_array_equal(predict_leaves(packed, X, batch=batch), ref_leaves)
+    np.testing.assert_array_equal(predict_leaves(packed, X, batch=batch), predict_leaves(packed, X))
+    # a forest outside the record layout: False, and the per-row walk
+    many = [np.sort(rng.normal(size=RECORD_MAX_THRESHOLDS + 40)), np.sort(rng.normal(size=5))]
+    wide = [random_tree(rng, 2, 1, many, depth=12, p_stop=0.0) for _ in range(4)]
+    assert batch_layout(pack_trees(wide), 2) is False
+    Xw = _rows(rng, n_rows, many)
+    np.testing.assert_array_equal(predict_leaves(pack_trees(wide), Xw, batch=False), predict_reference(wide, Xw)[0])
 
 
 def test_forest_outside_the_record_layout_falls_back(rng, batch_always):

@@ -221,6 +221,39 @@ def test_rank_kernel_equals_reference_at_any_bin_count(uniform):
             weighted_quantiles(packed, outcomes, leaves, levels, 0, use=use, layout=layout), expected)
 
 
+@pytest.mark.parametrize("categorical", [False, True])
+def test_predict_with_kept_layouts_equals_reference_leaves(categorical):
+    # predict keeps the trees' batch layout and the lists' layout from fit; its quantiles
+    # are those of the plain-Python traversal's leaves through freshly built lists, with
+    # missing values, and with a categorical feature (unseen categories too)
+    from forest.engine.predictor import predict_reference
+    from forest.engine.tree import unpack_trees
+    from forest.estimators.quantile_forest import COUNT_COL
+    X, y, rng = _hetero(1500, 9)
+    X[:, 3] = rng.integers(0, 6, size=len(y))
+    y = y + 0.7 * (X[:, 3] % 2)
+    X[rng.uniform(size=X.shape) < 0.05] = np.nan
+    kw = dict(categorical_features=[3]) if categorical else {}
+    f = QuantileForest(20, random_state=4, **kw).fit(X, y, comm=SELF)
+    assert f._prediction_layout_ is not None and f._batch_walk_ is not None   # built by fit
+    Xq = rng.uniform(-1, 1, size=(700, 4))
+    Xq[:, 3] = rng.integers(0, 9, size=len(Xq))
+    Xq[rng.uniform(size=Xq.shape) < 0.05] = np.nan
+    from forest._validation import validate_features
+    coded = validate_features(f, Xq, reset=False, min_samples=0)         # categories as their codes
+    leaves, _ = predict_reference(unpack_trees(f.estimators_), coded)
+    want = weighted_quantiles(f.estimators_, f.leaf_outcomes_, leaves, np.array(LEVELS), COUNT_COL)
+    np.testing.assert_array_equal(f.predict(Xq), want)
+    np.testing.assert_array_equal(f.predict(Xq[:5]), want[:5])          # few rows: the per-row walk
+    if categorical:
+        assert f._batch_walk_[1] is False                                # category sets: no record layout
+    else:
+        assert f._batch_walk_[1] is not False
+    restored = model_io.loads(model_io.dumps(f))                         # layouts rebuilt on first use
+    assert getattr(restored, "_batch_walk_", None) is None and getattr(restored, "_prediction_layout_", None) is None
+    np.testing.assert_array_equal(restored.predict(Xq), want)
+
+
 @pytest.mark.mpi
 def test_quantiles_identical_at_any_rank_count(comm, same_model_file):
     X, y, rng = _hetero(900, 7)
