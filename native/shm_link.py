@@ -38,6 +38,8 @@ unlinks it as soon as each peer has answered whether it mapped it, so after
 :func:`setup` returns the memory lives only in the mappings and vanishes with the
 last process, killed or not.
 """
+import ctypes
+import errno
 import hashlib
 import mmap
 import os
@@ -46,9 +48,12 @@ import socket
 import struct
 import time
 
+import numpy as np
+
 from .settings import flag
 
 ENV_SHM = "HISTFOREST_SOCKET_SHM"
+ENV_CMA = "HISTFOREST_SOCKET_CMA"
 SHM_DIR = "/dev/shm"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -63,15 +68,22 @@ MAX_SEGMENT_BYTES = 64 << 20
 _PAGE = mmap.PAGESIZE
 _COOKIE = 16
 
-_IDENT = struct.Struct("<8sq64s")        # magic, enabled, boot id
+_IDENT = struct.Struct("<8sqq64s")        # magic, shared memory on, single copy on, boot id
+_PROBE = struct.Struct("<8sqqq16s")       # magic, single copy on, pid, address of the cookie, cookie
+_READ = struct.Struct("<8sq")             # magic, could read it
 _OFFER = struct.Struct("<8sqqqq128s16s")  # magic, ok, offset, slots, slot bytes, name, cookie
 _ANSWER = struct.Struct("<8sq")           # magic, mapped
-_MAGIC = b"HFSHM001"
+_MAGIC = b"HFSHM002"
 
 
 def enabled():
     """``HISTFOREST_SOCKET_SHM`` (default on) and a ``/dev/shm`` to put segments in."""
     return flag(ENV_SHM, True) and os.path.isdir(SHM_DIR)
+
+
+def single_copy_enabled():
+    """``HISTFOREST_SOCKET_CMA`` (default on) and ``process_vm_readv`` in the C library."""
+    return flag(ENV_CMA, True) and _process_vm_readv is not None
 
 
 def boot_id():
@@ -94,6 +106,58 @@ def ring_geometry(npeers):
     per_ring = min(SLOTS * SLOT_BYTES, max(MAX_SEGMENT_BYTES // max(npeers, 1), 4 * (64 << 10)))
     slot = max((per_ring // SLOTS) // _PAGE * _PAGE, 64 << 10)
     return SLOTS, slot
+
+
+# ------------------------------------------------------------ single copy (CMA)
+class _IOVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def _find_readv():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).process_vm_readv
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_ssize_t
+    fn.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.POINTER(_IOVec), ctypes.c_ulong,
+                   ctypes.c_ulong]
+    return fn
+
+
+_process_vm_readv = _find_readv()
+
+
+def address(view):
+    """Address of the first byte of a buffer (a memoryview, bytearray or array)."""
+    return np.frombuffer(view, dtype=np.uint8).ctypes.data if len(view) else 0
+
+
+def read_remote(pid, remote, view):
+    """Copy ``len(view)`` bytes at address ``remote`` of process ``pid`` into ``view``.
+
+    One copy, done by the kernel (``process_vm_readv``), as MPI libraries do between
+    ranks of one machine. The GIL is released during the call.
+
+    Raises
+    ------
+    OSError
+        The process is gone (``ESRCH``), the memory is not mapped there any more
+        (``EFAULT``) or reading it is not permitted (``EPERM``).
+    """
+    n = len(view)
+    local = address(view)
+    done = 0
+    while done < n:
+        k = min(n - done, 1 << 30)
+        liov = _IOVec(local + done, k)
+        riov = _IOVec(remote + done, k)
+        got = _process_vm_readv(pid, ctypes.byref(liov), 1, ctypes.byref(riov), 1, 0)
+        if got < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        if got == 0:
+            raise OSError(errno.EFAULT, "process_vm_readv read nothing")
+        done += got
 
 
 class Ring:
@@ -122,6 +186,27 @@ class Ring:
         self.slots = []
 
 
+class PeerPath:
+    """How large messages move between this rank and one peer on its machine.
+
+    Attributes
+    ----------
+    read_pid : int or None
+        The peer's process id when this rank can read the peer's memory (the peer's
+        large sends then reach this rank in one copy).
+    lend : bool
+        The peer can read this rank's memory: large sends to it go in one copy.
+    ring_out, ring_in : Ring or None
+        Slot rings for a direction without single copy.
+    """
+
+    def __init__(self):
+        self.read_pid = None
+        self.lend = False
+        self.ring_out = None
+        self.ring_in = None
+
+
 def _send_all(socks, blobs):
     for peer, sock in socks.items():
         sock.sendall(blobs[peer])
@@ -143,14 +228,24 @@ def _recv_all(socks, size, what, deadline):
                 raise ConnectionError(f"rank {peer} closed its link during the shared-memory {what}")
             got += n
         out[peer] = bytes(buf)
+    for sock in socks.values():
+        sock.settimeout(None)
     return out
 
 
-def setup(socks, rank, hosts, token=b"", timeout=60.0, want=None):
-    """Agree with every peer on shared-memory rings (see the module docstring).
+def _unpack(fmt, blob, peer):
+    fields = fmt.unpack(blob)
+    if fields[0] != _MAGIC:
+        raise ConnectionError(f"rank {peer} does not speak this version of the socket transport")
+    return fields[1:]
+
+
+def setup(socks, rank, hosts, token=b"", timeout=60.0, want=None, single_copy=None):
+    """Agree with every peer on how large messages move (see the module docstring).
 
     Every rank of the world must call it, with its channel-0 sockets, right after the
-    rendezvous (it speaks on them: three small messages each way).
+    rendezvous: it speaks on them (five small messages each way with every peer on
+    this machine, one with the others).
 
     Parameters
     ----------
@@ -163,71 +258,98 @@ def setup(socks, rank, hosts, token=b"", timeout=60.0, want=None):
         The job token (names the segment).
     timeout : float
         Seconds for the whole exchange.
-    want : bool, optional
-        Override :func:`enabled` (tests).
+    want, single_copy : bool, optional
+        Override :func:`enabled` and :func:`single_copy_enabled` (tests, benchmarks).
 
     Returns
     -------
-    out_rings, in_rings : dict of int to Ring
-        Rings this rank writes to / reads from, by peer; pairs absent use TCP.
+    dict of int to PeerPath
+        Only peers on this machine with which some path was agreed; the others use TCP.
     """
     deadline = time.monotonic() + timeout
     mine = enabled() if want is None else bool(want)
+    cma = mine and (single_copy_enabled() if single_copy is None else bool(single_copy) and
+                    _process_vm_readv is not None)
     me_boot = boot_id()
-    # Round 1: who am I (machine, switched on).
-    ident = _IDENT.pack(_MAGIC, int(mine), me_boot.encode()[:64])
+    # Round 1: which machine, what is switched on.
+    ident = _IDENT.pack(_MAGIC, int(mine), int(cma), me_boot.encode()[:64])
     _send_all(socks, {p: ident for p in socks})
     idents = _recv_all(socks, _IDENT.size, "greeting", deadline)
     local = []
+    their_cma = {}
     for peer in sorted(socks):
-        magic, on, their_boot = _IDENT.unpack(idents[peer])
-        if magic != _MAGIC:
-            raise ConnectionError(f"rank {peer} does not speak this version of the socket transport")
+        on, on_cma, their_boot = _unpack(_IDENT, idents[peer], peer)
         their_boot = their_boot.rstrip(b"\0").decode(errors="replace")
         if mine and on and me_boot and their_boot == me_boot and hosts[peer] == hosts[rank]:
             local.append(peer)
-    out_rings, in_rings = {}, {}
+            their_cma[peer] = bool(on_cma)
+    paths = {peer: PeerPath() for peer in local}
     if not local:
-        return out_rings, in_rings
+        return paths
     local_socks = {p: socks[p] for p in local}
-    # Round 2: my segment (one ring per local peer) and where each peer's ring starts.
-    nslots, slot_bytes = ring_geometry(len(local))
+    # Rounds 2-3: can each read the other's memory? Read a cookie where the peer says it is.
+    cookie = bytearray(secrets.token_bytes(_COOKIE))
+    probe = _PROBE.pack(_MAGIC, int(cma), os.getpid(), address(cookie), bytes(cookie))
+    _send_all(local_socks, {p: probe for p in local})
+    probes = _recv_all(local_socks, _PROBE.size, "probe", deadline)
+    reads = {}
+    for peer in local:
+        on_cma, pid, where, their_cookie = _unpack(_PROBE, probes[peer], peer)
+        ok = False
+        if cma and on_cma:
+            got = bytearray(_COOKIE)
+            try:
+                read_remote(pid, where, got)
+                ok = bytes(got) == their_cookie
+            except OSError:
+                ok = False
+        if ok:
+            paths[peer].read_pid = pid
+        reads[peer] = _READ.pack(_MAGIC, int(ok))
+    _send_all(local_socks, reads)
+    answers = _recv_all(local_socks, _READ.size, "probe answer", deadline)
+    for peer in local:
+        paths[peer].lend = bool(_unpack(_READ, answers[peer], peer)[0])
+    del cookie  # read by now
+    # Rounds 4-5: slot rings for each direction without single copy.
+    need_out = [p for p in local if not paths[p].lend]
+    nslots, slot_bytes = ring_geometry(len(need_out))
     ring_bytes = _PAGE + nslots * slot_bytes
     name = f"histforest-{hashlib.sha1(token).hexdigest()[:12]}-r{rank}-p{os.getpid()}-{secrets.token_hex(4)}"
     path = os.path.join(SHM_DIR, name)
     mapping = None
     created = False
     try:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            created = True
+        if need_out:
             try:
-                os.posix_fallocate(fd, 0, ring_bytes * len(local))
-                mapping = mmap.mmap(fd, ring_bytes * len(local))
-            finally:
-                os.close(fd)
-        except OSError:
-            mapping = None  # no room or no /dev/shm: offer nothing, keep TCP
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                created = True
+                try:
+                    os.posix_fallocate(fd, 0, ring_bytes * len(need_out))
+                    mapping = mmap.mmap(fd, ring_bytes * len(need_out))
+                finally:
+                    os.close(fd)
+            except OSError:
+                mapping = None  # no room or no /dev/shm: offer nothing, keep TCP
         offers = {}
-        cookies = {}
-        for k, peer in enumerate(local):
-            cookie = secrets.token_bytes(_COOKIE)
-            cookies[peer] = cookie
-            if mapping is not None:
-                mapping[k * ring_bytes: k * ring_bytes + _COOKIE] = cookie
-            offers[peer] = _OFFER.pack(_MAGIC, int(mapping is not None), k * ring_bytes, nslots, slot_bytes,
-                                       name.encode(), cookie)
+        for peer in local:
+            k = need_out.index(peer) if peer in need_out else -1
+            ring_cookie = secrets.token_bytes(_COOKIE)
+            ok = mapping is not None and k >= 0
+            if ok:
+                mapping[k * ring_bytes: k * ring_bytes + _COOKIE] = ring_cookie
+            offers[peer] = _OFFER.pack(_MAGIC, int(ok), max(k, 0) * ring_bytes, nslots, slot_bytes,
+                                       name.encode(), ring_cookie)
         _send_all(local_socks, offers)
         theirs = _recv_all(local_socks, _OFFER.size, "offer", deadline)
         answers = {}
         for peer in local:
-            magic, ok, offset, their_slots, their_slot_bytes, their_name, cookie = _OFFER.unpack(theirs[peer])
+            ok, offset, their_slots, their_slot_bytes, their_name, ring_cookie = _unpack(_OFFER, theirs[peer], peer)
             ring = _map_peer(their_name.rstrip(b"\0").decode(errors="replace"), offset, their_slots,
-                             their_slot_bytes, cookie) if ok and magic == _MAGIC else None
-            if ring is not None:
-                in_rings[peer] = ring
+                             their_slot_bytes, ring_cookie) if ok else None
+            paths[peer].ring_in = ring
             answers[peer] = _ANSWER.pack(_MAGIC, int(ring is not None))
-        # Round 3: did you map mine? Then nobody needs the name any more.
+        # Round 5: did you map mine? Then nobody needs the name any more.
         _send_all(local_socks, answers)
         replies = _recv_all(local_socks, _ANSWER.size, "answer", deadline)
     finally:
@@ -236,11 +358,12 @@ def setup(socks, rank, hosts, token=b"", timeout=60.0, want=None):
                 os.unlink(path)
             except OSError:
                 pass
-    for k, peer in enumerate(local):
-        magic, mapped = _ANSWER.unpack(replies[peer])
-        if mapping is not None and magic == _MAGIC and mapped:
-            out_rings[peer] = Ring(mapping, k * ring_bytes, nslots, slot_bytes)
-    return out_rings, in_rings
+    for peer in need_out:
+        k = need_out.index(peer)
+        if mapping is not None and _unpack(_ANSWER, replies[peer], peer)[0]:
+            paths[peer].ring_out = Ring(mapping, k * ring_bytes, nslots, slot_bytes)
+    return {p: path for p, path in paths.items()
+            if path.lend or path.read_pid is not None or path.ring_in is not None or path.ring_out is not None}
 
 
 def _map_peer(name, offset, nslots, slot_bytes, cookie):

@@ -58,6 +58,20 @@ _DATA, _ABORT, _BYE = 1, 2, 3
 # Shared memory (native.shm_link): a message whose payload follows in the peer's ring
 # (kind, tag, bytes); a slot filled (kind, slot, bytes in it); a slot handed back (kind, slot, 0).
 _SHMDATA, _CHUNK, _CREDIT = 4, 5, 6
+# Single copy (native.shm_link.read_remote): a message the receiver reads from the
+# sender's memory, payload (address, sequence number, bytes); the receiver's "read it"
+# (kind, sequence number, 0), which completes the sender's request.
+_CMADATA, _CMADONE = 7, 8
+_LEND = struct.Struct("<qqq")
+#: Seconds a large message that no receive has asked for yet may wait in the sender's
+#: memory (or slots) before this rank copies it into a buffer of its own. Collectives
+#: post their receives first, so a message waits only while its receiver finishes the
+#: step before; a program whose ranks all send before they receive (which MPI calls
+#: unsafe) still completes, each such message a fraction of a second later.
+HOLD_S = 0.1
+#: Buffers lent to peers by requests this rank gave up on (close, abort): kept alive,
+#: so that a peer still reading one never reads memory reused for something else.
+_LENT = []
 
 #: Seconds :meth:`SocketCommunicator.close` waits for peers to close their ends (their
 #: last frames are read, so no reset discards data a slower peer has not read yet).
@@ -119,11 +133,12 @@ def _byte_view(arr):
 class _Link:
     """The frames to and from one peer over one TCP socket (see the module docstring).
 
-    ``shm_out`` / ``shm_in``: the shared-memory rings to / from this peer
-    (:mod:`native.shm_link`), or None where the pair uses TCP for every byte.
+    ``path`` (:class:`native.shm_link.PeerPath`) says how large messages move to and
+    from a peer on this machine: read from the sender's memory in one copy, or through
+    shared-memory slots; None: every byte over TCP.
     """
 
-    def __init__(self, peer, sock, shm_out=None, shm_in=None):
+    def __init__(self, peer, sock, path=None):
         self.peer = peer
         self.sock = sock
         sock.setblocking(False)
@@ -139,8 +154,13 @@ class _Link:
         self._hdr_got = 0
         self._cur = None              # [kind, tag, view, got, request, store] of the frame being read
         self._shm_cur = None          # [_SHMDATA, tag, view, got, request, store]: a message in slots
-        self.shm_out = shm_out
-        self.shm_in = shm_in
+        self.shm_out = path.ring_out if path is not None else None
+        self.shm_in = path.ring_in if path is not None else None
+        self.read_pid = path.read_pid if path is not None else None  # read large messages from its memory
+        self.lend = path is not None and path.lend                     # it reads ours
+        self.lent = {}                # sequence number -> send request whose buffer the peer reads
+        self._seq = 0
+        self.held = 0                 # messages in "unexpected" still in the peer's memory
         self.state = "open"           # "open" | "left" (said bye) | "lost" | "aborted" (said why)
         self.reason = ""
         self.want_write = False
@@ -154,7 +174,12 @@ class _Link:
         """Match a new receive with an unexpected frame, else queue it for the next one."""
         pending = self.unexpected.get(req.tag)
         if pending:
-            _fill(req, pending.popleft(), self.peer)
+            store = pending.popleft()
+            if isinstance(store, _Remote):
+                self.held -= 1
+                self._pull(req, store)
+            else:
+                _fill(req, store, self.peer)
         else:
             self.posted.setdefault(req.tag, deque()).append(req)
 
@@ -212,6 +237,12 @@ class _Link:
         if kind == _CHUNK:  # "tag" is the slot, "nbytes" the bytes in it
             self._chunk(tag, nbytes)
             return
+        if kind == _CMADONE:
+            req = self.lent.pop(tag, None)
+            if req is None:
+                raise TransportError(f"rank {self.peer} read message {tag}, which it was never lent")
+            req.done, req.keep = True, None
+            return
         if kind == _CREDIT:
             if self.shm_out is None or not 0 <= tag < len(self.shm_out.slots):
                 raise TransportError(f"rank {self.peer} handed back slot {tag}, which it was never given")
@@ -251,10 +282,46 @@ class _Link:
         self._cur = None
         if kind == _DATA:
             self._deliver(tag, req, store)
+        elif kind == _CMADATA:
+            if self.read_pid is None:
+                raise TransportError(f"rank {self.peer} lent memory this rank cannot read")
+            where, seq, nbytes = _LEND.unpack(store)
+            remote = _Remote(where, seq, nbytes)
+            req = self._match(tag, nbytes)
+            if req is not None:
+                self._pull(req, remote)
+            else:
+                self.held += 1
+                self.unexpected.setdefault(tag, deque()).append(remote)
         elif kind == _ABORT:
             self.state, self.reason = "aborted", bytes(store).decode(errors="replace")
         elif kind == _BYE:
             self.state = "left"
+
+    def _pull(self, req, remote):
+        """Read a lent message into ``req``'s buffer, tell the peer it may reuse its own."""
+        if len(req.view) != remote.nbytes:
+            raise TransportError(f"rank {self.peer} sent {remote.nbytes} bytes with tag {req.tag}, but the "
+                                 f"receive expects {len(req.view)}: the ranks disagree on the message size")
+        try:
+            shm_link.read_remote(self.read_pid, remote.where, req.view)
+        except OSError as exc:
+            # Its process ended (ESRCH) or freed the memory (EFAULT): the peer is gone.
+            self._gone(f"its memory could not be read ({exc.strerror or exc}; the process ended or was killed)")
+            return
+        self.ctrl.append(_HEADER.pack(_CMADONE, remote.seq, 0))
+        req.done, req.keep = True, None
+
+    def spill(self, now):
+        """Copy lent messages that waited :data:`HOLD_S` for a receive into buffers of this rank."""
+        for q in self.unexpected.values():
+            for i, item in enumerate(q):
+                if isinstance(item, _Remote) and now - item.since >= HOLD_S and self.state in ("open", "left"):
+                    store = bytearray(item.nbytes)
+                    tmp = _Request(self, None, memoryview(store), store)
+                    self._pull(tmp, item)
+                    q[i] = store
+                    self.held -= 1
 
     def _deliver(self, tag, req, store):
         if req is not None:
@@ -277,8 +344,15 @@ class _Link:
 
     # ------------------------------------------------------------------- sending
     def push(self, kind, tag, view, req):
-        if kind == _DATA and self.shm_out is not None and len(view) >= SHM_MIN_BYTES:
-            kind = _SHMDATA
+        if kind == _DATA and len(view) >= SHM_MIN_BYTES:
+            if self.lend:
+                # The peer reads the buffer itself; the request completes on its answer.
+                seq = self._seq
+                self._seq += 1
+                self.lent[seq] = req
+                kind, view, req = _CMADATA, memoryview(_LEND.pack(shm_link.address(view), seq, len(view))), None
+            elif self.shm_out is not None:
+                kind = _SHMDATA
         self.out.append([kind, tag, view, req, 0, False])
 
     def push_ctrl(self, kind, tag, payload=b""):
@@ -360,6 +434,16 @@ class _Link:
                 req.done, req.keep = True, None
 
 
+class _Remote:
+    """A message still in the sender's memory: where, its sequence number, its size."""
+
+    __slots__ = ("where", "seq", "nbytes", "since")
+
+    def __init__(self, where, seq, nbytes):
+        self.where, self.seq, self.nbytes = where, seq, nbytes
+        self.since = time.monotonic()
+
+
 def _fill(req, store, peer):
     if len(store) != len(req.view):
         raise TransportError(f"rank {peer} sent {len(store)} bytes with tag {req.tag}, but the receive expects "
@@ -392,9 +476,9 @@ class SocketCommunicator(Communicator):
         For error messages.
     quiet : bool
         A watchdog channel: a lost link never raises.
-    shm : tuple of two dicts, optional
-        ``(out_rings, in_rings)`` from :func:`native.shm_link.setup`: peers on this
-        machine whose large messages go through shared memory.
+    shm : dict of int to native.shm_link.PeerPath, optional
+        From :func:`native.shm_link.setup`: peers on this machine and how large
+        messages move to and from them without TCP.
     """
 
     def __init__(self, links, rank, size, hosts, timeout=None, channel_links=None, endpoints=None, quiet=False,
@@ -404,9 +488,8 @@ class SocketCommunicator(Communicator):
         self.timeout = timeout
         self.endpoints = list(endpoints) if endpoints is not None else None
         self._hosts = list(hosts)
-        out_rings, in_rings = shm if shm is not None else ({}, {})
-        self._links = {peer: _Link(peer, sock, out_rings.get(peer), in_rings.get(peer))
-                       for peer, sock in links.items()}
+        paths = shm or {}
+        self._links = {peer: _Link(peer, sock, paths.get(peer)) for peer, sock in links.items()}
         self._sel = selectors.DefaultSelector()
         for link in self._links.values():
             self._sel.register(link.sock, selectors.EVENT_READ, link)
@@ -599,6 +682,10 @@ class SocketCommunicator(Communicator):
         dropped = 0
         for link in self._links.values():
             q = link.unexpected.pop(tag, None)
+            for item in q or ():
+                if isinstance(item, _Remote):  # unread: the sender may reuse its buffer
+                    link.held -= 1
+                    link.ctrl.append(_HEADER.pack(_CMADONE, item.seq, 0))
             dropped += len(q) if q else 0
         return dropped
 
@@ -641,6 +728,8 @@ class SocketCommunicator(Communicator):
             except (KeyError, ValueError):
                 pass
             link.sock.close()
+            _LENT.extend(req.keep for req in link.lent.values() if req.keep is not None)
+            link.lent.clear()
             for ring in (link.shm_out, link.shm_in):
                 if ring is not None:
                     ring.release()
@@ -699,6 +788,9 @@ class SocketCommunicator(Communicator):
             if wait:
                 time.sleep(wait)
             return
+        held = [link for link in self._links.values() if link.held]
+        if held:
+            wait = min(wait, HOLD_S / 2)  # wake up to spill what waited too long
         for key, mask in self._sel.select(wait):
             link = key.data
             if mask & selectors.EVENT_READ:
@@ -707,6 +799,12 @@ class SocketCommunicator(Communicator):
                 link.on_writable()
             if link.ctrl and link.state in ("open", "left"):
                 link.on_writable()  # hand slots back at once: the peer may be waiting for them
+        if held:
+            now = time.monotonic()
+            for link in held:
+                link.spill(now)
+                if link.ctrl:
+                    link.on_writable()
             if link.state not in ("open", "left"):
                 try:
                     self._sel.unregister(link.sock)
