@@ -144,6 +144,9 @@ def outcome_ranks(ys):
     """
     ys = np.ascontiguousarray(ys, dtype=np.float64)
     values = np.unique(ys)  # NumPy's float64 sort is vectorised: ~0.05 s for 5M entries
+    if not np.all(np.isfinite(values)):
+        # a NaN of another payload than the one np.unique kept would never be found
+        raise ValueError("outcome lists must hold finite outcomes")
     wide = len(values) >= 2 ** 32 - 1
     ranks = np.empty(len(ys), dtype=np.int64 if wide else np.uint32)
     if len(ys):

@@ -149,6 +149,8 @@ def test_outcome_ranks_are_searchsorted():
         np.testing.assert_array_equal(ranks, np.searchsorted(values, ys))
     values, ranks = outcome_ranks(np.zeros(0))
     assert len(values) == 0 and len(ranks) == 0
+    with pytest.raises(ValueError, match="finite"):
+        outcome_ranks(np.array([1.0, np.nan]))
 
 
 def _stump_forest(rng, n_trees, pool, uniform):
