@@ -44,6 +44,7 @@ import hashlib
 import mmap
 import os
 import secrets
+import select
 import socket
 import struct
 import time
@@ -196,12 +197,15 @@ class PeerPath:
         large sends then reach this rank in one copy).
     lend : bool
         The peer can read this rank's memory: large sends to it go in one copy.
+    pidfd : int or None
+        A pidfd of the peer's process (with ``read_pid``): readable once it ended.
     ring_out, ring_in : Ring or None
         Slot rings for a direction without single copy.
     """
 
     def __init__(self):
         self.read_pid = None
+        self.pidfd = None
         self.lend = False
         self.ring_out = None
         self.ring_in = None
@@ -304,6 +308,13 @@ def setup(socks, rank, hosts, token=b"", timeout=60.0, want=None, single_copy=No
             except OSError:
                 ok = False
         if ok:
+            try:
+                # Checked after every read: while the peer lives its pid is its own, so a
+                # read that ends with the peer still alive read the peer's memory.
+                paths[peer].pidfd = os.pidfd_open(pid)
+            except (OSError, AttributeError):
+                ok = False
+        if ok:
             paths[peer].read_pid = pid
         reads[peer] = _READ.pack(_MAGIC, int(ok))
     _send_all(local_socks, reads)
@@ -364,6 +375,11 @@ def setup(socks, rank, hosts, token=b"", timeout=60.0, want=None, single_copy=No
             paths[peer].ring_out = Ring(mapping, k * ring_bytes, nslots, slot_bytes)
     return {p: path for p, path in paths.items()
             if path.lend or path.read_pid is not None or path.ring_in is not None or path.ring_out is not None}
+
+
+def process_ended(pidfd):
+    """True once the process of ``pidfd`` has ended (its pid may then name another)."""
+    return bool(select.select([pidfd], [], [], 0)[0])
 
 
 def _map_peer(name, offset, nslots, slot_bytes, cookie):

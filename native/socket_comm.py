@@ -20,12 +20,42 @@ waits for anything it also writes its queued sends and reads every link. That is
 a blocking ``send`` can never deadlock against the peer's blocking ``send`` (each
 drains the other), unlike blocking TCP sends with full kernel buffers.
 
+Peers on the same machine (same host name and boot id, agreed at connection time by
+:func:`native.shm_link.setup`) move messages of 64 KiB and more without TCP, as MPI
+libraries do between ranks of one machine (MPICH over UCX reads the sender's memory
+with ``process_vm_readv``), so :file:`benchmarks/bench_socket.py` compares like with
+like:
+
+* **single copy** (where the kernel lets one rank read another's memory): the sender
+  announces the buffer's address over TCP; the receiver reads it straight into the
+  posted receive buffer and answers "read", which completes the send. A message that
+  arrives before its receive waits in the sender's memory up to :data:`HOLD_S`, then
+  is copied here (so ranks that all send before they receive still finish).
+* **slots** (otherwise): the sender copies the message through a ring of slots in
+  ``/dev/shm`` (:class:`native.shm_link.Ring`), a small TCP frame per slot filled, one
+  back per slot emptied.
+
+Either way the TCP link carries the signalling, so a waiting rank sleeps in
+``select`` (ranks oversubscribing the cores leave them to each other) and a dead peer
+is noticed as before. ``HISTFOREST_SOCKET_SHM=0`` sends every byte over TCP;
+``HISTFOREST_SOCKET_CMA=0`` leaves only the slots. Between machines it is TCP.
+
+Over TCP loopback alone, every byte is copied twice and crosses the TCP stack, and on
+the 2-core test machine runs of 64 MiB allreduces with the ranks on different cores
+showed loopback segments arriving out of order (``TCPOFOQueue``, ``TCPSACKReorder``
+in ``/proc/net/netstat``), answered by spurious fast retransmissions and a few
+retransmissions lost again (``TCPLostRetransmit``, each a retransmission timeout of
+at least 200 ms): a likely source of the 170-360 ms outliers, though under heavy
+load outliers also came without any retransmission (the ranks descheduled).
+
 Failure
 -------
 A rank's process that ends closes its sockets, so a rank waiting on the mesh learns it
 at once: :class:`PeerLostError` names the rank (the mesh is full, so every rank hears
 of it, not only the ones waiting for it). A rank that closes normally first sends a
-"bye" frame, so its orderly exit is not mistaken for a crash. :meth:`abort` sends the
+"bye" frame, so its orderly exit is not mistaken for a crash. A peer that dies while
+this rank reads its memory is noticed by the read (or by its pidfd, so a reused pid
+is never read from). :meth:`abort` sends the
 message to every peer (each raises :class:`PeerLostError` quoting it) and raises
 :class:`CommunicatorAborted` here; called from another thread (the watchdog), it
 shuts the sockets down so the waiting main thread raises instead. A peer that is
@@ -33,6 +63,8 @@ frozen or stalled but alive is the watchdog's case (:mod:`native.watchdog`), whi
 unchanged over :meth:`SocketCommunicator.private_channel`, a second set of links.
 ``HISTFOREST_SOCKET_TIMEOUT`` (seconds, unset by default) bounds every wait as well.
 """
+import errno
+import os
 import selectors
 import socket
 import struct
@@ -157,6 +189,7 @@ class _Link:
         self.shm_out = path.ring_out if path is not None else None
         self.shm_in = path.ring_in if path is not None else None
         self.read_pid = path.read_pid if path is not None else None  # read large messages from its memory
+        self.pidfd = path.pidfd if path is not None else None
         self.lend = path is not None and path.lend                     # it reads ours
         self.lent = {}                # sequence number -> send request whose buffer the peer reads
         self._seq = 0
@@ -303,8 +336,12 @@ class _Link:
         if len(req.view) != remote.nbytes:
             raise TransportError(f"rank {self.peer} sent {remote.nbytes} bytes with tag {req.tag}, but the "
                                  f"receive expects {len(req.view)}: the ranks disagree on the message size")
+        if self.state not in ("open", "left"):
+            return
         try:
             shm_link.read_remote(self.read_pid, remote.where, req.view)
+            if shm_link.process_ended(self.pidfd):
+                raise OSError(errno.ESRCH, "the process ended during the read")
         except OSError as exc:
             # Its process ended (ESRCH) or freed the memory (EFAULT): the peer is gone.
             self._gone(f"its memory could not be read ({exc.strerror or exc}; the process ended or was killed)")
@@ -730,6 +767,9 @@ class SocketCommunicator(Communicator):
             link.sock.close()
             _LENT.extend(req.keep for req in link.lent.values() if req.keep is not None)
             link.lent.clear()
+            if link.pidfd is not None:
+                os.close(link.pidfd)
+                link.pidfd = None
             for ring in (link.shm_out, link.shm_in):
                 if ring is not None:
                     ring.release()
@@ -832,18 +872,28 @@ class SocketCommunicator(Communicator):
                 self._progress(0.2)
                 if all(r.done for r in requests):
                     return
-                self._raise_failures(requests)
+                try:
+                    self._raise_failures(requests)
+                except TransportError:
+                    self._keep_lent()
+                    raise
                 if self.timeout is None and self._read_rest_blocking(requests) and all(r.done for r in requests):
                     return
                 if self.timeout is not None and time.monotonic() - start > self.timeout:
                     waiting = sorted({r.link.peer if r.link is not None else self.rank
                                       for r in requests if not r.done})
+                    self._keep_lent()
                     raise TransportTimeout(
                         f"rank {self.rank} waited {time.monotonic() - start:.1f} s (limit {self.timeout:g} s, "
                         f"{ENV_WAIT_TIMEOUT}) for rank(s) {waiting} (tag {requests[0].tag}){self._where()}")
         finally:
             if act is not None:
                 act.peers = None
+
+    def _keep_lent(self):
+        """Keep every buffer a peer may still read alive: this rank is about to give up on it."""
+        for link in self._links.values():
+            _LENT.extend(req.keep for req in link.lent.values() if req.keep is not None)
 
     def _read_rest_blocking(self, requests):
         """Read the rest of a large frame already being received, in one blocking call.
