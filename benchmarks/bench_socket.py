@@ -4,7 +4,11 @@ Run without mpirun: the script launches itself under ``mpirun -np P`` for each P
 ``--procs`` (default 2 3 4). In the job every rank has two communicators over the same
 ranks: MPI's world (MPICH; on one machine its point-to-point runs over shared
 memory) and a :class:`native.socket_comm.SocketCommunicator` whose links are TCP over
-loopback (endpoints exchanged through MPI, then no MPI on its path). For every size
+loopback (endpoints exchanged through MPI, then no MPI on its path). Like MPI, the
+socket ranks move large messages between ranks of one machine without TCP
+(:mod:`native.shm_link`: the receiver reads the sender's memory in one copy, as
+MPICH over UCX does, or slots in ``/dev/shm``), so the two are compared like for like;
+``--path slots`` or ``--path tcp`` measures the fallbacks instead. For every size
 (float64, 1-64 MiB) and algorithm, repetitions interleave the two transports, so a
 burst of load from other processes slows both alike; the table gives the median over
 repetitions of the slowest rank's time, the bus bandwidth (NCCL's convention,
@@ -14,6 +18,7 @@ same bits over both transports.
 
     python benchmarks/bench_socket.py --procs 2 3 4          # writes RESULTS.md
     python benchmarks/bench_socket.py --procs 2 --quick --no-write
+    python benchmarks/bench_socket.py --procs 4 --path tcp --no-write   # TCP only
 """
 import argparse
 import json
@@ -35,6 +40,8 @@ SECTION = "Socket transport and Spark (issue 36)"
 SIZES = [2**20, 2**22, 2**24, 2**26]       # 1, 4, 16, 64 MiB
 QUICK_SIZES = [2**20, 2**22]
 ALGORITHMS = ("auto", "ring", "rabenseifner")
+#: --path -> environment of the job (native.shm_link's switches).
+PATHS = {"auto": {}, "slots": {"HISTFOREST_SOCKET_CMA": "0"}, "tcp": {"HISTFOREST_SOCKET_SHM": "0"}}
 
 
 def worker(sizes, out_path, reps):
@@ -105,6 +112,11 @@ def table(rows):
     return "\n".join(lines)
 
 
+def _load():
+    """The 1/5/15-minute load averages (other processes share the cores)."""
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main(argv=None):
     from _harness import default_mpirun, thread_env, write_results_section
 
@@ -113,6 +125,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="1 and 4 MiB only")
     ap.add_argument("--reps", type=int, default=0, help="repetitions per case (default: by size)")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--path", choices=sorted(PATHS), default="auto",
+                    help="same-machine path of the socket ranks: auto (single copy where permitted, else "
+                         "shared-memory slots), slots, or tcp (every byte over TCP loopback)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     sizes = QUICK_SIZES if args.quick else SIZES
@@ -120,6 +135,7 @@ def main(argv=None):
         worker(sizes, args.worker, args.reps)
         return 0
     rows = []
+    load_before = _load()
     for p in args.procs:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "rows.json")
@@ -127,12 +143,18 @@ def main(argv=None):
                    "--worker", out] + (["--quick"] if args.quick else []) + (["--reps", str(args.reps)]
                                                                              if args.reps else [])
             env = thread_env(1)
+            for k in ("HISTFOREST_SOCKET_CMA", "HISTFOREST_SOCKET_SHM"):
+                env.pop(k, None)
+            env.update(PATHS[args.path])
             subprocess.run(cmd, check=True, env=env, timeout=1800)
             rows += json.loads(Path(out).read_text())
     body = table(rows)
+    print(f"socket path: {args.path}; load average before / after: {load_before} / {_load()}")
     print(body)
     if not args.no_write:
-        write_results_section(SECTION, "#### Allreduce bus bandwidth, socket (TCP loopback) vs MPI (MPICH)\n\n"
+        what = {"auto": "same-machine single copy / shared memory, TCP for signalling",
+                "slots": "shared-memory slots, TCP for signalling", "tcp": "TCP loopback only"}[args.path]
+        write_results_section(SECTION, f"#### Allreduce bus bandwidth, socket ({what}) vs MPI (MPICH)\n\n"
                               + body, title="Socket transport vs MPI")
     return 0
 

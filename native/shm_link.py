@@ -61,6 +61,11 @@ BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 #: Messages of at least this many bytes go through shared memory (smaller ones: TCP,
 #: where one system call carries them and no slot hand-over is needed).
 SHM_MIN_BYTES = 64 << 10
+#: Messages of at least this many bytes are read from the sender's memory where that
+#: is permitted; smaller ones go through the slots, whose sends complete without
+#: waiting for the receiver (measured with benchmarks/bench_socket.py on 2 loaded
+#: cores: slots faster at 1-2 MiB messages, single copy at 5 MiB and more).
+SINGLE_COPY_MIN_BYTES = 4 << 20
 #: Slots per ring and the bytes of each (shrunk for many peers, see :func:`ring_geometry`).
 SLOTS = 4
 SLOT_BYTES = 1 << 20
@@ -322,8 +327,9 @@ def setup(socks, rank, hosts, token=b"", timeout=60.0, want=None, single_copy=No
     for peer in local:
         paths[peer].lend = bool(_unpack(_READ, answers[peer], peer)[0])
     del cookie  # read by now
-    # Rounds 4-5: slot rings for each direction without single copy.
-    need_out = [p for p in local if not paths[p].lend]
+    # Rounds 4-5: slot rings (for the messages below SINGLE_COPY_MIN_BYTES, and all of
+    # them in a direction without single copy).
+    need_out = list(local)
     nslots, slot_bytes = ring_geometry(len(need_out))
     ring_bytes = _PAGE + nslots * slot_bytes
     name = f"histforest-{hashlib.sha1(token).hexdigest()[:12]}-r{rank}-p{os.getpid()}-{secrets.token_hex(4)}"

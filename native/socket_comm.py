@@ -26,12 +26,14 @@ libraries do between ranks of one machine (MPICH over UCX reads the sender's mem
 with ``process_vm_readv``), so :file:`benchmarks/bench_socket.py` compares like with
 like:
 
-* **single copy** (where the kernel lets one rank read another's memory): the sender
+* **single copy** (messages of 4 MiB and more, where the kernel lets one rank read
+  another's memory; :data:`native.shm_link.SINGLE_COPY_MIN_BYTES`): the sender
   announces the buffer's address over TCP; the receiver reads it straight into the
   posted receive buffer and answers "read", which completes the send. A message that
   arrives before its receive waits in the sender's memory up to :data:`HOLD_S`, then
   is copied here (so ranks that all send before they receive still finish).
-* **slots** (otherwise): the sender copies the message through a ring of slots in
+* **slots** (smaller messages, or all where single copy is not permitted): the
+  sender copies the message through a ring of slots in
   ``/dev/shm`` (:class:`native.shm_link.Ring`), a small TCP frame per slot filled, one
   back per slot emptied.
 
@@ -79,7 +81,6 @@ from .comm import Communicator
 from .rendezvous import (DEFAULT_TIMEOUT_S, ENV_TIMEOUT, Listener, RendezvousError, RendezvousTimeout, connect_mesh,
                          parse_endpoint)
 from .settings import positive_number
-from .shm_link import SHM_MIN_BYTES
 from . import shm_link
 from .transport import TAG_BARRIER
 
@@ -306,6 +307,7 @@ class _Link:
         cur[2][got:got + n] = ring.slots[slot][:n]
         cur[3] = got + n
         self.ctrl.append(_HEADER.pack(_CREDIT, slot, 0))
+        self.on_writable()  # as in _pull: the sender may wait for the slot
         if cur[3] == len(cur[2]):
             self._shm_cur = None
             self._deliver(cur[1], cur[4], cur[5])
@@ -348,6 +350,9 @@ class _Link:
             return
         self.ctrl.append(_HEADER.pack(_CMADONE, remote.seq, 0))
         req.done, req.keep = True, None
+        # Say so now: this rank may go on to other work (another communicator, say)
+        # before it waits here again, and the sender waits for this answer.
+        self.on_writable()
 
     def spill(self, now):
         """Copy lent messages that waited :data:`HOLD_S` for a receive into buffers of this rank."""
@@ -381,8 +386,8 @@ class _Link:
 
     # ------------------------------------------------------------------- sending
     def push(self, kind, tag, view, req):
-        if kind == _DATA and len(view) >= SHM_MIN_BYTES:
-            if self.lend:
+        if kind == _DATA and len(view) >= shm_link.SHM_MIN_BYTES:
+            if self.lend and (len(view) >= shm_link.SINGLE_COPY_MIN_BYTES or self.shm_out is None):
                 # The peer reads the buffer itself; the request completes on its answer.
                 seq = self._seq
                 self._seq += 1
@@ -859,6 +864,7 @@ class SocketCommunicator(Communicator):
     def _wait(self, requests, peers):
         """Progress until every request is done; raise on a lost peer, an abort or the timeout."""
         if all(r.done for r in requests):
+            self._flush_ctrl()
             return
         act = self.activity
         if act is not None:
@@ -871,6 +877,7 @@ class SocketCommunicator(Communicator):
                 # queued): spinning here would steal the core a peer on this machine needs.
                 self._progress(0.2)
                 if all(r.done for r in requests):
+                    self._flush_ctrl()
                     return
                 try:
                     self._raise_failures(requests)
@@ -878,6 +885,7 @@ class SocketCommunicator(Communicator):
                     self._keep_lent()
                     raise
                 if self.timeout is None and self._read_rest_blocking(requests) and all(r.done for r in requests):
+                    self._flush_ctrl()
                     return
                 if self.timeout is not None and time.monotonic() - start > self.timeout:
                     waiting = sorted({r.link.peer if r.link is not None else self.rank
@@ -889,6 +897,12 @@ class SocketCommunicator(Communicator):
         finally:
             if act is not None:
                 act.peers = None
+
+    def _flush_ctrl(self):
+        """Write whatever answers (credits, "read") are still queued, without waiting."""
+        for link in self._links.values():
+            if (link.ctrl or link._tx is not None) and link.state in ("open", "left"):
+                link.on_writable()
 
     def _keep_lent(self):
         """Keep every buffer a peer may still read alive: this rank is about to give up on it."""

@@ -15,13 +15,18 @@ import threading
 import numpy as np
 import pytest
 
+from native import collectives as col
 from native import shm_link
+from native.socket_comm import connect, loopback_world_endpoints
 from native.threads import ThreadWorld
 from socket_world import run_ok
 from test_socket_comm import as_bytes, every_collective
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PATHS = {"single_copy": {}, "slots": {"HISTFOREST_SOCKET_CMA": "0"}, "tcp": {"HISTFOREST_SOCKET_SHM": "0"}}
+# "auto": single copy from 4 MiB, slots below; "single_copy": from 64 KiB (the threshold
+# lowered in this process, so that every collective's large messages take it).
+PATHS = {"auto": {}, "single_copy": {}, "slots": {"HISTFOREST_SOCKET_CMA": "0"},
+         "tcp": {"HISTFOREST_SOCKET_SHM": "0"}}
 
 
 def _leftovers():
@@ -35,15 +40,17 @@ def path(request, monkeypatch):
         monkeypatch.delenv(k, raising=False)
     for k, v in PATHS[request.param].items():
         monkeypatch.setenv(k, v)
-    if request.param == "single_copy" and not shm_link.single_copy_enabled():
+    if request.param in ("auto", "single_copy") and not shm_link.single_copy_enabled():
         pytest.skip("process_vm_readv is not available")
+    if request.param == "single_copy":
+        monkeypatch.setattr(shm_link, "SINGLE_COPY_MIN_BYTES", shm_link.SHM_MIN_BYTES)
     before = _leftovers()
     yield request.param
     assert _leftovers() == before, "a segment was left in /dev/shm"
 
 
 def _kind(link):
-    if link.lend and link.read_pid is not None:
+    if link.lend and link.read_pid is not None and link.shm_out is not None and link.shm_in is not None:
         return "single_copy"
     if link.shm_out is not None and link.shm_in is not None:
         return "slots"
@@ -59,7 +66,7 @@ def test_the_configured_path_is_taken_and_nothing_stays_in_dev_shm(path):
         return [_kind(link) for link in comm._links.values()], names
 
     for kinds, names in run_ok(3, body):
-        assert kinds == [path, path]
+        assert kinds == [path if path != "auto" else "single_copy"] * 2
         assert names == []
 
 
@@ -225,3 +232,85 @@ def test_a_peer_killed_mid_transfer_raises_instead_of_hanging(path, mode):
     line = [x for x in outs[0][0].splitlines() if x.startswith("RESULT")][0]
     assert "PeerLostError" in line and "rank 1" in line, line
     assert float(line.split(" after ")[1].split(" s")[0]) < 10, line
+
+
+def test_two_worlds_interleaved_never_wait_on_each_other(path):
+    # Each rank alternates collectives on two socket worlds (as bench_socket does with
+    # MPI and sockets): a rank that leaves one world for the other must already have
+    # answered every message it read there ("read" and slot credits), or the ranks still
+    # waiting for those answers in the first world never reach the second.
+    p = 3
+    worlds = [loopback_world_endpoints(p) for _ in range(2)]
+    results, errors = [None] * p, [None] * p
+
+    def body(r):
+        comms = []
+        try:
+            comms = [connect(lst[r], ends, r, token=b"w%d" % k, timeout=30) for k, (lst, ends) in enumerate(worlds)]
+            out = []
+            for n in (3 << 20, 1 << 17, 3 << 20, 1 << 17):  # 24 MiB (single copy), 1 MiB (slots)
+                x = np.arange(n, dtype=np.float64) * (r + 1)
+                for comm in comms:
+                    out.append(col.allreduce(comm, x, algorithm="ring")[[0, 1, -1]])
+            results[r] = out
+        except BaseException as exc:
+            errors[r] = exc
+        finally:
+            for comm in comms:
+                comm.close()
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(p)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "deadlock"
+    assert errors == [None] * p, errors
+    for r in range(p):
+        for got in results[r]:
+            n1 = got[2] / 6
+            np.testing.assert_array_equal(got, [0.0, 6.0, 6.0 * n1])
+
+
+def test_a_read_answered_before_the_receiver_turns_to_another_world(monkeypatch):
+    # Rank 1 takes a lent message that arrived before its receive (read at the receive,
+    # which completes at once), then works in a second world: its "read" must already
+    # be on the way, or rank 0, still waiting for it in the first world, never comes.
+    if not shm_link.single_copy_enabled():
+        pytest.skip("process_vm_readv is not available")
+    for k in ("HISTFOREST_SOCKET_CMA", "HISTFOREST_SOCKET_SHM"):
+        monkeypatch.delenv(k, raising=False)
+    worlds = [loopback_world_endpoints(2) for _ in range(2)]
+    n = 1 << 20  # 8 MiB: single copy
+    errors = [None, None]
+
+    def body(r):
+        comms = []
+        try:
+            comms = [connect(lst[r], ends, r, token=b"x%d" % k, timeout=10) for k, (lst, ends) in enumerate(worlds)]
+            first, second = comms
+            assert first._links[1 - r].lend
+            if r == 0:
+                first.send(np.ones(n), 1, tag=4)
+                second.recv(np.empty(1), 1, tag=4)
+            else:
+                while first.service_probe(4) is None:  # the announcement is read, the bytes wait
+                    pass
+                first.recv(np.empty(n), 0, tag=4)
+                second.send(np.ones(1), 0, tag=4)
+                second.barrier()  # leaves the first world alone until rank 0 is done with it
+            if r == 0:
+                second.barrier()
+        except BaseException as exc:
+            errors[r] = exc
+        finally:
+            for comm in comms:
+                comm.close()
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "deadlock"
+    assert errors == [None, None], errors
