@@ -729,6 +729,7 @@ class SocketCommunicator(Communicator):
                     link.held -= 1
                     link.ctrl.append(_HEADER.pack(_CMADONE, item.seq, 0))
             dropped += len(q) if q else 0
+        self._flush_ctrl()
         return dropped
 
     # ------------------------------------------------------------------ close
