@@ -1,18 +1,27 @@
-"""Shared-memory rings between socket ranks on the same machine (issue 36).
+"""Same-machine paths between socket ranks: single copy and shared-memory slots (issue 36).
 
 Over TCP loopback every byte of a large message is copied into the kernel, pushed
-through the TCP stack and copied out again, and on this kernel the loopback device
-also reorders segments when sender and receiver run on different cores, which TCP
-answers with spurious retransmissions and now and then a 200 ms retransmission
-timeout (``TCPOFOQueue``, ``TCPFastRetrans``, ``TCPLostRetransmit`` in
-``/proc/net/netstat``). MPI libraries move bytes between ranks of one machine through
-shared memory instead; this module lets :mod:`native.socket_comm` do the same, so
+through the TCP stack and copied out again (and on the 2-core test machine loopback
+segments were seen arriving out of order, answered by spurious retransmissions; see
+:mod:`native.socket_comm`). MPI libraries move bytes between ranks of one machine
+without TCP (MPICH over UCX: shared memory, and for large messages a single copy with
+``process_vm_readv``); this module lets :mod:`native.socket_comm` do the same, so
 comparing the two transports compares like with like.
 
-Layout
-------
-Every rank creates one segment in ``/dev/shm`` holding one *ring* per peer on its
-machine: a header page (a random cookie, so a peer can tell that it mapped the same
+Single copy
+-----------
+Where the kernel lets a rank read a peer's memory (same user, no ptrace restriction,
+same PID namespace: checked at connection time by reading a random cookie at the
+address the peer gives), a message of :data:`SINGLE_COPY_MIN_BYTES` or more is read by
+the receiver straight from the sender's buffer into its own (:func:`read_remote`). A
+pidfd of the peer, checked after every read, guarantees the pid still named the peer.
+``HISTFOREST_SOCKET_CMA=0`` turns it off.
+
+Slots
+-----
+For smaller messages (from :data:`SHM_MIN_BYTES`), and for all of them where single
+copy is not permitted, every rank creates one segment in ``/dev/shm`` holding one
+*ring* per peer on its machine: a header page (a random cookie, so a peer can tell that it mapped the same
 memory) and ``slots`` slots of ``slot_bytes``. The ring from rank ``a`` to rank ``b``
 is written only by ``a`` and read only by ``b``. The TCP link between the two stays
 and carries everything else: the frame that announces a message (kind, tag, size),
@@ -25,18 +34,19 @@ with :class:`native.socket_comm.PeerLostError` exactly as without shared memory.
 Which pairs use it
 ------------------
 Decided at connection time by :func:`setup`, over the freshly made TCP links: two
-ranks share memory when they report the same host name and the same
-``/proc/sys/kernel/random/boot_id``, both have it enabled (``HISTFOREST_SOCKET_SHM``,
-default on; ``0`` turns it off) and the peer could map the segment and read the
-cookie back (containers on one host with private ``/dev/shm`` fail that check and
+ranks use these paths when they report the same host name and the same
+``/proc/sys/kernel/random/boot_id`` and both have them enabled
+(``HISTFOREST_SOCKET_SHM``, default on; ``0`` turns off both paths); the slots also
+need the peer to map the segment and read the cookie back (containers on one host with private ``/dev/shm`` fail that check and
 keep TCP). Every other pair, in particular ranks on different machines, uses TCP.
 
 Nothing is left behind: a segment's name carries the job token's hash, the rank and
 the process id, space is reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails
 here, cleanly, instead of with ``SIGBUS`` at the first write), and the creator
-unlinks it as soon as each peer has answered whether it mapped it, so after
-:func:`setup` returns the memory lives only in the mappings and vanishes with the
-last process, killed or not.
+unlinks it as soon as each peer has answered whether it mapped it (or on any error),
+so after :func:`setup` returns the memory lives only in the mappings and vanishes
+with the last process, killed or not. Only a rank killed inside :func:`setup`, between
+creating and unlinking (two small messages each way), can leave its segment behind.
 """
 import ctypes
 import errno
