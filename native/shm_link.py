@@ -37,8 +37,9 @@ Decided at connection time by :func:`setup`, over the freshly made TCP links: tw
 ranks use these paths when they report the same host name and the same
 ``/proc/sys/kernel/random/boot_id`` and both have them enabled
 (``HISTFOREST_SOCKET_SHM``, default on; ``0`` turns off both paths); the slots also
-need the peer to map the segment and read the cookie back (containers on one host with private ``/dev/shm`` fail that check and
-keep TCP). Every other pair, in particular ranks on different machines, uses TCP.
+need the peer to map the segment and read the cookie back (containers on one host
+with private ``/dev/shm`` fail that check and keep TCP). Every other pair, in
+particular ranks on different machines, uses TCP.
 
 Nothing is left behind: a segment's name carries the job token's hash, the rank and
 the process id, space is reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails
