@@ -138,7 +138,8 @@ def _code_order_key(p, stats, i, consts):
     return 0.0
 
 
-def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=None, bin_key=None):
+def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=None, bin_key=None,
+             shares_kernels=True):
     """Register a criterion's compiled pieces under its parameter-record class.
 
     Parameters
@@ -150,6 +151,10 @@ def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=Non
         Numba-compilable functions (jitted or plain), see the module docstring, with
         the entry points' argument names (Numba's overloads require them).
     sides_ok, right_exhausted, bin_key : callable, optional
+    shares_kernels : bool, default True
+        Whether a forest whose main criterion this is may share its kernels' specialisation
+        with its nuisance forests (:func:`shared_specialisation`). False where the shared
+        kernel was measured to run slower than the criterion's own.
     """
     if not (isinstance(record_class, type) and issubclass(record_class, tuple) and hasattr(record_class, "_fields")):
         raise TypeError(f"record_class must be a namedtuple class, got {record_class!r}")
@@ -163,6 +168,8 @@ def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=Non
             raise TypeError(f"{record_class.__name__}'s {name} piece {piece.__qualname__} takes {got}; it must take "
                             f"{expected}, the names of {__name__}.{name} (Numba's overloads require them)")
     _REGISTRY[record_class] = pieces
+    if not shares_kernels:
+        _OWN_KERNELS.add(record_class)
 
 
 def is_registered(record_class):
@@ -291,6 +298,9 @@ class _Sharing:
 
 _SHARING = []
 
+#: Record classes registered with ``shares_kernels=False``.
+_OWN_KERNELS = set()
+
 
 @contextmanager
 def shared_specialisation(main):
@@ -307,7 +317,12 @@ def shared_specialisation(main):
     ----------
     main : CompiledCriterion
         The block's main criterion (a causal forest's), built before its helpers run.
+        A main criterion registered with ``shares_kernels=False`` shares nothing: inside
+        the block every criterion runs on its own record, as outside it.
     """
+    if type(main.record) in _OWN_KERNELS:
+        yield
+        return
     _SHARING.append(_Sharing(main))
     try:
         yield

@@ -227,6 +227,18 @@ def test_kernel_record_pairs_helpers_with_the_main_criterion():
     assert cc.kernel_record(main) is main.record
 
 
+def test_a_main_criterion_registered_apart_shares_nothing():
+    """Several arms (the general causal record, shares_kernels=False): every criterion inside
+    the block runs on its own record, as outside it."""
+    main = CausalCriterion(2, 1, min_samples_leaf=3).compiled()
+    helper = VarianceCriterion(1, min_samples_leaf=3, count_channel=True).compiled()
+    assert type(main.record).__name__ == "CausalRecord"
+    with cc.shared_specialisation(main):
+        assert cc.kernel_record(helper) is helper.record
+        assert cc.kernel_record(main) is main.record
+    assert not cc._SHARING
+
+
 @pytest.mark.parametrize("which", [0, 1])
 def test_paired_record_runs_the_chosen_criterions_pieces(which):
     rng = np.random.default_rng(4 + which)
