@@ -18,6 +18,7 @@ by (seed, chunk index), so a data set of ``n`` rows is the prefix of any larger 
 generation never needs more than one chunk of scratch memory.
 """
 import os
+import re
 
 import numpy as np
 
@@ -305,11 +306,93 @@ def arm_tau(X, k):
     return 0.5 * k + wa_sigma(X[:, k - 1]) * wa_sigma(X[:, k])
 
 
-def multi_arm(n, arms=3, d=20, n_test=10_000, seed=0, noise=1.0):
-    """Categorical treatment with ``arms`` levels, uniform assignment, main effect of :func:`wa_main_effect`.
+def arm_tau_step(X, k):
+    """Piecewise-constant effect of arm ``k >= 1`` against arm 0 (columns k-1, k, as :func:`arm_tau`).
 
-    ``y = m(x) + tau_t(x) + noise * N(0, 1)`` with ``tau_0 = 0`` and ``tau_k`` from
-    :func:`arm_tau` (so ``d >= max(arms, 4)``).
+    ``tau_k(x) = k/2 + 1.0 * 1[x_{k-1} > 0.5] - 0.8 * 1[x_k > 0.3]`` (0-based columns). Each
+    arm has two jumps at thresholds a histogram forest must place exactly; the values are
+    ``k/2 - 0.8``, ``k/2``, ``k/2 + 0.2`` and ``k/2 + 1``, so the arms' effects overlap.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        ``d >= k + 1``.
+    k : int
+
+    Returns
+    -------
+    ndarray of shape (n,)
+    """
+    return 0.5 * k + 1.0 * (X[:, k - 1] > 0.5) - 0.8 * (X[:, k] > 0.3)
+
+
+#: Effect shapes of :func:`multi_arm_design`: name -> per-arm effect function ``f(X, k)``.
+ARM_EFFECTS = {"smooth": arm_tau, "step": arm_tau_step}
+
+#: Main-effect strengths of :func:`multi_arm_design`: multiples of :func:`wa_main_effect`
+#: (sd about 0.65 at scale 1, so 3.3 when strong and 0.33 when weak, against noise sd 1).
+MAIN_EFFECT_SCALES = {"strong": 5.0, "base": 1.0, "weak": 0.5}
+
+
+def arm_probabilities(arms, balance="balanced"):
+    """Assignment probabilities of :func:`multi_arm_design`.
+
+    Parameters
+    ----------
+    arms : int
+        At least 2.
+    balance : {"balanced", "unbalanced"}
+        ``"balanced"``: ``1/arms`` each. ``"unbalanced"``: the base arm 0 gets 10 %, the
+        other arms share 90 % equally (3 arms: 10/45/45; 5 arms: 10/22.5/22.5/22.5/22.5).
+        A rare base arm is the hard case: every effect is a contrast with arm 0.
+
+    Returns
+    -------
+    ndarray of shape (arms,)
+    """
+    if arms < 2:
+        raise ValueError(f"need at least 2 arms, got {arms}")
+    if balance == "balanced":
+        return np.full(arms, 1.0 / arms)
+    if balance == "unbalanced":
+        return np.array([0.1] + [0.9 / (arms - 1)] * (arms - 1))
+    raise ValueError(f"balance must be 'balanced' or 'unbalanced', got {balance!r}")
+
+
+def multi_arm_design(n, effect="smooth", main="base", arms=3, balance="balanced", d=20, n_test=10_000,
+                     seed=0, noise=1.0):
+    """One design of the several-arm family (issue 37): effect shape x main effect x arms x balance.
+
+    ``X ~ U[0,1]^d``; arm ``t`` drawn independently of ``X`` with
+    :func:`arm_probabilities` ``(arms, balance)``;
+    ``y = c * m(x) + tau_t(x) + noise * N(0, 1)`` with ``tau_0 = 0``,
+    ``m`` = :func:`wa_main_effect` (columns 2, 3) and
+
+    * ``effect="smooth"``: ``tau_k = k/2 + s(x_{k-1}) s(x_k)`` (:func:`arm_tau`),
+    * ``effect="step"``: ``tau_k = k/2 + 1[x_{k-1} > 0.5] - 0.8 * 1[x_k > 0.3]``
+      (:func:`arm_tau_step`),
+
+    (0-based columns; with 5 arms, arms 3 and 4 use columns 2-4, which ``m`` uses too), and
+    ``c`` = 5 (``main="strong"``), 1 (``"base"``) or 0.5 (``"weak"``), or a float.
+    ``effect="smooth", main="base", balance="balanced"`` is :func:`multi_arm`, bit for bit.
+
+    All designs with the same ``seed`` and ``arms`` draw from one stream, so they share
+    ``X``, ``X_test`` and, for the same ``balance``, ``t`` and the noise: differences
+    between designs are the designs', not the draw's.
+
+    Parameters
+    ----------
+    n : int
+        Training rows.
+    effect : {"smooth", "step"}
+    main : {"strong", "base", "weak"} or float
+    arms : int
+        Levels ``0..arms-1`` (arm 0 the base); ``d >= max(arms, 4)``.
+    balance : {"balanced", "unbalanced"}
+    d : int
+    n_test : int
+    seed : int
+    noise : float
 
     Returns
     -------
@@ -319,14 +402,74 @@ def multi_arm(n, arms=3, d=20, n_test=10_000, seed=0, noise=1.0):
     """
     if d < max(arms, 4):
         raise ValueError(f"the design needs d >= max(arms, 4), got d={d}, arms={arms}")
+    if effect not in ARM_EFFECTS:
+        raise ValueError(f"effect must be one of {sorted(ARM_EFFECTS)}, got {effect!r}")
+    scale = MAIN_EFFECT_SCALES[main] if isinstance(main, str) else float(main)
+    tau_fn = ARM_EFFECTS[effect]
+    probs = arm_probabilities(arms, balance)
     rng = np.random.default_rng([seed, 31, arms])
     X = rng.uniform(size=(n, d))
-    t = rng.integers(0, arms, size=n)
-    taus = np.column_stack([np.zeros(n)] + [arm_tau(X, k) for k in range(1, arms)])
-    y = wa_main_effect(X) + taus[np.arange(n), t] + noise * rng.normal(size=n)
+    # Balanced designs keep multi_arm's draw (integers), so the base design is unchanged.
+    t = rng.integers(0, arms, size=n) if balance == "balanced" else rng.choice(arms, size=n, p=probs)
+    taus = np.column_stack([np.zeros(n)] + [tau_fn(X, k) for k in range(1, arms)])
+    y = scale * wa_main_effect(X) + taus[np.arange(n), t] + noise * rng.normal(size=n)
     X_test = rng.uniform(size=(n_test, d))
     return {"X": X, "t": t, "y": y, "X_test": X_test,
-            "tau_test": np.column_stack([arm_tau(X_test, k) for k in range(1, arms)])}
+            "tau_test": np.column_stack([tau_fn(X_test, k) for k in range(1, arms)])}
+
+
+def parse_arm_design(name):
+    """Keyword arguments of :func:`multi_arm_design` for a design name.
+
+    Names: ``"arms3"``, ``"arms5"`` (:func:`multi_arm`: smooth, base main effect, balanced)
+    or ``"{effect}-{main}-{arms}"`` with an optional ``"-unbal"`` suffix, e.g.
+    ``"step-strong-3"``, ``"smooth-weak-5"``, ``"step-strong-3-unbal"``.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    dict
+        ``effect``, ``main``, ``arms``, ``balance``.
+    """
+    m = re.fullmatch(r"arms(\d+)", name)
+    if m:
+        return {"effect": "smooth", "main": "base", "arms": int(m.group(1)), "balance": "balanced"}
+    m = re.fullmatch(r"(smooth|step)-(strong|base|weak)-(\d+)(-unbal)?", name)
+    if not m or int(m.group(3)) < 2:
+        raise ValueError(f"unknown several-arm design {name!r}: expected 'arms<K>' or "
+                         "'{smooth|step}-{strong|base|weak}-<K>[-unbal]'")
+    return {"effect": m.group(1), "main": m.group(2), "arms": int(m.group(3)),
+            "balance": "unbalanced" if m.group(4) else "balanced"}
+
+
+def describe_arm_design(name):
+    """One line of the truth of a named design (for result tables)."""
+    kw = parse_arm_design(name)
+    probs = "/".join(f"{100 * p:.3g}" for p in arm_probabilities(kw["arms"], kw["balance"]))
+    shape = ("k/2 + s(x_(k-1)) s(x_k)" if kw["effect"] == "smooth"
+             else "k/2 + 1[x_(k-1) > 0.5] - 0.8 1[x_k > 0.3]")
+    return (f"{kw['arms']} arms ({probs} %), tau_k = {shape}, "
+            f"main effect {MAIN_EFFECT_SCALES[kw['main']]:g} m(x)")
+
+
+def multi_arm(n, arms=3, d=20, n_test=10_000, seed=0, noise=1.0):
+    """Categorical treatment with ``arms`` levels, uniform assignment, main effect of :func:`wa_main_effect`.
+
+    ``y = m(x) + tau_t(x) + noise * N(0, 1)`` with ``tau_0 = 0`` and ``tau_k`` from
+    :func:`arm_tau` (so ``d >= max(arms, 4)``); the ``"smooth"``, ``"base"``,
+    ``"balanced"`` member of :func:`multi_arm_design`.
+
+    Returns
+    -------
+    dict
+        ``X`` (n, d), ``t`` (n,) int64 in ``0..arms-1``, ``y`` (n,), ``X_test`` (n_test, d),
+        ``tau_test`` (n_test, arms - 1): each arm's effect against arm 0.
+    """
+    return multi_arm_design(n, effect="smooth", main="base", arms=arms, balance="balanced", d=d,
+                            n_test=n_test, seed=seed, noise=noise)
 
 
 def continuous_two(n, d=20, n_test=10_000, seed=0, noise=1.0):
