@@ -192,7 +192,11 @@ DIE_SCRIPT = textwrap.dedent("""
                 time.sleep(0.005)
             os._exit(7)
         if mode == "receiver_dies":
+            # Raises here if the receiver died mid-transfer; the slots (like TCP's kernel
+            # buffers) may also have taken the rest before it died, which completes
+            # the send: then the answer that never comes raises.
             comm.send(np.ones(n), 1, tag=3)
+            comm.recv(np.empty(1), 1, tag=4)
         else:
             time.sleep(1.0)  # the sender is gone before the receive asks for the rest
             comm.recv(np.empty(n), 1, tag=3)
