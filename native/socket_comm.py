@@ -180,6 +180,7 @@ class _Link:
         self.ctrl = deque()           # small frames that may go between any two frames (credits, abort)
         self._tx = None               # [views, total bytes, bytes written, request] being written
         self.blocked = False          # the last write found the kernel buffer full
+        self._write_failed = False    # a write failed: nothing more is written
         self.posted = {}              # tag -> deque of receive requests, in posting order
         self.unexpected = {}          # tag -> deque of complete payloads (bytearray)
         self._hdr = bytearray(_HEADER.size)
@@ -442,7 +443,7 @@ class _Link:
         writable now (nothing queued, or a shared-memory message waiting for slots).
         """
         self.blocked = False
-        while self.state in ("open", "left"):
+        while self.state in ("open", "left") and not self._write_failed:
             tx = self._tx
             if tx is None:
                 tx = self._tx = self._next_tx()
@@ -464,6 +465,11 @@ class _Link:
                 self.blocked = True
                 return
             except OSError as exc:
+                # A peer that aborted said why before it closed (and one that died may
+                # have left frames too): read what is left first, so that the error
+                # names the cause rather than this broken pipe.
+                self._write_failed = True
+                self.on_readable()
                 self._gone(f"its connection failed while sending to it ({exc.strerror or exc})")
                 return
             tx[2] = written + n
