@@ -39,9 +39,10 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=20000)
     p.add_argument("--features", type=int, default=20)
     p.add_argument("--trees", type=int, default=200)
-    p.add_argument("--design", default="wa", choices=("wa", "arms3", "arms5", "continuous2"),
-                   help="wa: forest.simulate.athey_wager (binary t); the others: bench_causal's "
-                        "several-treatment designs (benchmarks/datasets.py)")
+    p.add_argument("--design", default="wa",
+                   help="wa: forest.simulate.athey_wager (binary t); continuous2, arms3, arms5 or a "
+                        "several-arm design name such as step-strong-3-unbal "
+                        "(benchmarks/datasets.py parse_arm_design)")
     p.add_argument("--nuisance", type=int, default=None, help="trees per centering forest (default: the model's)")
     p.add_argument("--threads", type=int, default=None, help="Numba threads (default: Numba's)")
     p.add_argument("--threshold", type=float, default=None,
@@ -100,7 +101,8 @@ def _several(a):
     if a.design == "continuous2":
         d = datasets.continuous_two(a.rows, d=a.features, n_test=2000, seed=0)
     else:
-        d = datasets.multi_arm(a.rows, arms=int(a.design.removeprefix("arms")), d=a.features, n_test=2000, seed=0)
+        d = datasets.multi_arm_design(a.rows, **datasets.parse_arm_design(a.design), d=a.features, n_test=2000,
+                                      seed=0)
     return _Design(d["X"], d["t"], d["y"], d["X_test"], d["tau_test"])
 
 
