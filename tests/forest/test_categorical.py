@@ -24,6 +24,7 @@ from native.comm import SelfCommunicator
 from native.threads import ThreadWorld
 
 from causal_helpers import causal_rows  # noqa: F401 (conftest path)
+from subtree_tasks import random_tasks
 
 SELF = SelfCommunicator()
 
@@ -246,19 +247,6 @@ def test_bitset_halves_round_trip():
     assert bitset_bins(cat_bitset([0, 3, 64, 254])).tolist() == [0, 3, 64, 254]
 
 
-def _tasks(rng, n_trees, n_rows, sizes):
-    rows, starts, tree, node, depth = [], [0], [], [], []
-    for t in range(n_trees):
-        for j, m in enumerate(sizes):
-            rows.append(np.sort(rng.choice(n_rows, size=m, replace=False)))
-            starts.append(starts[-1] + m)
-            tree.append(t)
-            node.append(j)
-            depth.append(0)
-    return (np.concatenate(rows), np.array(starts), np.array(tree), np.array(node), np.array(depth),
-            np.full(n_trees, len(sizes)))
-
-
 @pytest.mark.parametrize("hist_rows", [None, 0, 30])
 @pytest.mark.parametrize("kind", ["variance", "causal"])
 def test_subtree_kernel_categorical_matches_reference(kind, hist_rows):
@@ -277,7 +265,7 @@ def test_subtree_kernel_categorical_matches_reference(kind, hist_rows):
         w = (rng.random(n_rows) < 0.5).astype(float)
         y = rng.normal(size=n_rows) + w * (1 + 2 * effect)
         ch = crit.make_channels(w - 0.5, y - y.mean(), np.ones(n_rows), w)
-    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [200, 45])
+    rows, starts, tree, node, depth, nxt = random_tasks(rng, 2, n_rows, [200, 45], random_depth=False)
     nb = np.full(n_features, 18)
     cat = np.array([True, False, True])
     got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit.compiled(),

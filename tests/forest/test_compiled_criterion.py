@@ -11,6 +11,7 @@ from forest.criteria.basic import NewtonCriterion, VarianceCriterion
 from forest.engine.splitting import find_best_splits, find_best_splits_reference
 
 from causal_helpers import causal_rows
+from criterion_checks import assert_count_shortcuts_sound, random_cuts
 
 
 #: (K, M, constraint, min_samples_leaf, alpha, imbalance_penalty, precondition)
@@ -44,8 +45,7 @@ def test_causal_compiled_gains_equal_vectorised(case):
         n = int(rng.integers(4, 60))
         ch = _causal_channels(rng, crit, n)
         parent = ch.sum(axis=0)
-        cuts = rng.random((25, n)) < rng.uniform(0.05, 0.95, size=(25, 1))
-        lefts = cuts.astype(float) @ ch
+        cuts, lefts = random_cuts(rng, ch, 25)
         rights = parent - lefts
         ref = crit.gain(lefts, rights, parent)
         got = comp.gains_of(lefts, rights, parent)
@@ -76,28 +76,7 @@ def test_causal_singular_parent_cannot_split(case):
 def test_count_shortcuts_never_drop_a_finite_gain(case):
     """sides_ok false => gain -inf; right_exhausted true => every later cut of a scan is -inf."""
     crit = _causal(case)
-    rec = crit.compiled().record
-    rng = np.random.default_rng(2)
-    for _ in range(30):
-        n = int(rng.integers(6, 40))
-        ch = _causal_channels(rng, crit, n)
-        parent = ch.sum(axis=0)
-        order = rng.permutation(n)
-        miss_rows = order[: int(rng.integers(0, 4))]
-        rest = order[len(miss_rows):]
-        miss = ch[miss_rows].sum(axis=0)
-        cum = np.zeros_like(parent)
-        exhausted = False
-        for i, r in enumerate(rest[:-1]):
-            cum = cum + ch[r]
-            n_l = i + 1
-            for with_miss in (False, True):
-                left = cum + miss if with_miss else cum
-                nl = n_l + (len(miss_rows) if with_miss else 0)
-                g = float(crit.gain(left, parent - left, parent))
-                if not cc.sides_ok(rec, nl, n - nl, cum, miss, with_miss, parent) or exhausted:
-                    assert g == -np.inf
-            exhausted = exhausted or cc.right_exhausted(rec, n - n_l, cum, parent)
+    assert_count_shortcuts_sound(crit, lambda rng, n: _causal_channels(rng, crit, n), np.random.default_rng(2), 30)
 
 
 @pytest.mark.parametrize("crit", [VarianceCriterion(1, min_samples_leaf=3, min_weight_leaf=0.5, count_channel=True),

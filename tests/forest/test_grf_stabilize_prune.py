@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from forest import model_io
-from forest.criteria import compiled as cc
 from forest.criteria.causal import (CausalCriterion, CausalRowsRecord, CausalScalarRowsRecord,
                                     split_gain_reference)
 from forest.criteria.instrumental import InstrumentalCriterion, InstrumentalRowsRecord
@@ -28,6 +27,7 @@ from native.comm import SelfCommunicator
 from tests.conftest import block_slice
 
 from causal_helpers import causal_rows
+from criterion_checks import assert_count_shortcuts_sound, random_cuts
 
 SELF = SelfCommunicator()
 
@@ -58,8 +58,7 @@ def test_causal_rows_gain_equals_rowwise_reference(case):
         wc, y, g, ind = causal_rows(rng, n, K, M, "arms", p_arm=[0.8] + [0.2 / K] * K)
         ch = crit.make_channels(wc, y, g, ind)
         parent = ch.sum(axis=0)
-        cuts = rng.random((15, n)) < rng.uniform(0.05, 0.95, size=(15, 1))
-        lefts = cuts.astype(float) @ ch
+        cuts, lefts = random_cuts(rng, ch, 15)
         ref = np.array([split_gain_reference(wc, y, g, c, crit.precondition)
                         if min(c.sum(), n - c.sum()) >= _least(leaf, alpha, n) else -np.inf for c in cuts])
         got = comp.gains_of(lefts, parent - lefts, parent)
@@ -98,8 +97,7 @@ def test_instrumental_rows_gain_equals_rowwise_reference():
         z, w, y, g = _iv_rows(rng, n)
         ch = crit.make_channels(z, w, y, g)
         parent = ch.sum(axis=0)
-        cuts = rng.random((15, n)) < rng.uniform(0.05, 0.95, size=(15, 1))
-        lefts = cuts.astype(float) @ ch
+        cuts, lefts = random_cuts(rng, ch, 15)
         ref = np.array([iv_split_gain_reference(z, w, y, g, c)
                         if min(c.sum(), n - c.sum()) >= _least(leaf, alpha, n) else -np.inf for c in cuts])
         got = comp.gains_of(lefts, parent - lefts, parent)
@@ -148,27 +146,7 @@ def test_rows_penalty_is_in_rows(which):
 def test_rows_count_shortcuts_never_drop_a_finite_gain(which):
     """sides_ok false => gain -inf; right_exhausted true => every later cut of a scan is -inf."""
     crit = _rows_criteria(0.0)[which]
-    rec = crit.compiled().record
-    rng = np.random.default_rng(2)
-    for _ in range(20):
-        n = int(rng.integers(6, 40))
-        ch = _channels(rng, crit, n)
-        parent = ch.sum(axis=0)
-        order = rng.permutation(n)
-        miss_rows = order[: int(rng.integers(0, 4))]
-        rest = order[len(miss_rows):]
-        miss = ch[miss_rows].sum(axis=0)
-        cum = np.zeros_like(parent)
-        exhausted = False
-        for i, r in enumerate(rest[:-1]):
-            cum = cum + ch[r]
-            for with_miss in (False, True):
-                left = cum + miss if with_miss else cum
-                nl = i + 1 + (len(miss_rows) if with_miss else 0)
-                g = float(crit.gain(left, parent - left, parent))
-                if not cc.sides_ok(rec, nl, n - nl, cum, miss, with_miss, parent) or exhausted:
-                    assert g == -np.inf
-            exhausted = exhausted or cc.right_exhausted(rec, n - (i + 1), cum, parent)
+    assert_count_shortcuts_sound(crit, lambda rng, n: _channels(rng, crit, n), np.random.default_rng(2), 20)
 
 
 # ---------------------------------------------------------------------- stabilize_splits on forests

@@ -6,7 +6,8 @@ from forest.analysis.inference import solve_theta
 from forest.criteria.instrumental import InstrumentalCriterion, pseudo_outcomes_reference, split_gain_reference
 from forest.engine.local_growth import grow_subtrees, grow_subtrees_reference
 
-from test_local_growth import _binned, _compare, _tasks
+from subtree_tasks import random_tasks
+from test_local_growth import _binned, _compare
 
 
 def _rows(rng, n, binary_z=True):
@@ -119,7 +120,7 @@ def test_grow_subtrees_instrumental_matches_reference(hist_rows):
     z, w, y, g = _rows(rng, n_rows)
     y = y + binned[1] * w * 0.5        # an effect that varies with feature 1
     ch = crit.make_channels(z, w, y, g)
-    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [150, 40])
+    rows, starts, tree, node, depth, nxt = random_tasks(rng, 2, n_rows, [150, 40])
     nb = np.full(n_features, 8)
     got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit.compiled(),
                         missing_bin, min_samples_split=8.0, hist_rows=hist_rows)

@@ -11,6 +11,9 @@ from forest.estimators.ll_split import ll_split_channels
 from native.blocks import block_range
 from native.comm import SelfCommunicator
 
+from criterion_checks import random_cuts
+from subtree_tasks import random_tasks
+
 SELF = SelfCommunicator()
 
 #: (n_vars, lambda, weight_penalty, cutoff, min_samples_leaf, alpha, imbalance_penalty)
@@ -39,8 +42,7 @@ def test_compiled_gains_and_keys_equal_vectorised(case):
         n = int(rng.integers(6, 90))
         ch = _rows(rng, crit, n)
         parent = ch.sum(axis=0)
-        cuts = rng.random((25, n)) < rng.uniform(0.02, 0.98, size=(25, 1))
-        lefts = cuts.astype(float) @ ch
+        cuts, lefts = random_cuts(rng, ch, 25, 0.02, 0.98)
         rights = parent - lefts
         ref = crit.gain(lefts, rights, parent)
         got = comp.gains_of(lefts, rights, parent)
@@ -109,19 +111,6 @@ def _binned(rng, n_rows, n_features, n_values, missing_bin, p_missing):
     return codes.astype(np.uint8)
 
 
-def _tasks(rng, n_trees, n_rows, sizes):
-    rows, starts, tree, node, depth = [], [0], [], [], []
-    for t in range(n_trees):
-        for j, m in enumerate(sizes):
-            rows.append(np.sort(rng.choice(n_rows, size=m, replace=False)))
-            starts.append(starts[-1] + m)
-            tree.append(t)
-            node.append(j)
-            depth.append(int(rng.integers(0, 3)))
-    return (np.concatenate(rows), np.array(starts), np.array(tree), np.array(node), np.array(depth),
-            np.full(n_trees, len(sizes)))
-
-
 @pytest.mark.parametrize("hist_rows", [None, 0, 20])
 @pytest.mark.parametrize("case,categorical", [(CASES[0], False), (CASES[2], False), (CASES[4], True)])
 def test_grow_subtrees_matches_reference(case, categorical, hist_rows):
@@ -134,7 +123,7 @@ def test_grow_subtrees_matches_reference(case, categorical, hist_rows):
     Z = binned[:p].T.astype(float) * 0.3 + rng.normal(size=(n_rows, p))
     y = Z @ rng.normal(size=p) + np.abs(binned[-1] - 6.0) * 0.4 + rng.normal(size=n_rows)
     ch = crit.make_channels(y, Z, rng.uniform(0.5, 2.0, n_rows), rng.normal(size=n_rows))
-    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [90, 30, 9])
+    rows, starts, tree, node, depth, nxt = random_tasks(rng, 2, n_rows, [90, 30, 9])
     nb = np.full(n_features, 12)
     cat = np.array([False, False, True, False]) if categorical else None
     kw = dict(min_samples_split=6.0, max_depth=None, seed=3)

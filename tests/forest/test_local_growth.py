@@ -7,6 +7,7 @@ from forest.criteria.basic import VarianceCriterion
 from forest.engine.local_growth import grow_subtrees, grow_subtrees_reference
 
 from causal_helpers import causal_rows
+from subtree_tasks import random_tasks
 
 
 def _causal_channels(rng, n, crit, p_treat=0.4):
@@ -71,21 +72,6 @@ def test_causal_scalar_gain_equals_vectorised(penalty):
 
 
 
-def _tasks(rng, n_trees, n_rows, sizes):
-    """Random tasks: per tree some disjoint row subsets, rows ascending."""
-    rows, starts, tree, node, depth = [], [0], [], [], []
-    for t in range(n_trees):
-        for j, m in enumerate(sizes):
-            r = np.sort(rng.choice(n_rows, size=m, replace=False))
-            rows.append(r)
-            starts.append(starts[-1] + m)
-            tree.append(t)
-            node.append(j)
-            depth.append(int(rng.integers(0, 3)))
-    return (np.concatenate(rows), np.array(starts), np.array(tree), np.array(node), np.array(depth),
-            np.full(n_trees, len(sizes)))
-
-
 def _binned(rng, n_rows, n_features, n_values, missing_bin, p_missing):
     codes = rng.integers(0, n_values, size=(n_features, n_rows))
     codes[rng.random((n_features, n_rows)) < p_missing] = missing_bin
@@ -116,7 +102,7 @@ def test_grow_subtrees_variance_matches_reference(mtry, max_depth, missing, hist
     leaf, alpha, min_split, penalty = sizes
     crit = VarianceCriterion(1, min_samples_leaf=leaf, count_channel=True, alpha=alpha, imbalance_penalty=penalty)
     ch = crit.make_channels(y, rng.uniform(0.5, 2, n_rows))
-    rows, starts, tree, node, depth, nxt = _tasks(rng, 3, n_rows, [60, 7, 1, 25])
+    rows, starts, tree, node, depth, nxt = random_tasks(rng, 3, n_rows, [60, 7, 1, 25])
     kw = dict(min_samples_split=min_split, max_depth=max_depth, mtry=mtry, seed=11)
     got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([4, 9, 2]), crit.compiled(),
                         missing_bin, hist_rows=hist_rows, **kw)
@@ -135,7 +121,7 @@ def test_grow_subtrees_causal_matches_reference(hist_rows):
     binned = _binned(rng, n_rows, n_features, 8, missing_bin, 0.1)
     crit = CausalCriterion(1, 1, min_samples_leaf=4)
     ch = _causal_channels(rng, n_rows, crit)
-    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [150, 40])
+    rows, starts, tree, node, depth, nxt = random_tasks(rng, 2, n_rows, [150, 40])
     nb = np.full(n_features, 8)
     got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]), crit.compiled(),
                         missing_bin, min_samples_split=8.0, hist_rows=hist_rows)
@@ -160,7 +146,7 @@ def test_histogram_slots_exhausted_fall_back_to_the_scan(max_hist_slots):
             ch = crit.make_channels(rng.normal(size=n_rows) + binned[1] * 0.2, rng.uniform(0.5, 2, n_rows))
         else:
             ch = _causal_channels(rng, n_rows, crit)
-        rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [200, 90])
+        rows, starts, tree, node, depth, nxt = random_tasks(rng, 2, n_rows, [200, 90])
         args = (binned, ch, rows, starts, tree, node, depth, nxt, np.array([0, 1]))
         few = grow_subtrees(*args, crit.compiled(), missing_bin, min_samples_split=4.0, hist_rows=0,
                             max_hist_slots=max_hist_slots)
@@ -182,7 +168,7 @@ def test_grow_subtrees_causal_rare_arm_matches_reference(p_treat, hist_rows):
     binned = _binned(rng, n_rows, n_features, 70, missing_bin, 0.05)
     crit = CausalCriterion(1, 1, min_samples_leaf=3)
     ch = _causal_channels(rng, n_rows, crit, p_treat)
-    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [300, 60])
+    rows, starts, tree, node, depth, nxt = random_tasks(rng, 2, n_rows, [300, 60])
     nb = np.full(n_features, 70)
     got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([3, 5]), crit.compiled(),
                         missing_bin, min_samples_split=6.0, hist_rows=hist_rows)
@@ -226,7 +212,7 @@ def test_grow_subtrees_vector_causal_matches_reference(K, M, kind, hist_rows):
     wc, y, g, ind = causal_rows(rng, n_rows, K, M, kind)
     y[:, 0] += 2.0 * wc[:, 0] * (binned[1] > 5)   # an effect that splits on feature 1
     ch = crit.make_channels(wc, y, g, ind)
-    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, [300, 90])
+    rows, starts, tree, node, depth, nxt = random_tasks(rng, 2, n_rows, [300, 90])
     nb = np.full(n_features, 10)
     kw = dict(min_samples_split=4.0, mtry=2, seed=3)
     got = grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([1, 4]), crit.compiled(),
@@ -253,7 +239,7 @@ def test_shared_specialisation_grows_the_same_subtrees_in_one_kernel(n_rows, siz
     binned = _binned(rng, n_rows, n_features, 8, missing_bin, 0.1)
     cau = CausalCriterion(1, 1, min_samples_leaf=4)
     var = VarianceCriterion(1, min_samples_leaf=4, count_channel=True)
-    rows, starts, tree, node, depth, nxt = _tasks(rng, 2, n_rows, sizes)
+    rows, starts, tree, node, depth, nxt = random_tasks(rng, 2, n_rows, sizes)
     chans = {"var": var.make_channels(rng.normal(size=n_rows), rng.uniform(0.5, 2, n_rows)),
              "cau": _causal_channels(rng, n_rows, cau)}
 
