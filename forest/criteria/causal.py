@@ -534,6 +534,17 @@ def causal_prepare_general(p, parent, consts):
 
 
 @kernel(inline="always")
+def _project_parent(p, lefts, rights, consts, o_q, o_p, nm):
+    """``consts[o_q:o_q + K M]``: the node's moments (any candidate's left + right) times the
+    projection rows at ``o_p``, once per call of a general gains piece."""
+    for r in range(p.K * p.M):
+        acc = 0.0
+        for c in range(nm):
+            acc += consts[o_p + r * nm + c] * (lefts[0, c] + rights[0, c])
+        consts[o_q + r] = acc
+
+
+@kernel(inline="always")
 def _general_sides(p, lefts, i, consts, o_q, o_p, nm):
     """``|sum_L g rho|^2`` and ``|sum_R g rho|^2`` of candidate ``i``: ``|P s_L|^2``, ``|q - P s_L|^2``."""
     total_l = 0.0
@@ -574,11 +585,7 @@ def causal_gains_general(p, lefts, rights, consts, out, row, n):
     valid = consts[o_valid] != 0.0
     pen = p.imbalance_penalty
     if n > 0:
-        for r in range(K * p.M):
-            acc = 0.0
-            for c in range(nm):
-                acc += consts[o_p + r * nm + c] * (lefts[0, c] + rights[0, c])
-            consts[o_q + r] = acc
+        _project_parent(p, lefts, rights, consts, o_q, o_p, nm)
     for i in range(n):
         gl = lefts[i, 0]
         gr = rights[i, 0]
@@ -692,11 +699,7 @@ def causal_rows_gains_general(p, lefts, rights, consts, out, row, n):
     least = consts[0]
     pen = p.imbalance_penalty
     if n > 0:
-        for r in range(p.K * p.M):
-            acc = 0.0
-            for c in range(nm):
-                acc += consts[o_p + r * nm + c] * (lefts[0, c] + rights[0, c])
-            consts[o_q + r] = acc
+        _project_parent(p, lefts, rights, consts, o_q, o_p, nm)
     for i in range(n):
         gl = lefts[i, 0]
         gr = rights[i, 0]
