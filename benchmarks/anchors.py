@@ -141,10 +141,12 @@ def lightgbm_data_parallel_params(rank, size, ports, threads=1, **gbdt_kwargs):
 # --------------------------------------------------------------------------- XGBoost
 
 def xgboost_fit(X, y, threads=2, n_trees=100, max_leaves=31, max_bin=256, learning_rate=0.1,
-                seed=0):
+                seed=0, extra=None):
     """XGBoost ``hist`` grown leaf-wise (``lossguide``, ``max_leaves``), binary log-loss.
 
     XGBoost's ``max_bin`` counts all bins, so 256 matches 255 value bins elsewhere.
+    ``extra`` (dict, optional) overrides or adds booster parameters (e.g. ``lambda``,
+    ``min_child_weight``, whose XGBoost defaults 1 and 1 differ from the other libraries').
 
     Returns
     -------
@@ -165,6 +167,7 @@ def xgboost_fit(X, y, threads=2, n_trees=100, max_leaves=31, max_bin=256, learni
         "seed": int(seed),
         "verbosity": 0,
     }
+    params.update(extra or {})
 
     def fit():
         dtrain = xgb.QuantileDMatrix(X, label=y, max_bin=int(max_bin), nthread=int(threads))

@@ -9,6 +9,8 @@ processes (and ranks under ``mpirun``) see identical rows:
   and thresholds). Cached as ``.npy`` so ranks can ``mmap`` just their block of rows.
 * :func:`wager_athey` - the causal design of Wager & Athey (2018, section 5) with a
   main effect added (see the function).
+* :func:`dense_interactions` - dense float32 binary task with main effects and pairwise
+  interactions at any number of columns (issue 37's GBDT shapes), generated in memory.
 * :func:`ihdp` - IHDP semi-synthetic replications: the real IHDP covariates shipped by
   EconML (``econml/data/ihdp/sim.csv``) with outcomes simulated on Hill's (2011)
   response surface B, so the true individual effects and PEHE are known.
@@ -486,6 +488,131 @@ def continuous_two(n, d=20, n_test=10_000, seed=0, noise=1.0):
     X_test = rng.uniform(size=(n_test, d))
     return {"X": X, "t": T, "y": y, "X_test": X_test,
             "tau_test": np.column_stack([arm_tau(X_test, 1), arm_tau(X_test, 2)])}
+
+
+# --------------------------------------------------------------------------- dense interactions (issue 37)
+
+INTERACTION_TEST_ROWS = 100_000
+
+
+def _interaction_recipe(d, seed):
+    """The fixed log-odds recipe of :func:`dense_interactions` for ``d`` features.
+
+    Drawn from its own stream (keyed by ``seed`` and ``d``), so every chunk of every
+    split uses the same function of ``x``.
+
+    Returns
+    -------
+    dict
+        ``main`` (d,) coefficient and ``shape`` (d,) int in 0..3 of each column's main
+        effect; ``pairs`` (m, 2) int columns, ``pair_coef`` (m,), ``pair_kind`` (m,) int
+        in {0, 1} (product or threshold-and) and ``pair_cut`` (m, 2) thresholds of the
+        interactions; ``scale`` the factor that brings the log-odds to standard deviation 1.6.
+    """
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 37, int(d), 0]))
+    n_inf = max(4, int(np.ceil(0.6 * d)))          # informative columns; the rest are noise
+    main = np.zeros(d)
+    main[:n_inf] = rng.uniform(0.3, 1.0, size=n_inf) * rng.choice([-1.0, 1.0], size=n_inf)
+    main[:n_inf] *= 0.9 ** np.arange(n_inf) + 0.2   # a few strong columns, a long tail of weak ones
+    shape = rng.integers(0, 4, size=d)
+    m = max(3, d // 2)
+    pairs = np.stack([rng.choice(min(d, n_inf), size=2, replace=False) for _ in range(m)])
+    pair_coef = rng.uniform(0.4, 1.0, size=m) * rng.choice([-1.0, 1.0], size=m)
+    pair_kind = rng.integers(0, 2, size=m)
+    pair_cut = rng.uniform(-0.8, 0.8, size=(m, 2))
+    recipe = dict(main=main, shape=shape, pairs=pairs, pair_coef=pair_coef, pair_kind=pair_kind,
+                  pair_cut=pair_cut, scale=1.0)
+    # Calibrate on a sample of the design itself: signal of the same strength at every d.
+    Xc = _interaction_features(np.random.default_rng(np.random.SeedSequence([int(seed), 37, int(d), 1])),
+                               20_000, d)
+    recipe["scale"] = 1.6 / float(np.std(_interaction_logit(Xc, recipe)))
+    return recipe
+
+
+def _interaction_features(rng, n, d):
+    """Columns of :func:`dense_interactions`, float64 (n, d), by ``j % 5``: normal,
+    uniform, skewed (centred lognormal), correlated with the column before, and counts
+    (Poisson, few distinct values, many ties), each scaled to about unit variance."""
+    Z = rng.normal(size=(n, d))
+    X = np.empty((n, d))
+    for j in range(d):
+        kind = j % 5
+        if kind == 0:
+            X[:, j] = Z[:, j]
+        elif kind == 1:
+            X[:, j] = (rng.uniform(size=n) - 0.5) * np.sqrt(12.0)
+        elif kind == 2:
+            X[:, j] = (np.exp(0.6 * Z[:, j]) - np.exp(0.18)) / 0.67
+        elif kind == 3:
+            X[:, j] = 0.7 * X[:, j - 1] + 0.71 * Z[:, j]
+        else:
+            X[:, j] = (rng.poisson(3.0, size=n) - 3.0) / np.sqrt(3.0)
+    return X
+
+
+def _interaction_logit(X, r):
+    """Log-odds of :func:`dense_interactions` for rows ``X`` (n, d) under recipe ``r``; shape (n,)."""
+    logit = np.zeros(X.shape[0])
+    for j in np.flatnonzero(r["main"]):
+        x = X[:, j]
+        g = (x, np.tanh(2.0 * x), np.abs(x) - 0.8, (x > 0.3) - 0.4)[int(r["shape"][j])]
+        logit += r["main"][j] * g
+    for (a, b), c, kind, (ta, tb) in zip(r["pairs"], r["pair_coef"], r["pair_kind"], r["pair_cut"]):
+        if kind == 0:
+            logit += c * np.tanh(X[:, a]) * np.tanh(X[:, b])
+        else:
+            logit += 1.5 * c * (((X[:, a] > ta) & (X[:, b] > tb)) - 0.25)
+    return r["scale"] * logit
+
+
+def _generate_interactions(n, d, seed, key0, recipe):
+    X = np.empty((n, d), dtype=np.float32)
+    y = np.empty(n, dtype=np.float64)
+    for c, start in enumerate(range(0, n, CHUNK)):
+        stop = min(n, start + CHUNK)
+        # The full chunk is always drawn, so a prefix of rows never depends on n.
+        rng = np.random.default_rng(np.random.SeedSequence([int(seed), 37, int(d), 2, key0 + c]))
+        Xc = _interaction_features(rng, CHUNK, d)
+        p = 1.0 / (1.0 + np.exp(-_interaction_logit(Xc, recipe)))
+        yc = (rng.uniform(size=CHUNK) < p).astype(np.float64)
+        # Labels come from the float64 columns; the learners see them rounded to float32.
+        X[start:stop], y[start:stop] = Xc[:stop - start], yc[:stop - start]
+    return X, y
+
+
+def dense_interactions(n, d=40, seed=0, n_test=INTERACTION_TEST_ROWS):
+    """Dense float32 binary task with main effects and pairwise interactions (issue 37).
+
+    ``d`` columns of five kinds (normal, uniform, skewed, correlated with the column
+    before, Poisson counts with many ties). About 60 % of the columns carry a main
+    effect (linear, tanh, V-shaped or a step, strengths decaying along the columns);
+    ``max(3, d // 2)`` random pairs of them interact (a product of tanh's or an AND of
+    two thresholds); the rest are noise. The log-odds are scaled to standard deviation
+    1.6 at every ``d`` and ``y ~ Bernoulli(sigmoid(log-odds))``. Generated in memory
+    (fast: no cache); the first ``n`` rows of any larger ``n`` are the same.
+
+    Parameters
+    ----------
+    n : int
+        Training rows.
+    d : int
+        Columns (>= 2).
+    seed : int
+    n_test : int
+        Held-out rows (their own stream).
+
+    Returns
+    -------
+    dict
+        ``X`` (n, d) float32 C-order, ``y`` (n,) float64 in {0, 1}, ``X_test``
+        (n_test, d) float32, ``y_test`` (n_test,).
+    """
+    if n < 1 or n_test < 1 or d < 2:
+        raise ValueError(f"need n >= 1, n_test >= 1 and d >= 2, got n={n}, n_test={n_test}, d={d}")
+    recipe = _interaction_recipe(d, seed)
+    X, y = _generate_interactions(n, d, seed, 0, recipe)
+    X_test, y_test = _generate_interactions(n_test, d, seed, _TEST_STREAM, recipe)
+    return {"X": X, "y": y, "X_test": X_test, "y_test": y_test}
 
 
 # --------------------------------------------------------------------------- IHDP

@@ -188,6 +188,24 @@ def test_higgs_like_signal_strength():
     assert 0.83 < roc_auc_score(y, p) < 0.92
 
 
+def test_dense_interactions_prefix_dtype_and_signal():
+    """float32 rows, a prefix of any larger draw, held-out rows from their own stream,
+    and a label that really depends on the recipe's log-odds (Bayes AUC 0.75-0.9)."""
+    from sklearn.metrics import roc_auc_score
+
+    small = datasets.dense_interactions(1000, 12, seed=3, n_test=500)
+    large = datasets.dense_interactions(150_000, 12, seed=3, n_test=20_000)
+    assert small["X"].dtype == np.float32 and small["X"].shape == (1000, 12) and small["X"].flags.c_contiguous
+    np.testing.assert_array_equal(small["X"], large["X"][:1000])
+    np.testing.assert_array_equal(small["X_test"], large["X_test"][:500])
+    assert not np.array_equal(small["X"][:500], small["X_test"])
+    assert set(np.unique(large["y"])) == {0.0, 1.0} and 0.3 < large["y"].mean() < 0.7
+    logit = datasets._interaction_logit(large["X_test"].astype(np.float64), datasets._interaction_recipe(12, 3))
+    assert 0.75 < roc_auc_score(large["y_test"], logit) < 0.9
+    with pytest.raises(ValueError, match="d >= 2"):
+        datasets.dense_interactions(10, 1)
+
+
 def test_block_bounds_cover_rows_once():
     for n, size in [(10, 3), (7, 7), (5, 1), (100, 4)]:
         bounds = [datasets.block_bounds(n, r, size) for r in range(size)]
