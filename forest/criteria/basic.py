@@ -371,15 +371,22 @@ class VarianceCriterion(Criterion):
     imbalance_penalty : float, default 0.0
         grf's ``imbalance.penalty``: a split's gain loses ``imbalance_penalty * (1/n_L +
         1/n_R)`` (rows, or weight without a count channel), in the gain's own units.
+    rows_are_weights : bool, default False
+        Every row weighs exactly 1, so the weight channel counts the rows: no count
+        channel (``count_channel`` is ignored), and the compiled kernels may skip sides
+        of fewer than ``min_samples_leaf`` rows before scoring them, as with a count
+        channel. The same gains, splits and node sums as ``count_channel=True`` on those
+        rows, with one channel fewer.
     """
 
     def __init__(self, n_targets=1, min_samples_leaf=1, min_weight_leaf=0.0, count_channel=False, alpha=0.0,
-                 imbalance_penalty=0.0):
+                 imbalance_penalty=0.0, rows_are_weights=False):
         if n_targets < 1:
             raise ValueError(f"n_targets must be >= 1, got {n_targets}")
         self.n_targets = int(n_targets)
         self.n_outputs = self.n_targets
-        self.count_channel = bool(count_channel)
+        self.rows_are_weights = bool(rows_are_weights)
+        self.count_channel = bool(count_channel) and not self.rows_are_weights
         self.n_channels = 1 + self.n_targets + (1 if self.count_channel else 0)
         self.min_samples_leaf = max(int(min_samples_leaf), 1)
         self.min_weight_leaf = float(min_weight_leaf)
@@ -465,8 +472,9 @@ class VarianceCriterion(Criterion):
         """Compiled pieces for the growth kernels (:class:`forest.criteria.compiled.CompiledCriterion`)."""
         record = VarianceRecord(self.n_targets, self.count_channel, float(self.min_samples_leaf),
                                 self.min_weight_leaf, self.alpha, self.imbalance_penalty)
-        # With a count channel a child needs min_samples_leaf rows; without, weights decide.
-        return CompiledCriterion(record, 0, self.min_samples_leaf if self.count_channel else 1, n_consts=2,
+        # With a count channel (or unit weights) a child needs min_samples_leaf rows; else weights decide.
+        rows = self.count_channel or self.rows_are_weights
+        return CompiledCriterion(record, 0, self.min_samples_leaf if rows else 1, n_consts=2,
                                  size_channel=self.n_channels - 1 if self.count_channel else 0)
 
 

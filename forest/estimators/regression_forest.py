@@ -581,8 +581,8 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
             return fit_tuned(self, dict(X=X, y=y, sample_weight=sample_weight, binned=binned,
                                         feature_names=feature_names, clusters=clusters, checkpoint=checkpoint),
                              comm, progress)
-        seed, X, binned, y, g, n_global, (shift, scale), w_scale = self._fit_inputs(X, y, sample_weight, binned,
-                                                                          feature_names, comm)
+        seed, X, binned, y, g, n_global, (shift, scale), w_scale, unit = self._fit_inputs(
+            X, y, sample_weight, binned, feature_names, comm)
         n_features = self.n_features_in_
         y2 = as_columns(y)
         n_out = y2.shape[1]
@@ -615,8 +615,11 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         if self.imbalance_penalty > 0:
             with np.errstate(over="ignore", divide="ignore"):
                 penalty = float(np.float64(self.imbalance_penalty) * w_scale / np.mean(scale * scale))
-        crit = VarianceCriterion(n_out, min_samples_leaf=min_leaf, count_channel=True, alpha=alpha,
-                                 imbalance_penalty=penalty)
+        # Without weights (or with equal ones: exactly 1 after scaled_weights, on every rank) the
+        # weight channel counts the rows, so the count channel would repeat it: one channel
+        # fewer in every histogram and scan, the same splits and leaves bit for bit.
+        crit = VarianceCriterion(n_out, min_samples_leaf=min_leaf, count_channel=not unit, rows_are_weights=unit,
+                                 alpha=alpha, imbalance_penalty=penalty)
         # Trees grow on the standardised outcome (target_standardisation); values map back.
         channels = crit.make_channels((y2 - shift) / scale, g)
         if getattr(self, "enable_ll_split", False):     # grf's ll splits: same leaves, other criterion
@@ -632,7 +635,7 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
             weight = crit.node_weight(sums)
             # A node whose estimation rows all have zero weight knows nothing of y: it
             # counts as empty and takes its parent's value (fill_empty_from_parent).
-            rows = np.where(weight > 0, sums[:, -1], 0.0)
+            rows = np.where(weight > 0, crit.node_count(sums), 0.0)
             with np.errstate(invalid="ignore", divide="ignore"):
                 mean_weight = np.where(rows > 0, weight / np.where(rows > 0, rows, 1.0), 0.0)
             out[:, :n_out] = (crit.node_value(sums) * scale + shift) * mean_weight[:, None]
@@ -675,6 +678,8 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
             ``(shift, scale)`` of :func:`target_standardisation`.
         weight_scale : float
             About ``g / sample_weight`` (:func:`g_scale`).
+        unit : bool
+            Every row of every rank weighs exactly 1 (no weights, or equal ones).
         """
         with collective_checks(comm) as checks:
             seed = self._check_params()
@@ -696,7 +701,8 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         g = scaled_weights(g, n_global, weight_total, [s["weights"] for s in summaries])   # checks the total first
         w_scale = g_scale(n_global, weight_total, [s["weights"] for s in summaries])
         check_moment_sums(moments[:1] * (n_global / weight_total))
-        return seed, X, binned, y, g, n_global, standardisation, w_scale
+        unit = common_weight([s["weights"] for s in summaries]) is not None
+        return seed, X, binned, y, g, n_global, standardisation, w_scale, unit
 
     def _weights_columns(self):
         """``(count_col, norm_col)`` of the leaves for :meth:`get_forest_weights`."""

@@ -114,6 +114,37 @@ def test_grow_subtrees_variance_matches_reference(mtry, max_depth, missing, hist
         assert set(got.ints[:, 5]) == {0, 1}
 
 
+@pytest.mark.parametrize("hist_rows", [None, 0, 20])
+@pytest.mark.parametrize("sizes", [(3, 0.0, 6.0, 0.0), (1, 0.1, 6.0, 0.0), (2, 0.0, 4.0, 0.2)])
+def test_unit_weights_need_no_count_channel(hist_rows, sizes):
+    """rows_are_weights (RegressionForest without weights): the weight channel counts the rows,
+    so the subtrees, gains and node sums equal the count channel's bit for bit."""
+    rng = np.random.default_rng(12)
+    n_rows, n_features, missing_bin = 300, 4, 16
+    binned = _binned(rng, n_rows, n_features, 12, missing_bin, 0.1)
+    y = rng.normal(size=(n_rows, 2)) + binned[1][:, None] * 0.1
+    leaf, alpha, min_split, penalty = sizes
+    rows, starts, tree, node, depth, nxt = random_tasks(rng, 3, n_rows, [60, 7, 1, 25])
+    grown = []
+    for layout in (dict(count_channel=True), dict(rows_are_weights=True)):
+        crit = VarianceCriterion(2, min_samples_leaf=leaf, alpha=alpha, imbalance_penalty=penalty, **layout)
+        ch = crit.make_channels(y)
+        grown.append((grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([4, 9, 2]),
+                                    crit.compiled(), missing_bin, hist_rows=hist_rows, min_samples_split=min_split,
+                                    seed=11), ch.shape[1]))
+    (counted, c_full), (unit, c_unit) = grown
+    assert c_unit == c_full - 1 and len(unit.ints) > 30
+    np.testing.assert_array_equal(unit.tree_starts, counted.tree_starts)
+    np.testing.assert_array_equal(unit.ints, counted.ints)
+    np.testing.assert_array_equal(unit.floats, _without_count(counted.floats, c_full))
+
+
+def _without_count(floats, c):
+    """Split records' floats (gain, left sums (C), right sums (C)) without the sums' count channel."""
+    keep = np.r_[0, 1:c, 1 + c:2 * c]
+    return floats[:, keep]
+
+
 @pytest.mark.parametrize("hist_rows", [None, 0, 30])
 def test_grow_subtrees_causal_matches_reference(hist_rows):
     rng = np.random.default_rng(6)
