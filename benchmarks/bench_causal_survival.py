@@ -14,11 +14,17 @@ uniform on [0, 1]^5):
 The true tau(x) is a Monte-Carlo mean over 20 000 draws of the noise at each test point
 (numerical integration of the potential outcomes' distributions). Figures per design,
 over ``--repeats`` training sets of ``--n`` rows with ``--trees`` trees: RMSE of tau(x) on
-1000 test points, the coverage of the 95 % intervals (``predict_interval``), the
-doubly robust ATE's coverage of the true average effect (of the training population's
-tau, 1 - 0.95 expected misses), and the fit time. A T-learner from two
-:class:`forest.SurvivalForest` fits (the RMST difference of the arms' curves) gives
-context for the RMSE: no Python library has a causal survival forest to anchor on.
+``--test-points`` fixed test points, the coverage of the 95 % intervals
+(``predict_interval``), the doubly robust ATE's coverage of the true average effect (of
+the training population's tau, 1 - 0.95 expected misses), and the fit time. A T-learner
+from two :class:`forest.SurvivalForest` fits (the RMST difference of the arms' curves)
+gives context for the RMSE: no Python library has a causal survival forest to anchor on.
+
+Where the intervals miss (:func:`split_miss`): the test points are the same in every
+training set, so each point's bias (mean estimate less the truth) and sampling sd (over
+the training sets) are measured and set against the mean standard error; the same split
+for a :class:`forest.CausalForest` of ``f(T)`` on the same rows without the censoring
+(the complete data) tells the forest's own miss from the censoring's.
 
 Randomized trial: scikit-survival's AIDS clinical trial data (ACTG 320, indinavir ``tx``
 against control, time to AIDS or death; ``txgrp`` and ``strat2`` left out: they code the
@@ -51,8 +57,12 @@ def _beta24(x):
     return 20.0 * x * (1.0 - x) ** 3
 
 
-def design(name, n, rng, X=None):
-    """``(X, W, time, event, tau(X), horizon, target)`` of one design (module docstring)."""
+def design(name, n, rng, X=None, complete=False):
+    """``(X, W, time, event, tau(X), horizon, target)`` of one design (module docstring).
+
+    With ``complete`` the same draws without the censoring: ``time`` is the failure time
+    (capped at the horizon where the design caps it) and every ``event`` is 1.
+    """
     X = rng.uniform(size=(n, P)) if X is None else X
     n = len(X)
     mc = np.random.default_rng(12345)
@@ -90,6 +100,8 @@ def design(name, n, rng, X=None):
                         for a, b in zip(X[:, 0], X[:, 1])])
     else:
         raise ValueError(name)
+    if complete:
+        return X, W.astype(float), failure, np.ones(n, dtype=int), tau, h, target
     time_ = np.minimum(failure, censor)
     return X, W.astype(float), time_, (failure <= censor).astype(int), tau, h, target
 
@@ -110,17 +122,58 @@ def t_learner(X, W, time_, event, Xq, h, target, trees, seed):
     return out[0] - out[1]
 
 
+def complete_data_forest(name, n, seed, trees, Xq):
+    """``(tau_hat, se)`` at ``Xq`` of a CausalForest of ``f(T)`` on the same rows without censoring."""
+    from forest import CausalForest
+    from native.comm import SelfCommunicator
+
+    X, W, failure, _, _, h, target = design(name, n, np.random.default_rng(seed), complete=True)
+    y = np.minimum(failure, h) if target == "RMST" else (failure > h).astype(float)
+    f = CausalForest(trees, random_state=seed).fit(X, W, y, comm=SelfCommunicator())
+    return f.predict(Xq), np.sqrt(f.predict_var(Xq))
+
+
+def split_miss(pred, se, truth):
+    """Coverage and its split into bias and variance at fixed points over training sets.
+
+    Parameters
+    ----------
+    pred, se : ndarray, shape (R, m)
+        Estimates and standard errors at ``m`` fixed points from ``R`` training sets.
+    truth : ndarray, shape (m,)
+
+    Returns
+    -------
+    coverage : float
+        Share of the ``R * m`` 95 % intervals that hold the truth.
+    se_over_sd : float
+        Mean over points of the mean standard error over the Monte Carlo sd of the
+        estimate (1: the variance is right; below 1: under-estimated).
+    bias_over_sd : float
+        Root mean square over points of ``(mean estimate - truth) / sd``.
+    coverage_unbiased : float
+        Coverage of the intervals re-centred by the bias (what the variance alone gives).
+    """
+    sd = pred.std(axis=0, ddof=1)
+    bias = pred.mean(axis=0) - truth
+    z = 1.959964
+    return (float(np.mean(np.abs(pred - truth) <= z * se)), float(np.mean(se.mean(axis=0) / sd)),
+            float(np.sqrt(np.mean((bias / sd) ** 2))), float(np.mean(np.abs(pred - bias - truth) <= z * se)))
+
+
 def simulated(args):
     from forest import CausalSurvivalForest
     from native.comm import SelfCommunicator
 
-    rows = []
+    rows, split_rows = [], []
     for name in ("simple1", "type1", "type2", "simple1-p"):
-        rmse, cover, ate_hits, ate_err, fit_s, rmse_t, se_sum = [], [], 0, [], [], [], []
+        # fixed test points: the bias and the sampling sd of tau_hat(x) are over training sets
+        Xq, _, _, _, tau_q, _, _ = design(name, args.test_points, np.random.default_rng(99))
+        rmse, ate_hits, ate_err, fit_s, rmse_t, se_sum = [], 0, [], [], [], []
+        preds, ses, cf_preds, cf_ses = [], [], [], []
         for r in range(args.repeats):
-            rng = np.random.default_rng(1000 * r + 7)
-            X, W, time_, event, tau_train, h, target = design(name, args.n, rng)
-            Xq, _, _, _, tau_q, _, _ = design(name, 1000, np.random.default_rng(1000 * r + 8))
+            seed = 1000 * r + 7
+            X, W, time_, event, tau_train, h, target = design(name, args.n, np.random.default_rng(seed))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 t0 = time.perf_counter()
@@ -128,20 +181,28 @@ def simulated(args):
                                          random_state=r).fit(X, W, time_, event, comm=SelfCommunicator())
                 fit_s.append(time.perf_counter() - t0)
             pred = f.predict(Xq)
-            lo, hi = f.predict_interval(Xq)
+            preds.append(pred)
+            ses.append(np.sqrt(f.predict_var(Xq)))
             rmse.append(float(np.sqrt(np.mean((pred - tau_q) ** 2))))
-            cover.append(float(np.mean((lo <= tau_q) & (tau_q <= hi))))
             truth = float(tau_train.mean())
             ate_err.append(float(f.ate_ - truth))
             se_sum.append(float(f.ate_stderr_))
             ate_hits += abs(f.ate_ - truth) <= 1.96 * f.ate_stderr_
             rmse_t.append(float(np.sqrt(np.mean((t_learner(X, W, time_, event, Xq, h, target, args.trees // 4, r)
                                                  - tau_q) ** 2))))
-            print(name, r, rmse[-1], cover[-1], f.ate_, truth, f.ate_stderr_, rmse_t[-1], flush=True)
+            cf_p, cf_s = complete_data_forest(name, args.n, seed, args.trees, Xq)
+            cf_preds.append(cf_p)
+            cf_ses.append(cf_s)
+            cover = np.mean(np.abs(pred - tau_q) <= 1.959964 * ses[-1])
+            print(name, r, rmse[-1], cover, f.ate_, truth, f.ate_stderr_, rmse_t[-1], flush=True)
+        csf = split_miss(np.array(preds), np.array(ses), tau_q)
+        cf = split_miss(np.array(cf_preds), np.array(cf_ses), tau_q)
         rows.append([name, target, f"{h:g}", f"{np.std(tau_q):.3f}", f"{np.mean(rmse):.4f}", f"{np.mean(rmse_t):.4f}",
-                     f"{np.mean(cover):.3f}", f"{ate_hits}/{args.repeats}", f"{np.mean(ate_err):+.4f}",
+                     f"{csf[0]:.3f}", f"{ate_hits}/{args.repeats}", f"{np.mean(ate_err):+.4f}",
                      f"{np.mean(se_sum):.4f}", f"{np.mean(fit_s):.2f}"])
-    return rows
+        split_rows.append([name, f"{csf[0]:.3f}", f"{csf[1]:.2f}", f"{csf[2]:.2f}", f"{csf[3]:.3f}",
+                           f"{cf[0]:.3f}", f"{cf[1]:.2f}", f"{cf[2]:.2f}", f"{cf[3]:.3f}"])
+    return rows, split_rows
 
 
 def aids(args):
@@ -216,6 +277,8 @@ def main(argv=None):
     p.add_argument("--trees", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--speed-rows", type=int, default=100_000)
+    p.add_argument("--test-points", type=int, default=500,
+                   help="fixed test points of the coverage (the same in every training set)")
     p.add_argument("--no-aids", action="store_true")
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--ate-check", type=int, default=0, metavar="N",
@@ -231,16 +294,23 @@ def main(argv=None):
         if not args.no_write:
             write_results_section(SECTION, text)
         return
-    sim = simulated(args)
+    sim, split = simulated(args)
     trial = [] if args.no_aids else aids(args)
     fit_big = speed(args) if args.speed_rows else None
     parts = ["2 threads, one process. Truths by Monte Carlo (module docstring).", "",
              f"Simulated designs, {args.n} training rows, {args.trees} trees, {args.repeats} training sets each; "
-             f"1000 test points. RMSE T-learner: two SurvivalForest fits ({args.trees // 4} trees), the difference "
-             f"of their curves' target.", "",
+             f"{args.test_points} test points, the same in every training set. RMSE T-learner: two SurvivalForest "
+             f"fits ({args.trees // 4} trees), the difference of their curves' target.", "",
              markdown_table(["design", "target", "horizon", "sd tau(x)", "RMSE", "RMSE T-learner",
                              "95% CI coverage of tau(x)", "ATE CI covers", "mean ATE error", "mean ATE se",
-                             "fit s"], sim)]
+                             "fit s"], sim), "",
+             "Where the intervals miss, at the fixed test points over the training sets: se / sd = mean over "
+             "points of the mean standard error over the sampling sd of tau_hat(x) (below 1: variance "
+             "under-estimated); bias / sd = root mean square of (mean tau_hat(x) - tau(x)) / sd; 'unbiased' = "
+             "the coverage of the intervals re-centred by that bias. 'Complete data': a CausalForest of f(T) "
+             "on the same rows without the censoring (same trees), what the forest itself achieves.", "",
+             markdown_table(["design", "coverage", "se / sd", "bias / sd", "coverage unbiased",
+                             "complete data: coverage", "se / sd", "bias / sd", "coverage unbiased"], split)]
     if trial:
         parts += ["", "AIDS clinical trial (scikit-survival's `load_aids`, 1151 patients, indinavir `tx`): the "
                       "forest's doubly robust RMST effect against the difference of the arms' Kaplan-Meier "
