@@ -324,6 +324,8 @@ class LeafwiseGrower:
             self._fused = functools.partial(criterion.numba_categorical_search,
                                             categorical=np.asarray(self.bin_info.categorical, dtype=bool))
         self._nb = np.ascontiguousarray(self.bin_info.n_bins_non_missing, dtype=np.int64)
+        # Fewest rows a splittable leaf holds (both children need min_samples_leaf).
+        self._split_rows = 2 * getattr(criterion, "min_samples_leaf", 1)
 
     def _global_bin_rows(self):
         """Training rows per (feature, bin) over all ranks, int64 (n_features * n_bins,): the
@@ -350,8 +352,8 @@ class LeafwiseGrower:
         return sums.reshape(self.binned.shape[0], self.bin_info.n_bins, 2 * k), count
 
     def _splittable(self, depth, count):
-        min_leaf = getattr(self.criterion, "min_samples_leaf", 1)
-        return (depth < self.max_depth) & (count >= 2 * min_leaf)
+        """Whether a leaf at ``depth`` with ``count`` rows may be split (Python scalars in, bool out)."""
+        return depth < self.max_depth and count >= self._split_rows
 
     def grow(self, channels, rows=None, shrinkage=1.0, quantized=None):
         """Grow one tree.
@@ -418,13 +420,17 @@ class LeafwiseGrower:
         tree.add_node(0, weight, value, objective, count=root_count)
         # Per leaf: [lo, hi, depth, count, stats, hist, split]; split None = not splittable.
         leaves = {0: [0, n_local, 0, root_count, root_stats, hist[0], None]}
+        # Gain (a Python float) of each leaf with an admissible split: the candidates of _pick.
+        gains = {}
         if self._splittable(0, root_count):
-            leaves[0][6] = self._find([hist[0]], [root_stats], [root_count])
+            leaves[0][6] = self._find(hist[:1], [root_stats], [root_count])
+            self._note_gain(gains, 0, leaves[0][6], 0)
         n_leaves = 1
         while n_leaves < self.max_leaf_nodes:
-            node = self._pick(leaves)
+            node = self._pick(gains)
             if node is None:
                 break
+            del gains[node]
             lo, hi, depth, count, stats, phist, sp = leaves.pop(node)
             f, b, ml = int(sp.feature[0]), int(sp.bin[0]), bool(sp.missing_left[0])
             with phase("partition"):
@@ -438,15 +444,21 @@ class LeafwiseGrower:
             # Counts are estimated from the weight share until the collective brings the exact one.
             tot_w = lw + rw
             l_est = count * lw / tot_w if tot_w > 0 else count / 2
-            lid = tree.add_node(depth + 1, *left_fields, count=l_est)
-            rid = tree.add_node(depth + 1, *right_fields, count=count - l_est)
+            # Both children in one append (tree.add_node twice cost ~2x the Python work).
+            lid = tree.append_leaves(np.array([lw, rw], dtype=np.float64),
+                                     np.array([l_est, count - l_est], dtype=np.float64),
+                                     np.array([left_fields[1], right_fields[1]], dtype=np.float64).reshape(
+                                         2, crit.n_outputs),
+                                     np.array([left_fields[2], right_fields[2]], dtype=np.float64),
+                                     np.array([depth + 1, depth + 1]))
+            rid = lid + 1
             if b == CATEGORICAL_SPLIT:
                 tree.set_split(node, f, b, np.nan, ml, float(sp.gain[0]), lid, rid, sp.cat_bits[0])
             else:
                 tree.set_split(node, f, b, info.threshold(f, b), ml, float(sp.gain[0]), lid, rid)
             n_leaves += 1
-            can_l = bool(self._splittable(depth + 1, l_est))
-            can_r = bool(self._splittable(depth + 1, count - l_est))
+            can_l = self._splittable(depth + 1, l_est)
+            can_r = self._splittable(depth + 1, count - l_est)
             last = n_leaves >= self.max_leaf_nodes
             if last or not (can_l or can_r):
                 leaves[lid] = [lo, mid, depth + 1, l_est, ls, None, None]
@@ -459,8 +471,9 @@ class LeafwiseGrower:
                 lh, rh = (built, sibling) if build_left else (sibling, built)
                 small_count = float(small_count)
             else:
-                lh, rh, extra = self.builder.child_pair(red, channels, rows, phist, lo, mid, hi, build_left,
-                                                        np.array([float(mid - lo if build_left else hi - mid)]))
+                pair, extra = self.builder.child_pair(red, channels, rows, phist, lo, mid, hi, build_left,
+                                                      np.array([float(mid - lo if build_left else hi - mid)]))
+                lh, rh = pair[0], pair[1]
                 small_count = float(extra[0])
             lc, rc = (small_count, count - small_count) if build_left else (count - small_count, small_count)
             tree.set_count(lid, lc)
@@ -469,10 +482,15 @@ class LeafwiseGrower:
             leaves[rid] = [mid, hi, depth + 1, rc, rs, rh, None]
             todo = [i for i, c in ((lid, lc), (rid, rc)) if self._splittable(depth + 1, c)]
             if todo:
-                res = self._find([leaves[i][5] for i in todo], [leaves[i][4] for i in todo],
-                                 [leaves[i][3] for i in todo])
+                if quantized is None:
+                    # The children's histograms are already one stacked array: no copy.
+                    hists = pair if len(todo) == 2 else pair[todo[0] - lid:todo[0] - lid + 1]
+                else:
+                    hists = [leaves[i][5] for i in todo]
+                res = self._find(hists, [leaves[i][4] for i in todo], [leaves[i][3] for i in todo])
                 for j, i in enumerate(todo):
                     leaves[i][6] = res.take(slice(j, j + 1))  # views, no copies
+                    self._note_gain(gains, i, res, j)
             for i in (lid, rid):
                 leaves[i][5] = None if leaves[i][6] is None else leaves[i][5]
         leaf_nodes = np.array(sorted(leaves), dtype=np.int64)
@@ -481,6 +499,8 @@ class LeafwiseGrower:
         return GrownTree(tree, rows, leaf_nodes, leaf_starts, leaf_stops)
 
     def _find(self, hists, stats, counts):
+        """Best split of each node: ``hists`` a list of (n_features, n_bins, C) histograms or
+        one stacked C-contiguous (n, n_features, n_bins, C) array (float path only)."""
         n = len(hists)
         if self._quant is not None:
             # Exact integer sums to the criterion's float units (one home for the gain),
@@ -492,6 +512,8 @@ class LeafwiseGrower:
             for j, h in enumerate(hists):
                 for k in range(scale.shape[0]):
                     np.multiply(h[..., k], scale[k], out=hist[j, ..., k])
+        elif isinstance(hists, np.ndarray):
+            hist = hists
         elif self._fused is None or n > 1:
             hist = np.stack(hists)
         else:
@@ -501,7 +523,8 @@ class LeafwiseGrower:
                                      parent_count=np.asarray(counts, dtype=np.float64), min_gain=self.min_gain)
         c = self.criterion.n_channels
         with phase("split"):
-            parent = np.stack(stats) if n > 1 else np.ascontiguousarray(stats[0], dtype=np.float64)[None]
+            parent = np.array(stats, dtype=np.float64) if n > 1 else \
+                np.ascontiguousarray(stats[0], dtype=np.float64)[None]
             res = SplitResult(np.empty(n, np.int32), np.zeros(n, np.int32), np.zeros(n, bool), np.empty(n),
                               np.zeros((n, c)), np.zeros((n, c)))
             self._fused(np.ascontiguousarray(hist), np.ascontiguousarray(parent, dtype=np.float64), self._nb,
@@ -510,11 +533,16 @@ class LeafwiseGrower:
         return res
 
     @staticmethod
-    def _pick(leaves):
-        """Leaf to split next: largest gain; gains tied by the split rule go to the lowest node id."""
-        cands = [(node, float(v[6].gain[0])) for node, v in leaves.items()
-                 if v[6] is not None and v[6].feature[0] >= 0]
-        if not cands:
+    def _note_gain(gains, node, res, j):
+        """Record node ``node``'s split ``res[j]`` among the candidates if it is admissible."""
+        if res.feature[j] >= 0:
+            gains[node] = float(res.gain[j])
+
+    @staticmethod
+    def _pick(gains):
+        """Leaf to split next from ``{node: gain}``: largest gain; gains tied by the split rule go
+        to the lowest node id."""
+        if not gains:
             return None
-        thr = tie_threshold(max(g for _, g in cands), REL_TOL)
-        return min(node for node, g in cands if g >= thr)
+        thr = tie_threshold(max(gains.values()), REL_TOL)
+        return min(node for node, g in gains.items() if g >= thr)

@@ -265,11 +265,15 @@ class HistogramBuilder:
 
         Returns
         -------
-        left, right : ndarray, shape (f1 - f0, n_bins, C)
+        pair : ndarray, shape (2, f1 - f0, n_bins, C), C-contiguous
+            ``pair[0]`` the left child's histogram, ``pair[1]`` the right one's: stacked
+            already, so the split search reads both without another copy.
         extra : ndarray of float64
         """
         b_lo, b_hi = (lo, mid) if build_left else (mid, hi)
         built, extra = reducer.reduce(self.build_node(channels, rows, b_lo, b_hi), extra)
-        built = built[0]
-        sibling = parent_hist - built
-        return (built, sibling, extra) if build_left else (sibling, built, extra)
+        pair = np.empty((2,) + parent_hist.shape)
+        k = 0 if build_left else 1
+        pair[k] = built[0]
+        np.subtract(parent_hist, built[0], out=pair[1 - k])
+        return pair, extra
