@@ -197,6 +197,24 @@ def parse_args(argv=None):
     return args
 
 
+def report(shapes, results, reps, threads):
+    """Markdown body (settings, table, verdicts) of ``results``, one harness result per shape."""
+    rows = [row for (n, d), res in zip(shapes, results) for row in shape_rows(n, d, res)]
+    headers = ["shape (train rows x features)", "contender", "fit s (min)", f"fit s, {reps} rounds",
+               "held-out AUC", "AUC - best anchor", "AUC over rounds", "fit / fastest anchor"]
+    loads = [f"{res['load'][0]:.1f}" for res in results if res.get("status") == "ok"]
+    body = [f"benchmarks/datasets.py `dense_interactions` (float32, main effects and pairwise interactions), "
+            f"{datasets.INTERACTION_TEST_ROWS:,} held-out rows; 100 iterations, 31 leaves (best-first), 255 bins, "
+            "lr 0.1, L2 0, min 20 rows and hessian 1e-3 per leaf, no early stopping, "
+            f"{threads} threads (settings in the script's docstring). Each shape in one process; "
+            f"{reps} rounds, contenders in rotated order; fit time = minimum over the rounds. "
+            f"Load average (1 min) at the end of each shape: {', '.join(loads) or '-'}.",
+            "", _harness.markdown_table(headers, rows), "",
+            f"Target (issue 37): fit <= 1.0x the fastest anchor at equal AUC (|diff| <= {AUC_TOL}):", ""]
+    body += verdicts(shapes, results)
+    return "\n".join(body)
+
+
 def main(argv=None):
     args = parse_args(argv)
     shapes = parse_shapes(args.shapes)
@@ -206,20 +224,7 @@ def main(argv=None):
         kw = {"n_rows": n_rows, "n_features": n_features, "reps": args.reps, "seed": args.seed, "cfg": cfg}
         results.append(_harness.run_contender(f"shape {n_rows}x{n_features}", THIS, "contender_shape", kw,
                                               threads=args.threads, timeout=args.timeout))
-    rows = [row for (n, d), res in zip(shapes, results) for row in shape_rows(n, d, res)]
-    headers = ["shape (train rows x features)", "contender", "fit s (min)", f"fit s, {args.reps} rounds",
-               "held-out AUC", "AUC - best anchor", "AUC over rounds", "fit / fastest anchor"]
-    loads = [f"{res['load'][0]:.1f}" for res in results if res.get("status") == "ok"]
-    body = [f"benchmarks/datasets.py `dense_interactions` (float32, main effects and pairwise interactions), "
-            f"{datasets.INTERACTION_TEST_ROWS:,} held-out rows; 100 iterations, 31 leaves (best-first), 255 bins, "
-            "lr 0.1, L2 0, min 20 rows and hessian 1e-3 per leaf, no early stopping, "
-            f"{args.threads} threads (settings in the script's docstring). Each shape in one process; "
-            f"{args.reps} rounds, contenders in rotated order; fit time = minimum over the rounds. "
-            f"Load average (1 min) at the end of each shape: {', '.join(loads) or '-'}.",
-            "", _harness.markdown_table(headers, rows), "",
-            f"Target (issue 37): fit <= 1.0x the fastest anchor at equal AUC (|diff| <= {AUC_TOL}):", ""]
-    body += verdicts(shapes, results)
-    text = "\n".join(body)
+    text = report(shapes, results, args.reps, args.threads)
     print("\n" + text)
     if args.write if args.write is not None else not args.quick:
         _harness.write_results_section(SECTION, text, title=f"{len(shapes)} shapes, {args.reps} rounds")
