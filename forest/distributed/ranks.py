@@ -7,6 +7,7 @@ The columns each kind of estimator takes come from :mod:`forest.estimators.kinds
 table for the command-line tools and for this), not from a table of our own.
 """
 import dataclasses
+import time
 
 import numpy as np
 
@@ -116,7 +117,7 @@ def fit_rows(estimator, frame, spec, comm):
     return estimator
 
 
-def run_rank(listener, endpoints, rank, token, estimator_bytes, frame, spec):
+def run_rank(listener, endpoints, rank, token, estimator_bytes, frame, spec, clock=None):
     """One rank of a distributed fit: connect, watch, fit; rank 0's model bytes (else None).
 
     Parameters
@@ -132,6 +133,9 @@ def run_rank(listener, endpoints, rank, token, estimator_bytes, frame, spec):
         The unfitted estimator (:func:`forest.io.model_io.dumps`: parameters only).
     frame : pandas.DataFrame
     spec : FitSpec
+    clock : dict, optional
+        Filled with the seconds of this rank's stages (``connect``, ``fit``, ``dumps``),
+        for a launcher's timing report.
 
     Returns
     -------
@@ -144,7 +148,10 @@ def run_rank(listener, endpoints, rank, token, estimator_bytes, frame, spec):
         :class:`native.socket_comm.PeerLostError` quoting it), so no rank waits for one
         that has failed.
     """
+    clock = {} if clock is None else clock
+    t0 = time.perf_counter()
     comm = connect(listener, endpoints, rank, token=token)
+    t1 = time.perf_counter()
     dog = None
     try:
         # A peer that stalls or freezes (not one that dies: its sockets close and the
@@ -152,7 +159,9 @@ def run_rank(listener, endpoints, rank, token, estimator_bytes, frame, spec):
         dog = watchdog.start(comm)
         estimator = model_io.loads(estimator_bytes)
         fit_rows(estimator, frame, spec, comm)
+        t2 = time.perf_counter()
         result = model_io.dumps(estimator) if rank == 0 else None
+        clock.update(connect=t1 - t0, fit=t2 - t1, dumps=time.perf_counter() - t2)
     except BaseException as exc:
         watchdog.stop(dog)
         comm.close(reason=f"rank {rank} failed: {type(exc).__name__}: {exc}")

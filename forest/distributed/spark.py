@@ -12,12 +12,14 @@
 needs). Task ``r`` is rank ``r`` over partition ``r``; the global row order is partition
 index, then position, so the model is the one a single process fits on the rows in
 that order (a DataFrame with another number of partitions is first cut into
-``num_workers`` contiguous ranges, order kept). The tasks read their rows through Arrow
-(``mapInPandas(..., barrier=True)``, Spark >= 3.5: the same barrier stage as
-``rdd.barrier().mapPartitions``, without turning every row into a Python object), open
-a listening socket each, exchange the addresses with
+``num_workers`` contiguous ranges, order kept). The tasks read their rows as Arrow
+record batches (``mapInArrow(..., barrier=True)``, Spark >= 3.5: the same barrier stage
+as ``rdd.barrier().mapPartitions``, without turning every row into a Python object),
+open a listening socket each, exchange the addresses with
 ``BarrierTaskContext.allGather`` and fit over :mod:`native.socket_comm`. Rank 0's model
-comes back as model-file bytes (:func:`forest.io.model_io.dumps`).
+comes back as model-file bytes (:func:`forest.io.model_io.dumps`) over one TCP
+connection to the driver (through the stage's result rows where the executors cannot
+reach the driver). ``fit(..., timings={})`` says where the time went.
 
 Failure: a task that dies closes its sockets, every other rank raises
 :class:`native.socket_comm.PeerLostError` at once, and the stage fails;
@@ -29,7 +31,11 @@ Each task should have the cores its fit uses: ``--conf spark.task.cpus=C`` and
 ``NUMBA_NUM_THREADS=C`` in the executors' environment (README, "Spark").
 """
 import functools
+import json
+import os
 import re
+import struct
+import time as _time
 import uuid
 
 import numpy as np
@@ -43,6 +49,17 @@ _ROW_ID = "__histforest_row"
 #: Bytes of a model per collected row.
 _CHUNK_BYTES = 16 << 20
 _CACHE = {}
+#: Fit tasks this Python worker has run (0 in a fresh interpreter).
+_TASKS_RUN = 0
+#: The barrier stage's rows: rank 0's model pieces (or, ``chunk`` = :data:`_SENT_DIRECT`,
+#: the id of its transfer to the driver) and every rank's stage clock (JSON).
+_OUT_SCHEMA = "rank long, chunk long, model binary, clock string"
+_SENT_DIRECT = -1
+#: Model transfer to the driver: magic, fit token (32 hex), transfer id (32 hex), length.
+_HEAD = struct.Struct("<8s32s32sq")
+_MAGIC = b"HFMODEL1"
+_CONNECT_TIMEOUT_S = 10.0
+_SEND_TIMEOUT_S = 300.0
 
 
 class SparkFitError(RuntimeError):
@@ -50,7 +67,7 @@ class SparkFitError(RuntimeError):
 
 
 def fit(estimator, df, features, treatment=None, outcome=None, instrument=None, time=None, event=None,
-        sample_weight=None, clusters=None, num_workers=None, fit_params=None):
+        sample_weight=None, clusters=None, num_workers=None, fit_params=None, timings=None):
     """Fit ``estimator`` on ``df`` in one Spark barrier stage; returns the fitted estimator.
 
     Parameters
@@ -72,6 +89,15 @@ def fit(estimator, df, features, treatment=None, outcome=None, instrument=None, 
         many free task slots at once.
     fit_params : dict, optional
         Further keyword arguments of ``fit`` (e.g. ``{"progress": callback}``).
+    timings : dict, optional
+        Filled with where the time went (for benchmarks and diagnosis): ``"driver"``, a
+        dict of the driver's seconds (``prepare``: the plan and the estimator's bytes;
+        ``stage``: the barrier stage, from submission until the last row is back;
+        ``loads``: the model from its bytes; ``task_start``: per rank, from
+        submission until its task began; ``back``: from the last task's end until
+        the driver had every row) and ``"ranks"``, one dict per rank (see
+        :func:`_fit_task`). The wall-clock offsets compare clocks of different hosts
+        on a cluster.
 
     Returns
     -------
@@ -85,6 +111,7 @@ def fit(estimator, df, features, treatment=None, outcome=None, instrument=None, 
     SparkFitError
         A task failed (its error and the ones it caused are in the message).
     """
+    t_start = _time.perf_counter()
     roles = {"treatment": treatment, "outcome": outcome, "instrument": instrument, "time": time, "event": event}
     assert set(roles) == set(ROLES)
     spec = fit_spec(estimator, features, roles, sample_weight, clusters, fit_params)
@@ -96,16 +123,39 @@ def fit(estimator, df, features, treatment=None, outcome=None, instrument=None, 
     if k < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
     data = ordered_partitions(data, k)
-    task = functools.partial(_fit_task, spec=spec, estimator_bytes=model_io.dumps(estimator),
-                             job=uuid.uuid4().hex)
+    job = uuid.uuid4().hex
+    receiver = _ModelReceiver(_driver_host(df), job)
+    task = functools.partial(_fit_task, spec=spec, estimator_bytes=model_io.dumps(estimator), job=job,
+                             driver=receiver.address, chunk_bytes=_CHUNK_BYTES)
+    t_submit, wall_submit = _time.perf_counter(), _time.time()
     try:
-        rows = data.mapInPandas(task, "rank long, chunk long, model binary", barrier=True).collect()
-    except Exception as exc:  # py4j / PythonException: the Java trace buries the cause
-        raise SparkFitError(f"the fit's barrier stage failed: {_cause(exc)}") from exc
-    pieces = sorted((r["chunk"], bytes(r["model"])) for r in rows if r["rank"] == 0)
-    if not pieces:
-        raise SparkFitError("the barrier stage ended without rank 0's model")
-    return model_io.loads(b"".join(piece for _, piece in pieces))
+        try:
+            rows = data.mapInArrow(task, _OUT_SCHEMA, barrier=True).collect()
+        except Exception as exc:  # py4j / PythonException: the Java trace buries the cause
+            raise SparkFitError(f"the fit's barrier stage failed: {_cause(exc)}") from exc
+        t_back, wall_back = _time.perf_counter(), _time.time()
+        receiver.close()
+        direct = [r for r in rows if r["rank"] == 0 and r["chunk"] == _SENT_DIRECT]
+        pieces = sorted((r["chunk"], bytes(r["model"])) for r in rows if r["rank"] == 0 and r["chunk"] >= 0)
+        if direct:
+            path = receiver.received.get(bytes(direct[-1]["model"]).decode())
+            if path is None:
+                raise SparkFitError("rank 0 reported its model sent to the driver, but no such model arrived")
+            model = model_io.load(path)
+        elif pieces:
+            model = model_io.loads(b"".join(piece for _, piece in pieces))
+        else:
+            raise SparkFitError("the barrier stage ended without rank 0's model")
+    finally:
+        receiver.discard()
+    if timings is not None:
+        ranks = sorted((json.loads(r["clock"]) for r in rows if r["clock"]), key=lambda c: c["rank"])
+        timings["ranks"] = ranks
+        timings["driver"] = {
+            "prepare": t_submit - t_start, "stage": t_back - t_submit, "loads": _time.perf_counter() - t_back,
+            "task_start": [c["wall_enter"] - wall_submit for c in ranks],
+            "back": wall_back - max(c["wall_exit"] for c in ranks)}
+    return model
 
 
 def ordered_partitions(data, k):
@@ -129,15 +179,42 @@ def ordered_partitions(data, k):
     return ranged
 
 
-def _fit_task(batches, spec, estimator_bytes, job):
-    """The barrier task: this partition's rows -> one rank; yields ``(rank, model bytes)``."""
-    import pandas as pd
+def _fit_task(batches, spec, estimator_bytes, job, driver, chunk_bytes=_CHUNK_BYTES):
+    """The barrier task: this partition's Arrow batches -> one rank; yields record batches of :data:`_OUT_SCHEMA`.
+
+    Rank 0 sends its model bytes straight to the driver (:class:`_ModelReceiver` at
+    ``driver``) and yields a row ``chunk = -1`` holding the transfer's id; where the
+    driver cannot be reached it yields the bytes themselves, in pieces, through the
+    stage's result instead.
+
+    ``clock`` (JSON, on each rank's first row) holds the task's stages in seconds:
+    ``read`` (the Arrow batches, as they arrive), ``frame`` (one pandas frame of them),
+    ``rendezvous`` (listener and ``allGather``), then :func:`~.ranks.run_rank`'s
+    ``connect``, ``fit`` and ``dumps``, and rank 0's ``send`` (model bytes to the
+    driver, ``via`` ``"socket"`` or ``"spark"``); ``wall_enter``/``wall_exit``
+    (``time.time()`` at the task's start and before its rows go back), ``worker_age``
+    (seconds since this Python worker started), ``worker_tasks`` (fit tasks this
+    worker ran before: 0 is a fresh interpreter), ``pid``, ``numba_threads``, ``rows``
+    and ``model_bytes``.
+    """
+    import pyarrow as pa
+    from numba import get_num_threads
     from pyspark import BarrierTaskContext
 
+    global _TASKS_RUN
+    clock = {"wall_enter": _time.time(), "worker_age": _process_age(), "worker_tasks": _TASKS_RUN,
+             "pid": os.getpid(), "numba_threads": get_num_threads()}
+    _TASKS_RUN += 1
+    t0 = _time.perf_counter()
     ctx = BarrierTaskContext.get()
-    rank = ctx.partitionId()
+    rank = clock["rank"] = ctx.partitionId()
     parts = list(batches)
-    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=spec.columns)
+    t1 = _time.perf_counter()
+    # One copy, Arrow columns -> one pandas block (mapInPandas converted every batch,
+    # then concatenated: two).
+    frame = _frame_of(parts, spec.columns, pa)
+    del parts
+    t2 = _time.perf_counter()
     host = ctx.getTaskInfos()[rank].address.rpartition(":")[0] or None
     listener = listen(advertise=host)
     try:
@@ -145,17 +222,179 @@ def _fit_task(batches, spec, estimator_bytes, job):
     except BaseException:
         listener.close()
         raise
+    t3 = _time.perf_counter()
+    clock.update(read=t1 - t0, frame=t2 - t1, rendezvous=t3 - t2, rows=len(frame))
     # One token per fit call and attempt: the endpoints are new sockets every attempt.
     token = f"{job}|{ctx.stageId()}|{','.join(endpoints)}".encode()
-    model = run_rank(listener, endpoints, rank, token, estimator_bytes, frame, spec)
+    model = run_rank(listener, endpoints, rank, token, estimator_bytes, frame, spec, clock=clock)
+    del frame
+    clock["model_bytes"] = len(model) if model is not None else 0
+    t4 = _time.perf_counter()
     if model is None:
-        yield pd.DataFrame({"rank": [rank], "chunk": [0], "model": [b""]})
-        return
-    # In pieces: one binary cell of a large model (hundreds of MB for a forest that
-    # keeps per-row training state) exhausted the driver JVM's heap when collected.
-    pieces = range(0, max(len(model), 1), _CHUNK_BYTES)
-    yield pd.DataFrame({"rank": [rank] * len(pieces), "chunk": list(range(len(pieces))),
-                        "model": [model[i:i + _CHUNK_BYTES] for i in pieces]})
+        out = [(0, b"")]
+    else:
+        sent = uuid.uuid4().hex  # this attempt's transfer: a retried stage sends again
+        if _send_model(driver, job, sent, model):
+            out, clock["via"] = [(_SENT_DIRECT, sent.encode())], "socket"
+        else:
+            # In pieces: one binary cell of a large model (hundreds of MB for a forest that
+            # keeps per-row training state) exhausted the driver JVM's heap when collected.
+            out = [(i // chunk_bytes, model[i:i + chunk_bytes]) for i in range(0, max(len(model), 1), chunk_bytes)]
+            clock["via"] = "spark"
+    clock.update(send=_time.perf_counter() - t4, wall_exit=_time.time())
+    for i, (chunk, payload) in enumerate(out):  # one record batch per piece: Arrow's binary offsets are 32-bit
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([rank], pa.int64()), pa.array([chunk], pa.int64()), pa.array([payload], pa.binary()),
+             pa.array([json.dumps(clock) if i == 0 else None], pa.string())], schema=_out_arrow_schema(pa))
+
+
+def _frame_of(batches, columns, pa):
+    """A pandas frame of a task's Arrow record batches (columns in ``columns``' order)."""
+    if not batches:
+        import pandas as pd
+
+        return pd.DataFrame(columns=columns)
+    return pa.Table.from_batches(batches).select(columns).to_pandas()
+
+
+def _out_arrow_schema(pa):
+    return pa.schema([("rank", pa.int64()), ("chunk", pa.int64()), ("model", pa.binary()), ("clock", pa.string())])
+
+
+def _driver_host(df):
+    """The address the executors reach the driver at (``spark.driver.host``)."""
+    conf = df.sparkSession.sparkContext.getConf()
+    return conf.get("spark.driver.host", None) or None
+
+
+class _ModelReceiver:
+    """A socket on the driver that rank 0 streams its model bytes to.
+
+    Through the stage's result, the bytes of a 1M-row forest (760 MB) were copied from
+    the task into Arrow, the JVM's rows, the compressed task result, the driver's
+    pickled rows and Python: 10-50 s. Here they cross one TCP connection into a file
+    the driver reads with :func:`forest.io.model_io.load` (the same checks as any model
+    file). Each transfer states the fit's token (a connection without it is dropped),
+    a transfer id and its length; rank 0 waits for the driver's acknowledgement, so
+    its task ends only once the model is on the driver. Anything that fails here (no
+    route from the executors to the driver) makes rank 0 fall back to the result rows.
+    """
+
+    def __init__(self, host, token):
+        import threading
+
+        self.listener = listen(advertise=host)
+        self.address = self.listener.address
+        self.token = token
+        self.received = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="histforest-model-receiver", daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        import socket
+
+        # accept() with a timeout: closing a socket does not wake a thread blocked in it.
+        self.listener.sock.settimeout(0.2)
+        while not self._closed:
+            try:
+                conn, _ = self.listener.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return  # closed
+            try:
+                conn.settimeout(_SEND_TIMEOUT_S)
+                self._take(conn)
+            except (OSError, ValueError):
+                pass  # a broken or foreign connection: rank 0 falls back or its stage fails
+            finally:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                conn.close()
+
+    def _take(self, conn):
+        import tempfile
+
+        head = _recv_exact(conn, _HEAD.size)
+        magic, token, sent, length = _HEAD.unpack(head)
+        if magic != _MAGIC or token.decode("ascii", "replace") != self.token:
+            return
+        fd, path = tempfile.mkstemp(prefix=".histforest-spark-model.", suffix=".bytes")
+        done = False
+        try:
+            with os.fdopen(fd, "wb") as f:
+                buf = memoryview(bytearray(min(length, 8 << 20) or 1))
+                left = length
+                while left:
+                    got = conn.recv_into(buf, min(left, len(buf)))
+                    if not got:
+                        raise ValueError("the model's sender closed early")
+                    f.write(buf[:got])
+                    left -= got
+            self.received[sent.decode("ascii")] = path
+            done = True
+            conn.sendall(b"\x01")
+        finally:
+            if not done:
+                os.unlink(path)
+
+    def close(self):
+        """Stop accepting (the stage is over)."""
+        self._closed = True
+        self._thread.join(timeout=_SEND_TIMEOUT_S)
+        self.listener.close()
+
+    def discard(self):
+        """Close, and remove every received file."""
+        self.close()
+        for path in self.received.values():
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        self.received.clear()
+
+
+def _send_model(driver, token, sent, model):
+    """Rank 0's model bytes to the driver's :class:`_ModelReceiver`; False where that failed."""
+    import socket
+
+    from native.rendezvous import RendezvousError, parse_endpoint
+
+    try:
+        host, port = parse_endpoint(driver)
+        with socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S) as sock:
+            sock.settimeout(_SEND_TIMEOUT_S)
+            sock.sendall(_HEAD.pack(_MAGIC, token.encode("ascii"), sent.encode("ascii"), len(model)))
+            sock.sendall(memoryview(model))
+            return sock.recv(1) == b"\x01"
+    except (OSError, RendezvousError):
+        return False
+
+
+def _recv_exact(conn, n):
+    out = bytearray()
+    while len(out) < n:
+        got = conn.recv(n - len(out))
+        if not got:
+            raise ValueError("connection closed")
+        out += got
+    return bytes(out)
+
+
+def _process_age():
+    """Seconds since this process started (Linux ``/proc``; None elsewhere)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rpartition(")")[2].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _cause(exc):

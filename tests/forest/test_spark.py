@@ -69,8 +69,15 @@ def df(spark, rows):
 
 
 def test_causal_forest_through_spark_is_the_one_process_fit(spark, df, rows):
+    timings = {}
     model = fs.fit(CausalForest(n_estimators=16, random_state=1), df, features=FEATURES, treatment="t",
-                   outcome="y", num_workers=3)
+                   outcome="y", num_workers=3, timings=timings)
+    # The model came straight to the driver's socket; every rank's stages are reported.
+    ranks = timings["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1, 2] and sum(r["rows"] for r in ranks) == N
+    assert ranks[0]["via"] == "socket" and ranks[0]["model_bytes"] > 0
+    assert all(r["fit"] > 0 and r["numba_threads"] >= 1 for r in ranks)
+    assert set(timings["driver"]) == {"prepare", "stage", "loads", "task_start", "back"}
     alone = CausalForest(n_estimators=16, random_state=1).fit(rows[FEATURES], rows["t"].to_numpy(),
                                                             rows["y"].to_numpy())
     expected = alone.predict(rows[FEATURES])
@@ -86,6 +93,45 @@ def test_gbdt_on_fewer_workers_than_partitions_keeps_the_row_order(spark, df, ro
                    num_workers=2)
     alone = GBDTRegressor(n_estimators=15, random_state=0).fit(rows[FEATURES], rows["y"].to_numpy())
     assert np.abs(model.predict(rows[FEATURES]) - alone.predict(rows[FEATURES])).max() <= 1e-9
+
+
+def test_a_driver_the_tasks_cannot_reach_gets_the_model_through_the_stage(spark, df, rows, monkeypatch):
+    class Unreachable(fs._ModelReceiver):
+        def __init__(self, host, token):
+            super().__init__(host, token)
+            closed = fs.listen(advertise="127.0.0.1")  # a port nobody listens on any more
+            self.address = closed.address
+            closed.close()
+
+    monkeypatch.setattr(fs, "_CHUNK_BYTES", 4096)  # several pieces, reassembled in order
+    monkeypatch.setattr(fs, "_ModelReceiver", Unreachable)
+    timings = {}
+    model = fs.fit(GBDTRegressor(n_estimators=4, random_state=0), df, features=FEATURES, outcome="y",
+                   num_workers=3, timings=timings)
+    assert timings["ranks"][0]["via"] == "spark" and timings["ranks"][0]["model_bytes"] > 3 * 4096
+    alone = GBDTRegressor(n_estimators=4, random_state=0).fit(rows[FEATURES], rows["y"].to_numpy())
+    assert np.abs(model.predict(rows[FEATURES]) - alone.predict(rows[FEATURES])).max() <= 1e-9
+
+
+def test_the_model_receiver_takes_only_its_fits_transfers(tmp_path):
+    import socket
+
+    receiver = fs._ModelReceiver("127.0.0.1", "a" * 32)
+    try:
+        host, port = receiver.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as stranger:  # another fit's token: dropped
+            stranger.sendall(fs._HEAD.pack(fs._MAGIC, b"b" * 32, b"c" * 32, 5))
+            assert stranger.recv(1) == b""
+        assert not fs._send_model(f"{host}:1", "a" * 32, "d" * 32, b"x")  # nobody there: the caller falls back
+        payload = bytes(range(256)) * 1000
+        assert fs._send_model(receiver.address, "a" * 32, "d" * 32, payload)
+        path = receiver.received["d" * 32]
+        with open(path, "rb") as f:
+            assert f.read() == payload
+        assert list(receiver.received) == ["d" * 32]
+    finally:
+        receiver.discard()
+    assert not os.path.exists(path)
 
 
 def test_gbdt_classifier_and_probabilities_as_array_columns(spark, df, rows):
