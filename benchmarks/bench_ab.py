@@ -14,7 +14,9 @@ Contenders
 ``gbdt``: ``GBDTClassifier`` on bench_gbdt's HIGGS-like rows (100 trees, 31 leaves,
 255 bins, lr 0.1, min 20 rows per leaf), fit time and test AUC. ``causal``:
 ``CausalForest`` on bench_causal's Wager-Athey design (200 trees, min 5 rows per leaf,
-subsample 0.5, honest), fit time and RMSE of the CATE on 10,000 test points.
+subsample 0.5, honest), fit time and RMSE of the CATE on 10,000 test points. ``regression``:
+``RegressionForest`` (200 trees, its defaults) on the same design's outcome, fit time and RMSE
+of the prediction against the outcome's mean ``m(x)`` on the test points.
 
 Usage: ``.venv-bench/bin/python benchmarks/bench_ab.py --base 9e3eba6 [--head HEAD] --write``
 """
@@ -86,6 +88,24 @@ def contender_causal(root, n, seed, threads, **_):
                                         "digest": _digest(tau)}}
 
 
+def contender_regression(root, n, seed, threads, **_):
+    _use_checkout(root)
+    import datasets
+    from forest import RegressionForest        # the public name: both layouts have it
+
+    params = dict(n_estimators=200, random_state=seed)
+    small = datasets.wager_athey(20_000, seed=seed + 1, cache=False)  # reaches the level-wise search
+    RegressionForest(**dict(params, n_estimators=4)).fit(small["X"], small["y"])
+    data = datasets.wager_athey(n, seed=seed)
+    model = RegressionForest(**params)
+    start = time.perf_counter()
+    model.fit(data["X"], data["y"])
+    fit_s = time.perf_counter() - start
+    pred = np.asarray(model.predict(data["X_test"]), dtype=np.float64)
+    truth = datasets.wa_main_effect(data["X_test"])      # E[y | x]: the design's t - e has mean 0
+    return {"fit_s": fit_s, "metrics": {"rmse": float(np.sqrt(np.mean((pred - truth) ** 2))), "digest": _digest(pred)}}
+
+
 def _digest(predictions):
     """First 12 hex digits of the SHA-256 of the predictions' bytes: equal digests, equal bits."""
     import hashlib
@@ -106,7 +126,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base", required=True, help="the 'before' commit")
     p.add_argument("--head", default="HEAD", help="the 'after' commit (default HEAD)")
-    p.add_argument("--parts", default="gbdt,causal", help="comma list among gbdt,causal")
+    p.add_argument("--parts", default="gbdt,causal", help="comma list among gbdt,causal,regression")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--gbdt-rows", type=int, default=1_000_000)
     p.add_argument("--causal-rows", type=int, default=100_000)
@@ -122,7 +142,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     parts = args.parts.split(",")
-    unknown = set(parts) - {"gbdt", "causal"}
+    unknown = set(parts) - {"gbdt", "causal", "regression"}
     if unknown:
         raise SystemExit(f"unknown --parts {sorted(unknown)}")
     refs = [_worktree(args.base), _worktree(args.head)]
@@ -158,7 +178,7 @@ def _report(args, refs, parts, results):
         for sha in (base_sha, head_sha):
             ok = [r for r in results[(part, sha)] if r.get("status") == "ok"]
             fits = [r["fit_s"] for r in ok]
-            metric = "auc" if part == "gbdt" else "rmse"
+            metric = "auc" if part == "gbdt" else "rmse"       # causal: of tau; regression: of E[y | x]
             vals = [r["metrics"][metric] for r in ok]
             digests = sorted({r["metrics"].get("digest", "-") for r in ok})
             cells[sha] = (min(fits), statistics.median(fits), vals[0] if vals else float("nan"), len(fits),
@@ -174,7 +194,8 @@ def _report(args, refs, parts, results):
     if args.write:
         argv_s = " ".join(sys.argv[1:])
         body = [f"GBDT: {args.gbdt_rows:,} HIGGS-like rows, 100 trees x 31 leaves. Causal: Wager-Athey, "
-                f"{args.causal_rows:,} rows, d = 20, 200 trees. {args.threads} threads, each run a fresh process, "
+                f"{args.causal_rows:,} rows, d = 20, 200 trees. Regression: RegressionForest(200) on the same "
+                f"rows' outcome. {args.threads} threads, each run a fresh process, "
                 f"base and head alternating ({args.repeats} each). AUC and RMSE of the first run (the fits are "
                 "deterministic).", table]
         _harness.write_results_section(SECTION, "\n\n".join(body),

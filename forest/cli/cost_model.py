@@ -276,6 +276,9 @@ class Workload:
     nuisance_given : bool
         Causal / instrumental forest: the caller passes the nuisance estimates
         (``y_hat``, ``t_hat``, ...), so no nuisance forest is grown.
+    weighted : bool
+        The fit has sample weights: the regression and causal forests then grow a row-count
+        channel beside the weight channel (without weights the weight channel counts the rows).
     """
 
     model: str
@@ -288,6 +291,7 @@ class Workload:
     entry: str = "python"
     row_group_rows: int = 0
     nuisance_given: bool = False
+    weighted: bool = False
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -430,10 +434,11 @@ def _tuning_spec(prm, main):
 def forest_specs(workload):
     """The forests a fit grows, in order (nuisance forests first, then tuning's small forests)."""
     prm = workload.resolved()
+    unit = not workload.weighted          # the channels the fit grows (VarianceCriterion, CausalChannels)
     if workload.model == "regression":
         from forest.criteria.basic import VarianceCriterion
 
-        c = VarianceCriterion(workload.n_outcomes, count_channel=True).n_channels
+        c = VarianceCriterion(workload.n_outcomes, count_channel=True, rows_are_weights=unit).n_channels
         main = ForestSpec("regression", int(prm["n_estimators"]), c, True, workload.entry == "cli")
         return _tuning_spec(prm, main) + [main]
     from forest.criteria.causal import CausalCriterion
@@ -445,14 +450,17 @@ def forest_specs(workload):
         # causal forest of its channel count (no out-of-bag pass).
         from forest.criteria.instrumental import InstrumentalCriterion
 
-        nuisance = ForestSpec("regression", n_nuis, VarianceCriterion(1, count_channel=True).n_channels, True, False)
+        nuisance = ForestSpec("regression", n_nuis,
+                              VarianceCriterion(1, count_channel=True, rows_are_weights=unit).n_channels, True, False)
         main = ForestSpec("causal", int(prm["n_estimators"]), InstrumentalCriterion().n_channels, False,
                           workload.entry == "cli")
         return [nuisance] * (0 if workload.nuisance_given else 3) + _tuning_spec(prm, main) + [main]
-    nuisance = [ForestSpec("regression", n_nuis, VarianceCriterion(width, count_channel=True).n_channels, True, False)
+    nuisance = [ForestSpec("regression", n_nuis,
+                           VarianceCriterion(width, count_channel=True, rows_are_weights=unit).n_channels, True, False)
                 for width in (workload.n_outcomes, workload.n_treatments)]
     main = ForestSpec("causal", int(prm["n_estimators"]),
-                      CausalCriterion(workload.n_treatments, workload.n_outcomes).n_channels, True,
+                      CausalCriterion(workload.n_treatments, workload.n_outcomes, rows_are_weights=unit).n_channels,
+                      True,
                       workload.entry == "cli")
     return ([] if workload.nuisance_given else nuisance) + _tuning_spec(prm, main) + [main]
 

@@ -53,7 +53,8 @@ def workload(args, params, source, features):
             n_classes = max(2, rng[1] - rng[0] + 1)
     largest_group = max((g[2] for g in source.groups), default=0)
     return Workload(args.model, source.n_rows, len(features), dict(params), n_classes=n_classes,
-                    n_treatments=n_treatments, entry="cli", row_group_rows=largest_group)
+                    n_treatments=n_treatments, entry="cli", row_group_rows=largest_group,
+                    weighted=getattr(args, "weight", None) is not None)
 
 
 def check_settings():

@@ -87,7 +87,7 @@ class CausalChannels:
         next M            g Y~_m
         next K*M          g W~_k Y~_m          (k-major: index k*M + m)
         next K(K+1)/2     g W~_i W~_j, i <= j   (upper triangle, row-major)
-        next 1            1 (row count)
+        next 1            1 (row count; absent with rows_are_weights)
         next K            constraint counts: 1[arm == k+1] ("arms") or 1[W~_k > 0] ("sign")
 
     Parameters
@@ -96,9 +96,13 @@ class CausalChannels:
         ``K``.
     n_outcomes : int
         ``M``.
+    rows_are_weights : bool, default False
+        Every row weighs exactly 1 (a fit without weights, or with equal ones), so
+        channel ``g`` counts the rows: no count channel is built and ``i_count`` is
+        ``i_g``. The same sums with one channel fewer in every histogram and scan.
     """
 
-    def __init__(self, n_treatments=1, n_outcomes=1):
+    def __init__(self, n_treatments=1, n_outcomes=1, rows_are_weights=False):
         k, m = int(n_treatments), int(n_outcomes)
         if k < 1 or m < 1:
             raise ValueError(f"need n_treatments >= 1 and n_outcomes >= 1, got {k}, {m}")
@@ -110,8 +114,10 @@ class CausalChannels:
         self.s_wy = slice(1 + k + m, 1 + k + m + k * m)
         self.s_ww = slice(self.s_wy.stop, self.s_wy.stop + self.n_tri)
         self.n_moments = self.s_ww.stop
-        self.i_count = self.n_moments
-        self.s_arm = slice(self.i_count + 1, self.i_count + 1 + k)
+        self.rows_are_weights = bool(rows_are_weights)
+        self.i_count = self.i_g if self.rows_are_weights else self.n_moments
+        arm0 = self.n_moments + (0 if self.rows_are_weights else 1)
+        self.s_arm = slice(arm0, arm0 + k)
         self.n_channels = self.s_arm.stop
         iu, ju = np.triu_indices(k)
         full = np.empty((k, k), dtype=np.int64)
@@ -154,7 +160,8 @@ class CausalChannels:
         out[:, self.s_y] = g[:, None] * y
         out[:, self.s_wy] = (gw[:, :, None] * y[:, None, :]).reshape(n, self.K * self.M)
         out[:, self.s_ww] = gw[:, self._iu] * w[:, self._ju]
-        out[:, self.i_count] = 1.0
+        if not self.rows_are_weights:
+            out[:, self.i_count] = 1.0
         out[:, self.s_arm] = ind
         return out
 
@@ -270,8 +277,9 @@ def _gain_scalar_ufunc():
 # compile the general code (LAPACK calls) and a multi-arm one never the scalar code.
 
 #: Record of the fused ``K = M = 1`` case (no preconditioning): the indicator channel
-#: ``arm`` and the constraints.
-CausalScalarRecord = namedtuple("CausalScalarRecord", ["arm", "min_samples_leaf", "alpha", "imbalance_penalty"])
+#: ``arm``, the row-count channel ``i_count`` (``g``'s without weights) and the constraints.
+CausalScalarRecord = namedtuple("CausalScalarRecord", ["arm", "i_count", "min_samples_leaf", "alpha",
+                                                       "imbalance_penalty"])
 
 #: Record of the general case: ``K`` treatment columns, ``M`` outcomes, the first
 #: channel of ``g W~W~^T`` (``ww0``), the count channel, the first constraint
@@ -316,10 +324,12 @@ def _scalar_gains_piece(p, lefts, rights, consts, out, row, n):
     tau = consts[2]
     floor = consts[3]
     valid = consts[4]
+    c = p.i_count
+    a = p.arm
     for i in range(n):
         out[row, i] = _gain_scalar_core(lefts[i, 0], lefts[i, 1], lefts[i, 2], lefts[i, 3], lefts[i, 4],
-                                        lefts[i, 5], lefts[i, 6], rights[i, 0], rights[i, 1], rights[i, 2],
-                                        rights[i, 3], rights[i, 4], rights[i, 5], rights[i, 6], wb, yb, tau,
+                                        lefts[i, c], lefts[i, a], rights[i, 0], rights[i, 1], rights[i, 2],
+                                        rights[i, 3], rights[i, 4], rights[i, c], rights[i, a], wb, yb, tau,
                                         floor, valid, m_leaf, pen)
 
 
@@ -389,10 +399,11 @@ def _scalar_rows_gains_piece(p, lefts, rights, consts, out, row, n):
     tau = consts[2]
     valid = consts[4]
     least = consts[_ROWS_SLOT]
+    c = p.i_count
     for i in range(n):
         out[row, i] = _gain_scalar_rows_core(lefts[i, 0], lefts[i, 1], lefts[i, 2], lefts[i, 3], lefts[i, 4],
-                                             lefts[i, 5], rights[i, 0], rights[i, 1], rights[i, 2], rights[i, 3],
-                                             rights[i, 4], rights[i, 5], wb, yb, tau, valid, least, pen)
+                                             lefts[i, c], rights[i, 0], rights[i, 1], rights[i, 2], rights[i, 3],
+                                             rights[i, 4], rights[i, c], wb, yb, tau, valid, least, pen)
 
 
 def rows_sides_ok(p, n_l, n_r, cum, miss, with_miss, parent):
@@ -747,17 +758,19 @@ class CausalCriterion(Criterion):
         constrains rows only (module docstring: grf's ``stabilize.splits = FALSE``).
     precondition : bool or None, default None
         Multiply pseudo-outcomes by ``A^{-1}``; ``None`` means ``K > 1`` (GRF).
+    rows_are_weights : bool, default False
+        Every row weighs exactly 1: no count channel (:class:`CausalChannels`).
     """
 
     def __init__(self, n_treatments=1, n_outcomes=1, min_samples_leaf=5, alpha=0.05,
-                 imbalance_penalty=0.0, constraint="arms", precondition=None):
+                 imbalance_penalty=0.0, constraint="arms", precondition=None, rows_are_weights=False):
         if constraint not in CONSTRAINTS:
             raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {constraint!r}")
         if not 0.0 <= alpha < 0.5:
             raise ValueError(f"alpha must be in [0, 0.5), got {alpha}")
         if imbalance_penalty < 0:
             raise ValueError(f"imbalance_penalty must be >= 0, got {imbalance_penalty}")
-        self.layout = CausalChannels(n_treatments, n_outcomes)
+        self.layout = CausalChannels(n_treatments, n_outcomes, rows_are_weights)
         self.K, self.M = self.layout.K, self.layout.M
         self.n_channels = self.layout.n_channels
         self.n_outputs = self.layout.n_moments + 1
@@ -846,8 +859,9 @@ class CausalCriterion(Criterion):
         wbar, ybar, tau, a_inv, spread_p, valid_p = self._parent_terms(parent)
         if self.K == 1 and self.M == 1 and a_inv is None and self.constraint != "rows":
             l, r = left, right
-            return _gain_scalar_ufunc()(l[..., 0], l[..., 1], l[..., 2], l[..., 3], l[..., 4], l[..., 5], l[..., 6],
-                                        r[..., 0], r[..., 1], r[..., 2], r[..., 3], r[..., 4], r[..., 5], r[..., 6],
+            c, a = L.i_count, L.s_arm.start
+            return _gain_scalar_ufunc()(l[..., 0], l[..., 1], l[..., 2], l[..., 3], l[..., 4], l[..., c], l[..., a],
+                                        r[..., 0], r[..., 1], r[..., 2], r[..., 3], r[..., 4], r[..., c], r[..., a],
                                         wbar[..., 0], ybar[..., 0], tau[..., 0, 0], self.alpha * spread_p[..., 0],
                                         valid_p.astype(np.float64), float(self.min_samples_leaf),
                                         self.imbalance_penalty)
@@ -948,7 +962,7 @@ class CausalCriterion(Criterion):
                 n_consts = _general_consts_size(self.K, self.M, L.n_moments)
             return CompiledCriterion(record, L.i_count, self.min_samples_leaf, n_consts)
         if self.K == 1 and self.M == 1 and not self.precondition:
-            record = CausalScalarRecord(L.i_count + 1, float(self.min_samples_leaf), self.alpha,
+            record = CausalScalarRecord(L.s_arm.start, L.i_count, float(self.min_samples_leaf), self.alpha,
                                         self.imbalance_penalty)
             n_consts = 8
         else:

@@ -39,8 +39,8 @@ from forest.profiling import phase
 from forest._validation import (agreed_features, as_columns, check_moment_sums, check_row_count, check_target,
                                 check_weight, check_weight_total, feature_summary, fit_features, moment_sums)
 from forest.collective_checks import collective_checks, input_error, require_same, total
-from forest.estimators.regression_forest import (RegressionForest, forest_spec, resolve_mtry, scaled_weights,
-                                                 weight_range)
+from forest.estimators.regression_forest import (RegressionForest, common_weight, forest_spec, resolve_mtry,
+                                                 scaled_weights, weight_range)
 from forest.estimators.tuning import fit_tuned
 from forest.estimators.treatment import check_treatment_type, encode_treatment, resolve_treatment, treatment_summary
 from forest.io import model_checks, model_io
@@ -275,8 +275,11 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
         # 1 (equal weights exactly 1), weights such as 1e-160 cannot underflow in their
         # products (they gave NaN effects).
         g_scaled = scaled_weights(g, n_global, weight_total, [s["weights"] for s in summaries])
+        # every row of every rank weighs exactly 1: the channel g counts the rows (CausalChannels)
+        unit = common_weight([s["weights"] for s in summaries]) is not None
         return SimpleNamespace(seed=seed, X=X, binned=binned, n_global=n_global, kind=kind, classes=classes, W=W,
-                               codes=codes, Y=Y, y_ndim=y.ndim, g=g, g_scaled=g_scaled, y_hat=y_hat, t_hat=t_hat)
+                               codes=codes, Y=Y, y_ndim=y.ndim, g=g, g_scaled=g_scaled, y_hat=y_hat, t_hat=t_hat,
+                               unit=unit)
 
     def fit(self, X, t, y, sample_weight=None, *, y_hat=None, t_hat=None, comm=None, progress=None, binned=None,
             feature_names=None, clusters=None, checkpoint=None):
@@ -342,7 +345,8 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
         # nuisance forests so a bad value fails in milliseconds, not after their fits.
         constraint = "rows" if not self.stabilize_splits else "sign" if kind == "continuous" else "arms"
         crit = CausalCriterion(K, M, min_samples_leaf=self.min_samples_leaf, alpha=self.alpha,
-                               imbalance_penalty=self.imbalance_penalty, constraint=constraint)
+                               imbalance_penalty=self.imbalance_penalty, constraint=constraint,
+                               rows_are_weights=inputs.unit)
         begun = begin_forest(self, X, inputs.binned, n_features, seed, comm, clustered=clusters_layout is not None)
         if begun is None:
             return self

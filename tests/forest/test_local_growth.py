@@ -139,9 +139,11 @@ def test_unit_weights_need_no_count_channel(hist_rows, sizes):
     np.testing.assert_array_equal(unit.floats, _without_count(counted.floats, c_full))
 
 
-def _without_count(floats, c):
-    """Split records' floats (gain, left sums (C), right sums (C)) without the sums' count channel."""
-    keep = np.r_[0, 1:c, 1 + c:2 * c]
+def _without_count(floats, c, i_count=None):
+    """Split records' floats (gain, left sums (C), right sums (C)) without the sums' count channel
+    (channel ``i_count``, the last by default)."""
+    i_count = c - 1 if i_count is None else i_count
+    keep = [0] + [1 + side * c + k for side in (0, 1) for k in range(c) if k != i_count]
     return floats[:, keep]
 
 
@@ -252,6 +254,42 @@ def test_grow_subtrees_vector_causal_matches_reference(K, M, kind, hist_rows):
                                   missing_bin, **kw)
     assert len(got.ints) > 8
     _compare(got, ref, ch.shape[1])
+
+
+@pytest.mark.parametrize("hist_rows", [None, 0])
+@pytest.mark.parametrize("K,M,kind,penalty", [(1, 1, "arms", 0.0), (1, 1, "arms", 0.3), (1, 1, "rows", 0.3),
+                                              (2, 1, "arms", 0.0), (2, 1, "rows", 0.0), (2, 1, "sign", 0.2)])
+def test_unit_weights_causal_needs_no_count_channel(K, M, kind, penalty, hist_rows):
+    """rows_are_weights (a CausalForest without weights): channel g counts the rows, so the
+    subtrees, gains and sums equal the count channel's bit for bit, in the scalar, general
+    and "rows" kernels alike."""
+    rng = np.random.default_rng(20 + K + len(kind))
+    n_rows, n_features, missing_bin = 400, 3, 12
+    binned = _binned(rng, n_rows, n_features, 10, missing_bin, 0.08)
+    wc, y, _, ind = causal_rows(rng, n_rows, K, M, "sign" if kind == "sign" else "arms")
+    y[:, 0] += 2.0 * wc[:, 0] * (binned[1] > 5)
+    rows, starts, tree, node, depth, nxt = random_tasks(rng, 2, n_rows, [250, 90])
+    grown = []
+    for unit in (False, True):
+        crit = CausalCriterion(K, M, min_samples_leaf=3, constraint=kind, imbalance_penalty=penalty,
+                               rows_are_weights=unit)
+        ch = crit.make_channels(wc, y, np.ones(n_rows), ind)
+        grown.append((grow_subtrees(binned, ch, rows, starts, tree, node, depth, nxt, np.array([1, 4]),
+                                    crit.compiled(), missing_bin, hist_rows=hist_rows, min_samples_split=6.0,
+                                    seed=3), ch, crit))
+    (counted, ch_full, crit_full), (unit, ch_unit, crit_unit) = grown
+    keep = [c for c in range(ch_full.shape[1]) if c != crit_full.layout.i_count]
+    np.testing.assert_array_equal(ch_unit, ch_full[:, keep])
+    assert len(unit.ints) > 8
+    np.testing.assert_array_equal(unit.ints, counted.ints)
+    np.testing.assert_array_equal(unit.floats, _without_count(counted.floats, ch_full.shape[1],
+                                                              crit_full.layout.i_count))
+    # the NumPy criterion and the leaf values agree too
+    lefts = ch_full[:150].sum(axis=0)
+    parent = ch_full.sum(axis=0)
+    assert crit_unit.gain(lefts[keep], (parent - lefts)[keep], parent[keep]) == \
+        crit_full.gain(lefts, parent - lefts, parent)
+    np.testing.assert_array_equal(crit_unit.node_value(parent[keep]), crit_full.node_value(parent))
 
 
 @pytest.mark.parametrize("n_rows,sizes", [(300, [150, 40]), (6000, [2500, 2400])])
