@@ -224,11 +224,11 @@ def _connect(address, text, rank, peer, size, channel, token, me, deadline):
         sock.settimeout(max(deadline - time.monotonic(), 0.001))
         host_b = me.encode()[:_MAX_TEXT]
         sock.sendall(_HELLO.pack(MAGIC, size, rank, peer, channel, len(token), len(host_b)) + token + host_b)
-        magic, status, their_rank, host_len, msg_len = _REPLY.unpack(_read(sock, _REPLY.size))
+        magic, status, their_rank, host_len, msg_len = _REPLY.unpack(read_exact(sock, _REPLY.size))
         if magic != MAGIC or not 0 <= host_len <= _MAX_TEXT or not 0 <= msg_len <= _MAX_TEXT:
             raise RendezvousError(f"rank {rank}: {text} (given for rank {peer}) is not a histforest rank")
-        host = _read(sock, host_len).decode(errors="replace")
-        message = _read(sock, msg_len).decode(errors="replace")
+        host = read_exact(sock, host_len).decode(errors="replace")
+        message = read_exact(sock, msg_len).decode(errors="replace")
         if status != 0:
             raise RendezvousError(f"rank {rank}: the rank at {text} refused the connection: {message}")
         sock.settimeout(None)
@@ -263,13 +263,13 @@ def _accept(listener, rank, size, token, me, deadline, timeout, expected, endpoi
             continue
         try:
             sock.settimeout(max(min(deadline - time.monotonic(), 10.0), 0.001))
-            hello = _read(sock, _HELLO.size)
+            hello = read_exact(sock, _HELLO.size)
             magic, their_size, their_rank, to_rank, channel, tok_len, host_len = _HELLO.unpack(hello)
             if magic != MAGIC or not 0 <= tok_len <= _MAX_TEXT or not 0 <= host_len <= _MAX_TEXT:
                 sock.close()  # not one of ours
                 continue
-            their_token = _read(sock, tok_len)
-            host = _read(sock, host_len).decode(errors="replace")
+            their_token = read_exact(sock, tok_len)
+            host = read_exact(sock, host_len).decode(errors="replace")
         except (OSError, EOFError):
             sock.close()  # a dropped or silent stranger: keep waiting for the ranks
             continue
@@ -300,7 +300,7 @@ def _accept(listener, rank, size, token, me, deadline, timeout, expected, endpoi
         return their_rank, channel, sock, host
 
 
-def _read(sock, n):
+def read_exact(sock, n):
     """Exactly ``n`` bytes from a blocking socket (``EOFError`` if it closes first)."""
     buf = bytearray(n)
     view = memoryview(buf)

@@ -40,6 +40,8 @@ import uuid
 
 import numpy as np
 
+from native.rendezvous import RendezvousError, parse_endpoint, read_exact
+
 # forest's model_io name imports every estimator module first: any kind's bytes load.
 from forest import model_io
 
@@ -306,7 +308,7 @@ class _ModelReceiver:
             try:
                 conn.settimeout(_SEND_TIMEOUT_S)
                 self._take(conn)
-            except (OSError, ValueError):
+            except (OSError, ValueError, EOFError):
                 pass  # a broken or foreign connection: rank 0 falls back or its stage fails
             finally:
                 try:
@@ -318,7 +320,7 @@ class _ModelReceiver:
     def _take(self, conn):
         import tempfile
 
-        head = _recv_exact(conn, _HEAD.size)
+        head = read_exact(conn, _HEAD.size)
         magic, token, sent, length = _HEAD.unpack(head)
         if magic != _MAGIC or token.decode("ascii", "replace") != self.token:
             return
@@ -362,8 +364,6 @@ def _send_model(driver, token, sent, model):
     """Rank 0's model bytes to the driver's :class:`_ModelReceiver`; False where that failed."""
     import socket
 
-    from native.rendezvous import RendezvousError, parse_endpoint
-
     try:
         host, port = parse_endpoint(driver)
         with socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S) as sock:
@@ -373,16 +373,6 @@ def _send_model(driver, token, sent, model):
             return sock.recv(1) == b"\x01"
     except (OSError, RendezvousError):
         return False
-
-
-def _recv_exact(conn, n):
-    out = bytearray()
-    while len(out) < n:
-        got = conn.recv(n - len(out))
-        if not got:
-            raise ValueError("connection closed")
-        out += got
-    return bytes(out)
 
 
 def _process_age():
