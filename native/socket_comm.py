@@ -308,10 +308,13 @@ class _Link:
         cur[2][got:got + n] = ring.slots[slot][:n]
         cur[3] = got + n
         self.ctrl.append(_HEADER.pack(_CREDIT, slot, 0))
-        self.on_writable()  # as in _pull: the sender may wait for the slot
         if cur[3] == len(cur[2]):
             self._shm_cur = None
             self._deliver(cur[1], cur[4], cur[5])
+        # Hand the slot back only now that the message's state is settled: a write that
+        # fails (the peer aborted and closed) reads what the peer left, re-entering
+        # on_readable, which may meet the peer's next message already.
+        self.on_writable()  # as in _pull: the sender may wait for the slot
 
     def _finish(self):
         kind, tag, _, _, req, store = self._cur

@@ -318,3 +318,46 @@ def test_a_read_answered_before_the_receiver_turns_to_another_world(monkeypatch)
         t.join(60)
     assert not any(t.is_alive() for t in threads), "deadlock"
     assert errors == [None, None], errors
+
+
+class _FailingWrites:
+    """A socket whose writes fail as to a peer that aborted and closed; reads go through."""
+
+    def __init__(self, sock):
+        self._sock = sock
+
+    def recv_into(self, view):
+        return self._sock.recv_into(view)
+
+    def send(self, data):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    sendmsg = send
+
+
+def test_a_failed_credit_write_after_the_last_slot_keeps_the_next_message_readable():
+    """The last slot of a message is copied, handing the slot back fails (the peer closed),
+    and reading what the peer left meets its next message's header: that is a message,
+    not a protocol error (a survivor once raised TransportError here while closing)."""
+    from native.socket_comm import _CHUNK, _HEADER, _SHMDATA, _Link
+
+    class _Path:
+        ring_out, read_pid, pidfd, lend = None, None, None, False
+        ring_in = shm_link.Ring(memoryview(bytearray(4096 + 2 * 64)), 0, 2, 64)
+
+    mine, theirs = socket.socketpair()
+    try:
+        link = _Link(1, mine, _Path())
+        payload = bytes(range(40))
+        link._start(_SHMDATA, 5, len(payload))
+        _Path.ring_in.slots[0][:len(payload)] = payload
+        theirs.sendall(_HEADER.pack(_SHMDATA, 6, 100))  # the peer's next message, then it leaves
+        theirs.close()
+        link.sock = _FailingWrites(mine)
+        link._start(_CHUNK, 0, len(payload))
+        assert bytes(link.unexpected[5][0]) == payload
+        assert link._shm_cur is not None and link._shm_cur[1] == 6
+        assert link.state == "lost"
+    finally:
+        mine.close()
+        theirs.close()
