@@ -202,13 +202,7 @@ def ridge_coefficient(M, b, lambdas, weight_penalty=False, unpenalised=(0,), coe
     b = np.asarray(b, dtype=np.float64)
     n, dim, _ = M.shape
     lambdas = np.asarray(lambdas, dtype=np.float64).ravel()
-    penalised = np.ones(dim, dtype=bool)
-    penalised[list(unpenalised)] = False
-    idx = np.flatnonzero(penalised)
-    if weight_penalty:
-        scale = M[:, idx, idx]
-    else:
-        scale = np.repeat((np.trace(M, axis1=1, axis2=2) / dim)[:, None], len(idx), axis=1)
+    idx, scale = ridge_penalty(M, weight_penalty, unpenalised)
     out = np.full((n, len(lambdas), b.shape[2]), np.nan)
     if n == 0:
         return out
@@ -217,6 +211,34 @@ def ridge_coefficient(M, b, lambdas, weight_penalty=False, unpenalised=(0,), coe
         A[:, idx, idx] += lam * scale
         out[:, j] = _solve_stack(A, b)[:, coef]
     return out
+
+
+def ridge_penalty(M, weight_penalty=False, unpenalised=(0,)):
+    """The penalty of :func:`ridge_coefficient`: which diagonal entries, and their scale (linear in ``M``).
+
+    Parameters
+    ----------
+    M : ndarray, shape (n, dim, dim)
+    weight_penalty : bool
+    unpenalised : sequence of int
+
+    Returns
+    -------
+    idx : ndarray of int64, shape (q,)
+        The penalised coefficients.
+    scale : ndarray, shape (n, q)
+        ``trace(M) / dim`` each (grf's standard penalty) or ``M_jj`` (``weight_penalty``):
+        ``lambda * scale`` is added to ``M[:, idx, idx]``.
+    """
+    n, dim, _ = M.shape
+    penalised = np.ones(dim, dtype=bool)
+    penalised[list(unpenalised)] = False
+    idx = np.flatnonzero(penalised)
+    if weight_penalty:
+        scale = M[:, idx, idx]
+    else:
+        scale = np.repeat((np.trace(M, axis1=1, axis2=2) / dim)[:, None], len(idx), axis=1)
+    return idx, scale
 
 
 @kernel(parallel=True)

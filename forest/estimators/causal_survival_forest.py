@@ -44,16 +44,22 @@ from forest.analysis.causal_survival import (TARGETS, adjusted_outcomes, horizon
                                              time_index)
 from forest.analysis.effect_rows import make_effect_rows
 from forest.analysis.inference import solve_theta
+from forest.analysis.local_linear import DEFAULT_LAMBDA
+from forest.analysis.local_linear_leaves import (TABLE_CHUNK_CELLS, leaf_terms, local_linear_blb, local_linear_effect,
+                                                 table_width, value_node_sums)
 from forest.collective_checks import AgreedError, collective_checks, total
 from forest.criteria.survival import MAX_SPLIT_TIMES, failure_grid
 from forest.engine.clusters import layout_rows, observation_weights, resolve_clusters
 from forest.engine.honest_forest import fit_binning, global_ids
+from forest.engine.predictor import predict_leaves, predict_leaves_binned
+from forest.engine.subsample import BOTH, ESTIMATION, forest_row_codes
 from forest.estimators.base import check_is_fitted
 from forest.estimators.causal_forest import CausalForest
-from forest.estimators.regression_forest import RegressionForest, resolve_mtry, weight_range
+from forest.estimators.regression_forest import RegressionForest, resolve_mtry, scaled_weights, weight_range
 from forest.estimators.survival_forest import SurvivalForest, check_survival_targets
 from forest.io import model_checks, model_io
 from forest.io.training_rows import notify_training_rows
+from forest.profiling import phase
 from histogram.binning import append_indicator
 
 #: Default size of the scores' failure grid (:class:`CausalSurvivalForest` ``max_grid_times``).
@@ -83,6 +89,27 @@ class CausalSurvivalForest(CausalForest):
         / 4, 500))``.
     max_grid_times : int, default 128
         Most times on the scores' failure grid (at most 255; the module docstring).
+    local_linear : bool, default False
+        Correct ``predict``, ``predict_var`` and ``predict_interval`` by grf's local linear
+        regression (``ll.causal``): at ``x``, the forest-weighted ridge regression of the
+        adjusted outcome on ``[1, X - x, W~, W~ (X - x)]``, whose ``W~`` coefficient is the
+        effect; the variance is the little bags' of that estimate
+        (:mod:`forest.analysis.local_linear_leaves`). The fit keeps each leaf's mean of
+        the regression's products (``ll_tables_``), so a model file predicts without its
+        training rows. Read at prediction: ``set_params(local_linear=False)`` on a forest
+        fitted with it gives the plain forest's estimates from the same trees. It needs
+        the features' values at fit (not binned codes alone, so not ``forest-train``) and
+        complete values in the correction variables. Off by default: on the simulated
+        designs of ``benchmarks/bench_causal_survival.py`` (RESULTS.md, issue 33) the
+        correction on every feature raised the RMSE of ``tau(x)`` on all four designs
+        (by 12 to 31 %) and did not bring the intervals' coverage to 0.90 where the
+        plain forest misses it.
+    linear_correction_variables : sequence of int or str, optional
+        The correction variables (grf's ``linear.correction.variables``): column indices
+        or names, no categorical one; default every non-categorical column.
+    ll_lambda : float, default 0.1
+        Ridge penalty of the slopes (grf's ``ll.lambda``, standard penalty); read at
+        prediction, so it can be changed without refitting.
 
     Attributes
     ----------
@@ -96,6 +123,10 @@ class CausalSurvivalForest(CausalForest):
         The propensity forest (None when ``t_hat`` was given).
     ate_, ate_stderr_, estimators_, ...
         As for :class:`forest.CausalForest`; ``ate_`` is the effect on the target.
+    ll_columns_, ll_center_, ll_tables_ : ndarray or None
+        With ``local_linear``: the correction variables' columns (p,), the training mean
+        they are centred by (p,), and each leaf's table, shape (n_leaves,
+        ``table_width(p)``), leaves in packed node order; None otherwise.
 
     Notes
     -----
@@ -104,6 +135,10 @@ class CausalSurvivalForest(CausalForest):
     out-of-bag rows of the fitting process; rows passed again take ``y=(time, event)``
     for the outcome: the training rows get their out-of-bag scores, other rows
     held-out scores from the nuisance forests.
+
+    With ``local_linear`` the out-of-bag effects, scores and average effects stay the
+    forest's (the scores are doubly robust: the average effect does not need the
+    correction); only ``predict``, ``predict_var`` and ``predict_interval`` change.
 
     ``predict_interval`` is the effect forest's bootstrap of little bags (grf's), which
     leaves out the nuisance curves' noise; on the simulated designs of
@@ -122,7 +157,8 @@ class CausalSurvivalForest(CausalForest):
     def __init__(self, horizon=None, *, target="RMST", n_estimators=200, max_samples=0.5, honest=True,
                  honesty_fraction=0.5, min_samples_leaf=5, max_depth=None, max_features=None, alpha=0.05,
                  imbalance_penalty=0.0, ci_group_size=2, max_bins=255, nuisance_estimators=None,
-                 survival_estimators=None, max_grid_times=DEFAULT_GRID_TIMES, batch_size=None, random_state=None,
+                 survival_estimators=None, max_grid_times=DEFAULT_GRID_TIMES, local_linear=False,
+                 linear_correction_variables=None, ll_lambda=DEFAULT_LAMBDA, batch_size=None, random_state=None,
                  equalize_cluster_weights=False, categorical_features="from_dtype"):
         self.horizon = horizon
         self.target = target
@@ -140,6 +176,9 @@ class CausalSurvivalForest(CausalForest):
         self.nuisance_estimators = nuisance_estimators
         self.survival_estimators = survival_estimators
         self.max_grid_times = max_grid_times
+        self.local_linear = local_linear
+        self.linear_correction_variables = linear_correction_variables
+        self.ll_lambda = ll_lambda
         self.batch_size = batch_size
         self.random_state = random_state
         self.equalize_cluster_weights = equalize_cluster_weights
@@ -162,6 +201,9 @@ class CausalSurvivalForest(CausalForest):
         s = self.survival_estimators
         if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1):
             raise ValueError(f"survival_estimators must be an int >= 1 or None, got {s!r}")
+        if not isinstance(self.local_linear, (bool, np.bool_)):
+            raise ValueError(f"local_linear must be True or False, got {self.local_linear!r}")
+        _check_lambda(self.ll_lambda)
         return seed
 
     # ------------------------------------------------------------------ fit
@@ -212,6 +254,7 @@ class CausalSurvivalForest(CausalForest):
                 t_hat = check_target(t_hat, "t_hat", n, estimator=self, multi_output=False)
                 if np.any((t_hat <= 0) | (t_hat >= 1)):
                     raise ValueError("t_hat must hold propensities strictly between 0 and 1")
+            ll_columns = self._ll_fit_columns(X) if self.local_linear else None
             checks.share(rows=n, failures=int(event.sum()), treated=int(W.sum()), weights=weight_range(g),
                          t_min=float(time.min()) if n else np.inf, t_max=float(time.max()) if n else -np.inf,
                          **feature_summary(self))
@@ -265,9 +308,122 @@ class CausalSurvivalForest(CausalForest):
                     binned=(mapper, codes), feature_names=names, clusters=layout)
         # restore what the causal fit set from its own arguments
         self.treatment_forest_ = prop
+        self.ll_columns_ = self.ll_center_ = self.ll_tables_ = None
+        if self.local_linear:
+            g_scaled = scaled_weights(g, n_global, float(col.allreduce(comm, np.array([g.sum()]))[0]),
+                                      [s["weights"] for s in summaries])
+            self._fit_leaf_tables(ll_columns, X[:, ll_columns], codes, W - e, y_tilde - m, g_scaled, gids, layout,
+                                  comm)
         self._record_training_rows(comm, gids, n_global, codes, [W[:, None], time[:, None],
                                                                  event[:, None].astype(np.float64)])
         return self
+
+    # ------------------------------------------------------------------ local linear correction
+    def _ll_fit_columns(self, X):
+        """The correction variables' columns, checked against this rank's training rows (inside the checks)."""
+        if X is None:
+            raise ValueError("local_linear needs the features X (the correction variables' values), not binned "
+                             "codes alone")
+        columns = self._correction_columns(self.linear_correction_variables, "linear_correction_variables")
+        if np.isnan(X[:, columns]).any():
+            raise ValueError("X has missing values in the correction variables; local_linear needs complete values "
+                             "there (choose linear_correction_variables=)")
+        return columns
+
+    def _fit_leaf_tables(self, columns, Z, codes, wc, yc, g, gids, layout, comm):
+        """``ll_columns_``, ``ll_center_`` and ``ll_tables_`` from this rank's training rows (collective).
+
+        Each leaf's table is the mean over its estimation rows (all ranks') of
+        :func:`forest.analysis.local_linear_leaves.leaf_terms`, the rows found as
+        :meth:`get_forest_weights` finds them (their role in each tree, their leaf).
+        """
+        packed = self.estimators_
+        offsets = np.asarray(packed["tree_offsets"], dtype=np.int64)
+        n_trees, n_nodes = len(offsets) - 1, len(packed["feature"])
+        n, p = Z.shape
+        sums = col.allreduce(comm, np.concatenate([Z.sum(axis=0), [n]]))
+        center = sums[:p] / max(sums[p], 1.0)
+        terms = leaf_terms(Z - center, wc, yc, g)
+        width = terms.shape[1]
+        roles = forest_row_codes(self.sampling_, n_trees, gids, layout)            # (trees, n)
+        leaves = predict_leaves_binned(packed, codes, self.bin_mapper_.missing_bin_)  # (n, trees)
+        node_sums = np.zeros((n_nodes, width + 1))
+        step = max(1, TABLE_CHUNK_CELLS // max(n * width, 1))
+        for lo in range(0, n_trees, step):
+            hi = min(n_trees, lo + step)
+            part = roles[lo:hi]
+            tree, row = np.nonzero((part == ESTIMATION) | (part == BOTH))
+            node = offsets[lo + tree] + leaves[row, lo + tree]
+            for k in range(width):
+                node_sums[:, k] += np.bincount(node, weights=terms[row, k], minlength=n_nodes)
+            node_sums[:, width] += np.bincount(node, minlength=n_nodes)
+        leaf = np.flatnonzero(np.asarray(packed["feature"]) < 0)
+        if comm.size > 1:
+            node_sums[leaf] = col.allreduce(comm, np.ascontiguousarray(node_sums[leaf]))
+        count_col = self._layout().n_moments
+        leaf_sums = value_node_sums(packed, node_sums, count_col)[leaf]
+        count = leaf_sums[:, width]
+        stored = np.asarray(packed["value"], dtype=np.float64)[leaf, count_col]
+        if not np.array_equal(count, stored) or (count <= 0).any():
+            # a leaf's value comes from its value node's estimation rows: anything else is a bug here
+            raise RuntimeError("local linear tables: the leaves' estimation rows do not match the forest's counts")
+        self.ll_columns_ = np.asarray(columns, dtype=np.int64)
+        self.ll_center_ = center
+        self.ll_tables_ = leaf_sums[:, :width] / count[:, None]
+
+    def _ll_chunks(self, X, chunk_rows=None):
+        """``(rows slice, tree tables (m, B, width), centred x (m, p))`` over chunks of validated ``X``."""
+        packed = self.estimators_
+        offsets = np.asarray(packed["tree_offsets"], dtype=np.int64)
+        n_trees = len(offsets) - 1
+        feature = np.asarray(packed["feature"])
+        row_of = np.full(len(feature), -1, dtype=np.int64)
+        row_of[feature < 0] = np.arange(int((feature < 0).sum()))
+        Z = X[:, self.ll_columns_]
+        if np.isnan(Z).any():
+            raise ValueError("X has missing values in the correction variables of this forest's local linear "
+                             "correction; it needs complete values there")
+        Z = Z - self.ll_center_
+        width = self.ll_tables_.shape[1]
+        if chunk_rows is None:
+            chunk_rows = max(1, TABLE_CHUNK_CELLS // max(n_trees * width, 1))
+        for lo in range(0, len(X), chunk_rows):
+            hi = min(len(X), lo + chunk_rows)
+            leaves = predict_leaves(packed, X[lo:hi]).astype(np.int64) + offsets[:-1]
+            yield slice(lo, hi), self.ll_tables_[row_of[leaves]], Z[lo:hi]
+
+    def _ll_active(self):
+        """Whether predictions take the local linear correction (``local_linear`` read at prediction)."""
+        check_is_fitted(self, "estimators_")
+        if not self.local_linear:
+            return False
+        if getattr(self, "ll_tables_", None) is None:
+            raise ValueError("this forest was fitted without local_linear (it has no leaf tables): refit it with "
+                             "local_linear=True")
+        _check_lambda(self.ll_lambda)
+        return True
+
+    def predict(self, X):
+        """Estimated effect ``tau(x)`` on the target (``(n,)``); local linear with ``local_linear``."""
+        if not self._ll_active():
+            return super().predict(X)
+        X = validate_features(self, X, reset=False, min_samples=0)
+        out = np.empty(len(X))
+        for rows, tables, z in self._ll_chunks(X):
+            out[rows] = local_linear_effect(tables.mean(axis=1), z, self.ll_lambda)
+        return out
+
+    def _theta_var(self, X, chunk_rows=None):
+        if not self._ll_active():
+            return super()._theta_var(X, chunk_rows)
+        if self.ci_group_size < 2:
+            raise ValueError("variance estimates need ci_group_size >= 2 at fit time")
+        X = validate_features(self, X, reset=False, min_samples=0)
+        tau, var = np.empty(len(X)), np.empty(len(X))
+        with phase("prediction"):
+            for rows, tables, z in self._ll_chunks(X, chunk_rows):
+                tau[rows], var[rows] = local_linear_blb(tables, z, self.ll_lambda, False, self.ci_group_size)
+        return tau, var
 
     def _check_data(self, summaries, n_global, horizon):
         """The global checks of the times, events, treatment and horizon (one clear line each).
@@ -448,6 +604,13 @@ def _time_event(y, n, est):
     return check_survival_targets(time, event, n, est)
 
 
+def _check_lambda(ll_lambda):
+    """``ll_lambda``: a finite number >= 0 (one clear line otherwise)."""
+    if isinstance(ll_lambda, bool) or not isinstance(ll_lambda, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(ll_lambda) or ll_lambda < 0:
+        raise ValueError(f"ll_lambda must be a finite number >= 0, got {ll_lambda!r}")
+
+
 def _warn_censoring(c_low, target):
     """grf's warnings when the estimated censoring probabilities come near zero."""
     if not np.isfinite(c_low):
@@ -464,9 +627,29 @@ def _warn_censoring(c_low, target):
                       f"unstable; a smaller horizon may help", UserWarning, stacklevel=3)
 
 
+def _check_ll_tables(est):
+    """A restored forest's local linear tables: all three or none, shapes that fit the trees, finite values."""
+    state = vars(est)
+    parts = [state.get(k) for k in ("ll_columns_", "ll_center_", "ll_tables_")]
+    if all(v is None for v in parts) or "estimators_" not in state:
+        return
+    columns, center, tables = parts
+    n_leaves = int((np.asarray(est.estimators_["feature"]) < 0).sum())
+    if not (isinstance(columns, np.ndarray) and columns.dtype == np.int64 and columns.ndim == 1 and len(columns)
+            and len(np.unique(columns)) == len(columns) and columns.min() >= 0
+            and columns.max() < est.n_features_in_):
+        raise ValueError("ll_columns_ must be distinct int64 feature indices")
+    p = len(columns)
+    for name, value, shape in (("ll_center_", center, (p,)), ("ll_tables_", tables, (n_leaves, table_width(p)))):
+        if not (isinstance(value, np.ndarray) and value.dtype == np.float64 and value.shape == shape
+                and np.all(np.isfinite(value))):
+            raise ValueError(f"{name} must be a finite float64 array of shape {shape}")
+
+
 def _check_causal_survival_forest(est):
     model_checks.check_causal_forest(est, RegressionForest)
     model_checks.check_causal_survival_parts(est, SurvivalForest)
+    _check_ll_tables(est)
 
 
 model_io.register(CausalSurvivalForest, check=_check_causal_survival_forest)

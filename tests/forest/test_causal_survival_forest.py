@@ -323,3 +323,118 @@ def test_categorical_features_pandas_targets_and_model_files():
         new = data(1)
         est, se = g.average_treatment_effect(X=new[0], t=new[1], y=(new[2], new[3]), comm=SELF)
     assert np.isfinite(est) and 0 < se < 0.2
+
+
+# ---------------------------------------------------------------- local linear correction
+LL_KW = dict(horizon=1.0, n_estimators=20, nuisance_estimators=10, survival_estimators=10, random_state=1,
+             max_grid_times=24, min_samples_leaf=1, local_linear=True, linear_correction_variables=[0, 2])
+
+
+@pytest.fixture(scope="module")
+def ll_fitted():
+    X, W, time, event, _ = _design(300, 13)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f = CausalSurvivalForest(**LL_KW).fit(X, W, time, event, comm=SELF)
+    return f, X, np.random.default_rng(14).uniform(size=(40, 4))
+
+
+def test_local_linear_equals_the_direct_regression_on_the_training_rows(ll_fitted):
+    from forest.analysis.local_linear_leaves import local_linear_reference
+    from forest.engine.forest_weights import value_nodes
+
+    f, X, Xq = ll_fitted
+    leaf = np.flatnonzero(f.estimators_["feature"] < 0)
+    assert (value_nodes(f.estimators_, f._layout().n_moments)[leaf] != leaf).sum() > 20     # filled leaves too
+    rows = f._oob_rows_
+    alpha = f.get_forest_weights(Xq).toarray()
+    Z = X[:, [0, 2]] - f.ll_center_
+    wc, yc = (rows.W - rows.t_hat)[:, 0], (rows.Y - rows.y_hat)[:, 0]
+    want = [local_linear_reference(alpha[q], Z, wc, yc, np.ones(len(X)), Xq[q, [0, 2]] - f.ll_center_, 0.1)
+            for q in range(len(Xq))]
+    np.testing.assert_allclose(f.predict(Xq), want, rtol=0, atol=1e-9)
+    tau, var = f._theta_var(Xq)
+    np.testing.assert_allclose(tau, want, rtol=0, atol=1e-9)
+    assert np.all(var > 0)
+    lo, hi = f.predict_interval(Xq)
+    np.testing.assert_allclose((hi - lo) / 2, 1.959964 * np.sqrt(var), rtol=1e-6)
+    # the trees, out-of-bag effects and average effects stay the forest's
+    _, W, time, event, _ = _design(300, 13)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = CausalSurvivalForest(**dict(LL_KW, local_linear=False)).fit(X, W, time, event, comm=SELF)
+    assert plain.ll_tables_ is None
+    np.testing.assert_array_equal(plain.estimators_["value"], f.estimators_["value"])
+    np.testing.assert_array_equal(plain._oob_rows_.tau, f._oob_rows_.tau)
+    assert (plain.ate_, plain.ate_stderr_) == (f.ate_, f.ate_stderr_)
+
+
+def test_local_linear_with_a_huge_lambda_is_the_plain_forest(ll_fitted):
+    f, X, Xq = ll_fitted
+    try:
+        f.set_params(local_linear=False)
+        tau0, var0 = f.predict(Xq), f.predict_var(Xq)
+        f.set_params(local_linear=True, ll_lambda=1e12)
+        tau1, var1 = f.predict(Xq), f.predict_var(Xq)
+    finally:
+        f.set_params(local_linear=True, ll_lambda=0.1)
+    np.testing.assert_allclose(tau1, tau0, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(var1, var0, rtol=1e-8)
+    assert np.abs(f.predict(Xq) - tau0).max() > 1e-3          # the correction does something at lambda 0.1
+
+
+def test_local_linear_model_file_round_trip(ll_fitted):
+    f, X, Xq = ll_fitted
+    g = model_io.loads(model_io.dumps(f))
+    np.testing.assert_array_equal(g.predict(Xq), f.predict(Xq))
+    np.testing.assert_array_equal(g.predict_var(Xq), f.predict_var(Xq))
+    for edit in (lambda m: setattr(m, "ll_tables_", m.ll_tables_[:-1].copy()),
+                 lambda m: setattr(m, "ll_columns_", np.array([0, 9])),
+                 lambda m: setattr(m, "ll_center_", None)):
+        bad = model_io.loads(model_io.dumps(f))
+        edit(bad)
+        with pytest.raises(model_io.ModelFormatError):
+            model_io.loads(model_io.dumps(bad))
+
+
+def test_local_linear_bad_input_gets_one_clear_line(ll_fitted):
+    pd = pytest.importorskip("pandas")
+    f, X, Xq = ll_fitted
+    _, W, time, event, _ = _design(300, 13)
+    kw = dict(LL_KW, n_estimators=4)
+    holed = X.copy()
+    holed[3, 2] = np.nan
+    cases = [(dict(local_linear="yes"), X, "local_linear must be True or False"),
+             (dict(ll_lambda=-1.0), X, "ll_lambda must be a finite number"),
+             ({}, holed, "missing values in the correction variables"),
+             (dict(linear_correction_variables=["g"]), None, "no categorical one")]
+    for extra, data, message in cases:
+        if data is None:
+            data = pd.DataFrame({"a": X[:, 0], "b": X[:, 1],
+                                 "g": pd.Categorical(np.where(X[:, 2] < 0.5, "u", "v"))})
+        with pytest.raises(ValueError, match=message) as info:
+            CausalSurvivalForest(**dict(kw, **extra)).fit(data, W, time, event, comm=SELF)
+        assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="missing values in the correction variables"):
+        f.predict(np.where(np.arange(4) == 0, np.nan, Xq))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = CausalSurvivalForest(**dict(kw, local_linear=False)).fit(X, W, time, event, comm=SELF)
+    plain.set_params(local_linear=True)
+    with pytest.raises(ValueError, match="fitted without local_linear"):
+        plain.predict(Xq)
+
+
+@pytest.mark.mpi
+def test_local_linear_identical_at_any_rank_count(comm):
+    X, W, time, event, _ = _design(500, 15)
+    Xq = np.random.default_rng(16).uniform(size=(30, 4))
+    lo, hi = len(W) * comm.rank // comm.size, len(W) * (comm.rank + 1) // comm.size
+    kw = dict(LL_KW, min_samples_leaf=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dist = CausalSurvivalForest(**kw).fit(X[lo:hi], W[lo:hi], time[lo:hi], event[lo:hi], comm=comm)
+        ref = CausalSurvivalForest(**kw).fit(X, W, time, event, comm=SELF)
+    np.testing.assert_allclose(dist.ll_tables_, ref.ll_tables_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dist.predict(Xq), ref.predict(Xq), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(dist.predict_var(Xq), ref.predict_var(Xq), rtol=1e-9, atol=1e-12)
