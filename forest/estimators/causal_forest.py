@@ -130,7 +130,11 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
         grf's ``tune.parameters``: choose these parameters by the out-of-bag R-loss of
         small forests at random draws, smoothed by kriging (:mod:`forest.estimators.tuning`);
         ``"all"`` is ``min_samples_leaf, max_samples, max_features, honesty_fraction,
-        alpha, imbalance_penalty``. The values used are in ``tuned_params_``.
+        alpha, imbalance_penalty`` and ``"nuisance"``: each centring estimate not given is
+        the nuisance forest's out-of-bag prediction or its local linear correction,
+        whichever has the lower out-of-bag error (a corrected one leaves its forest
+        attribute None, as a given ``y_hat`` does). The values used are in
+        ``tuned_params_``, the nuisance choice in ``tuning_["nuisance"]``.
     tune_num_trees, tune_num_reps, tune_num_draws : int, default 200, 50, 1000
         Trees of each small forest, small forests fitted, and kriging candidates (grf's
         ``tune.num.trees``, ``tune.num.reps``, ``tune.num.draws``).
@@ -452,6 +456,13 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
             raise ValueError(f"warm start: y has shape {outcome(inputs.y_ndim, M)}, the forest was fitted on y of "
                              f"shape {outcome(self.y_ndim_, self.n_outcomes_)}; adding trees needs the first fit's "
                              f"outcome shape (or warm_start=False)")
+
+    def _nuisance_targets(self):
+        """What each centring estimate predicts on this rank's training rows, for
+        :mod:`forest.estimators.tuning`'s nuisance choice: ``{"y_hat": (Y (n, M), False),
+        "t_hat": (W (n, K), bounded)}``, ``bounded`` when the targets are 0/1 arm indicators."""
+        rows = self._oob_rows_
+        return {"y_hat": (rows.Y, False), "t_hat": (rows.W, self.treatment_type_ != "continuous")}
 
     def _tuning_residuals(self, fit_args):
         """``(Y - y_hat (n, M), W - t_hat (n, K), out-of-bag tau (n, K, M), weights (n,))`` of this

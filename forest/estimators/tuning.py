@@ -24,6 +24,24 @@ How a forest with ``tune_parameters`` set fits (grf's ``tune_forest``, on our en
    forests become the model's (``outcome_forest_``, ...), so held-out analyses work as
    after any fit.
 
+Nuisance models (the causal forest; ``"nuisance"`` in ``tune_parameters``, part of
+``"all"``): after the probe, each centring estimate the user did not give is chosen
+between the nuisance forest's out-of-bag prediction and its out-of-bag local linear
+correction (grf's ``ll_regression_forest`` prediction:
+:meth:`~forest.estimators.local_linear.LocalLinearMixin.tune_local_linear`, every
+penalty of :data:`NUISANCE_LAMBDAS`), by out-of-bag squared error over all ranks' rows
+(weighted by the sample weights); the forest unless a correction is strictly lower.
+Where the outcome (or the propensity) is close to linear in the covariates, as in many
+observational data sets, the correction removes most of the forest's smoothing error,
+which would otherwise pass into the effect (an error of ``m(x)`` correlated with
+``e(x)`` biases ``tau``). Propensities of binary and categorical treatments are clipped
+to [0, 1] (a 0/1 target is never further from a clipped value). The probe is then
+refitted on the chosen centring, so every candidate, the given parameters included, is
+judged on the same residuals. A corrected estimate cannot be recomputed from the
+model (the correction needs the training rows): its forest is not kept (its attribute
+is None, as with a given ``y_hat``), and ``nuisance_`` records it as
+``{"source": "local linear forest", "seed", "ll_lambda"}``.
+
 Errors (what is minimised):
 
 regression forest
@@ -46,7 +64,8 @@ would drift to large leaves.
 
 What is recorded: ``tuned_params_`` (every tuned parameter's value in the fitted forest,
 the given ones when tuning kept them) and ``tuning_`` (status, the draws and their
-errors, the probe's and the winner's errors). Both are in model files. Not checkpointed:
+errors, the probe's and the winner's errors; ``"nuisance"``: each centring estimate's
+model, penalty and out-of-bag errors). Both are in model files. Not checkpointed:
 ``checkpoint=`` applies to the final fit (a resumed job tunes again, identically).
 """
 import math
@@ -56,6 +75,9 @@ import numpy as np
 from native import collectives as col
 
 from forest.analysis.kriging import fit_kriging, predict_kriging
+from forest.analysis.local_linear import LAMBDA_PATH
+from forest.collective_checks import collective_checks
+from forest.estimators.local_linear import _TrainingLayout
 
 
 def _min_size(u, n, d):
@@ -80,6 +102,15 @@ SPACE = {
 }
 
 TUNING_PARAMS = ("tune_parameters", "tune_num_trees", "tune_num_reps", "tune_num_draws")
+
+#: The name in ``tune_parameters`` of the nuisance-model choice (part of ``"all"``), offered by
+#: estimators with ``_nuisance_targets`` (the causal forest).
+NUISANCE = "nuisance"
+
+#: Ridge penalties of the local linear nuisance candidates: grf's grid without 0 (unpenalised,
+#: the local regression is singular wherever a leaf's rows share a value of a covariate, as
+#: binary covariates often do).
+NUISANCE_LAMBDAS = tuple(lam for lam in LAMBDA_PATH if lam > 0)
 
 
 def tunable_names(est):
@@ -107,7 +138,7 @@ def check_tuning_params(est):
     """
     spec = est.tune_parameters
     if spec is not None:
-        allowed = tunable_names(est)
+        allowed = tunable_names(est) + ([NUISANCE] if hasattr(est, "_nuisance_targets") else [])
         if isinstance(spec, str):
             if spec != "all":
                 raise ValueError(f"tune_parameters must be None, 'all' or a list of {allowed}, got {spec!r}")
@@ -128,7 +159,14 @@ def check_tuning_params(est):
 
 
 def _names(est):
-    return tunable_names(est) if est.tune_parameters == "all" else list(est.tune_parameters)
+    """The parameters the kriging tunes (``tune_parameters`` less :data:`NUISANCE`)."""
+    return tunable_names(est) if est.tune_parameters == "all" else [v for v in est.tune_parameters if v != NUISANCE]
+
+
+def tunes_nuisance(est):
+    """Whether tuning chooses ``est``'s nuisance models (see the module docstring)."""
+    spec = est.tune_parameters
+    return hasattr(est, "_nuisance_targets") and spec is not None and (spec == "all" or NUISANCE in list(spec))
 
 
 def _sample_cap(est):
@@ -183,7 +221,7 @@ class _Tuner:
         self.base = {**est.get_params(deep=False), "tune_parameters": None, "warm_start": False}
         self.seed = int(self.base["random_state"] or 0)
         self.done = 0
-        n_fits = (est.tune_num_reps + 2) * (2 if self.effect else 1)
+        n_fits = (est.tune_num_reps + 2 + tunes_nuisance(est)) * (2 if self.effect else 1)
         self.total = n_fits * self.small_trees + int(est.n_estimators)
 
     def _report(self, offset):
@@ -218,6 +256,7 @@ class _Tuner:
                     source.codes, source.gids, source.clusters)
                 hat = np.asarray(hat, dtype=np.float64)
                 self.hats[name] = hat[:, 0] if hat.ndim == 2 and hat.shape[1] == 1 else hat
+        self.nuisance = self._choose_nuisance(first, args) if tunes_nuisance(self.est) else {}
         later = {k: v for k, v in args.items() if k not in ("X", "feature_names", "binned")}
         later.update(self.hats)
         # the probe's codes serve every later fit, the final one included: binning is keyed by
@@ -228,7 +267,62 @@ class _Tuner:
         self.later = later
         self.n_global = col.global_row_offset(self.comm, len(source.gids))[1]
         self.n_features = int(first.n_features_in_)
+        if any(c["model"] != "forest" for c in self.nuisance.values()):
+            return self.error({})          # the probe again, on the chosen centring
         return self.error({}, first=first)
+
+    def _choose_nuisance(self, first, args):
+        """Choose each forest-made centring estimate between the forest and its local linear correction.
+
+        Replaces the chosen estimates in ``self.hats``; returns ``{name: {"model", "ll_lambda",
+        "errors"}}`` (``errors``: the forest's out-of-bag error, then each penalty's; or
+        ``"reason"`` when the correction could not be computed). Collective.
+        """
+        targets = first._nuisance_targets()
+        weight = args.get("sample_weight")
+        out = {}
+        for name, _offset, _stage, attr in self.est._nuisance_specs:
+            if args.get(name) is not None or name not in targets:
+                continue
+            target, bounded = targets[name]
+            n, width = target.shape
+            w = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64).reshape(n)
+            plain = self.hats[name].reshape(n, width)
+
+            def error(pred):
+                return float(_global_mean(self.comm, ((target - pred) ** 2).sum(axis=1), w))
+
+            choice = {"model": "forest", "ll_lambda": None, "errors": [error(plain)]}
+            out[name] = choice
+            if args.get("X") is None:
+                choice["reason"] = "binned input: the correction needs the features' values"
+                continue
+            forest = getattr(first, attr)
+            try:
+                # tune_local_linear's work on the rows the nuisance forest grew on (its fit's own
+                # codes and weights: it keeps no fingerprint to check rows passed again against)
+                with collective_checks(self.comm):
+                    _, Xt, y, columns = forest._regression_inputs(None, args["X"], target, None, weight)
+                path = forest._tune_regression(_TrainingLayout(forest, forest._weights_source_), Xt[:, columns], y,
+                                               NUISANCE_LAMBDAS, False, weight, self.comm)
+            except ValueError as exc:      # raised alike on every rank (collective checks)
+                choice["reason"] = str(exc)
+                continue
+            preds = np.asarray(path.oob_predictions, dtype=np.float64).reshape(n, len(NUISANCE_LAMBDAS), width)
+            best, best_pred = choice["errors"][0], None
+            for j, lam in enumerate(NUISANCE_LAMBDAS):
+                # a row whose local regression has no finite solution keeps the forest's estimate
+                pred = np.where(np.isfinite(preds[:, j]), preds[:, j], plain)
+                if bounded:
+                    pred = np.clip(pred, 0.0, 1.0)
+                err = error(pred)
+                choice["errors"].append(err)
+                if err < best:
+                    best, best_pred, choice["model"], choice["ll_lambda"] = err, pred, "local linear", float(lam)
+            if best_pred is not None:
+                hat = self.hats[name]
+                self.hats[name] = best_pred.reshape(hat.shape)
+        return out
 
     def error(self, params, first=None):
         """Debiased out-of-bag error of a small forest (two halves for effect forests) with ``params``."""
@@ -289,19 +383,20 @@ def fit_tuned(est, args, comm, progress=None):
     default_error = tuner.probe()
     given = {name: getattr(est, name) for name in names}
     rng = np.random.default_rng([tuner.seed, 0x7475])        # the same draws on every rank
-    draws = rng.random((int(est.tune_num_reps), len(names)))
+    draws = rng.random((int(est.tune_num_reps) if names else 0, len(names)))
     drawn = params_from_draws(est, names, draws, tuner.n_global, tuner.n_features)
     errors = np.array([tuner.error(p) for p in drawn])
     pick = None
-    if comm.rank == 0:
+    if comm.rank == 0 and names:
         pick, candidates = _choose(names, draws, errors, rng, int(est.tune_num_draws))
         if pick is not None:
             pick = params_from_draws(est, names, candidates[pick:pick + 1], tuner.n_global, tuner.n_features)[0]
     pick = col.bcast_object(comm, pick) if comm.size > 1 else pick
     record = {"names": list(names), "draws": [dict(p) for p in drawn], "errors": errors.tolist(),
-              "default_error": float(default_error), "n_trees": int(est.tune_num_trees)}
+              "default_error": float(default_error), "n_trees": int(est.tune_num_trees), "nuisance": tuner.nuisance}
     if pick is None:
-        chosen, record["status"], record["best_error"] = given, "given: the small forests' errors do not vary", None
+        why = "the small forests' errors do not vary" if names else "no forest parameter to tune"
+        chosen, record["status"], record["best_error"] = given, f"given: {why}", None
     else:
         best_error = tuner.error(pick)
         record["best_error"] = float(best_error)
@@ -319,9 +414,18 @@ def fit_tuned(est, args, comm, progress=None):
         # The nuisance estimates came from the probe's forests: they are the model's.
         nuisance = dict(final.nuisance_)
         for name, _offset, _stage, attr in est._nuisance_specs:
-            if args.get(name) is None:
+            if args.get(name) is not None:
+                continue
+            choice = tuner.nuisance.get(name, {"model": "forest"})
+            if choice["model"] == "forest":
                 setattr(final, attr, getattr(tuner.first, attr))
                 nuisance[name] = tuner.first.nuisance_[name]
+            else:
+                # the corrected estimates need the training rows: the forest alone would not give them
+                setattr(final, attr, None)
+                # (no content hash: the corrected values agree over rank counts to rounding, not bit for bit)
+                nuisance[name] = {"source": "local linear forest", "seed": tuner.first.nuisance_[name]["seed"],
+                                  "ll_lambda": choice["ll_lambda"]}
         nuisance["n_estimators"] = tuner.first.nuisance_["n_estimators"]
         final.nuisance_ = nuisance
     params = set(type(est)._get_param_names())
