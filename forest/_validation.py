@@ -273,7 +273,8 @@ def finish_categories(estimator, summaries):
     names = getattr(estimator, "feature_names_in_", None)
     estimator.category_coder_ = ft.finish_fit(matrix, mask, local, [s["categories"] for s in summaries],
                                               int(getattr(estimator, "max_bins", None) or 255),
-                                              None if names is None else [str(n) for n in names])
+                                              None if names is None else [str(n) for n in names],
+                                              max_codes=getattr(estimator, "_category_code_cap", None))
 
 
 def _check_feature_names(feature_names, n_features):
@@ -773,15 +774,18 @@ def check_binned(binned, X=None):
         raise ValueError("binned must be a (BinMapper, codes) pair") from None
     if not isinstance(mapper, BinMapper) or not hasattr(mapper, "thresholds_flat_"):
         raise ValueError(f"binned[0] must be a fitted BinMapper, got {type(mapper).__name__}")
-    codes = check_codes(codes, mapper.n_features_in_, name="binned codes")
+    codes = check_codes(codes, mapper.n_features_in_, name="binned codes", dtype=mapper.bin_dtype_)
     if X is not None and (X.shape[0] != codes.shape[1] or X.shape[1] != codes.shape[0]):
         raise ValueError(f"X has shape {X.shape} but the binned codes hold {codes.shape[1]} rows "
                          f"of {codes.shape[0]} features")
     return mapper, np.ascontiguousarray(codes)
 
 
-def check_codes(binned, n_features=None, name="binned"):
+def check_codes(binned, n_features=None, name="binned", dtype=np.uint8):
     """Validate feature-major bin codes: uint8 of shape ``(n_features, n_rows)``.
+
+    ``dtype``: the code dtype required (uint16 for a mapper with wide categorical codes,
+    ``BinMapper.bin_dtype_``); None accepts either.
 
     The one home of this check: estimators, growers and predictors all take codes in
     this layout (``BinMapper.transform``), and the compiled kernels read them unchecked.
@@ -800,9 +804,11 @@ def check_codes(binned, n_features=None, name="binned"):
         ``binned`` itself (no copy).
     """
     binned = np.asarray(binned)
-    if binned.dtype != np.uint8 or binned.ndim != 2 or (n_features is not None and binned.shape[0] != n_features):
+    ok = binned.dtype in (np.uint8, np.uint16) if dtype is None else binned.dtype == dtype
+    if not ok or binned.ndim != 2 or (n_features is not None and binned.shape[0] != n_features):
         want = "n_features" if n_features is None else str(int(n_features))
-        raise ValueError(f"{name} must be uint8 of shape ({want}, n_rows) (features first, as BinMapper.transform "
+        kind = "uint8 or uint16" if dtype is None else np.dtype(dtype).name
+        raise ValueError(f"{name} must be {kind} of shape ({want}, n_rows) (features first, as BinMapper.transform "
                          f"returns), got {binned.dtype} {binned.shape}")
     return binned
 

@@ -1,4 +1,4 @@
-"""Global per-feature bin edges and the raw-float -> uint8 bin-code transform.
+"""Global per-feature bin edges and the raw-float -> bin-code transform (uint8, or uint16 with wide categorical codes).
 
 This module owns :class:`BinMapper`. Its fitted edges are a pure function of the
 *global* data set, never of how rows are spread across ranks:
@@ -22,7 +22,12 @@ Conventions (the contract in ``docs/ARCHITECTURE.md``):
 * value bin ``b`` of feature ``f`` holds ``thresholds[f][b-1] < x <= thresholds[f][b]``,
   so "bin <= b goes left" is the same test as "x <= thresholds[f][b] goes left";
 * NaN goes to ``missing_bin_ == max_bins``; the histogram bin axis has
-  ``n_bins_ == max_bins + 1`` entries;
+  ``n_bins_ == max_bins + 1`` entries. The one exception: a categorical column given
+  more codes than ``max_bins`` (wide codes, :mod:`histogram.categories`; ``fit(...,
+  n_codes=)``) has one bin per code, and then ``missing_bin_`` is the widest such
+  column's code count and the codes are ``uint16`` (:func:`histogram.dtypes.bin_dtype`).
+  The missing bin is one index for every feature, so a numeric feature's bins between
+  its last value bin and the missing bin stay empty;
 * ``-inf`` and ``+inf`` are ordinary values: they sort below/above every finite value.
   A threshold between a finite value ``a`` and ``+inf`` is ``a`` itself (a midpoint
   would be ``inf`` and merge the two); a threshold between ``-inf`` and a finite value
@@ -40,7 +45,7 @@ from numba import prange
 from native.blocks import block_bounds
 from native.collectives import allgatherv, alltoallv
 
-from .dtypes import BIN_DTYPE, MAX_VALUE_BINS, X_DTYPE
+from .dtypes import MAX_CATEGORY_CODES, MAX_VALUE_BINS, X_DTYPE, bin_dtype
 from .jit import arange, compiled_only, empty, kernel, zeros
 from .rowhash import uniform
 
@@ -66,9 +71,10 @@ class BinMapper:
     ----------
     n_features_in_ : int
     missing_bin_ : int
-        Bin code of NaN, equal to ``max_bins``.
+        Bin code of NaN, equal to ``max_bins`` (or to the widest categorical column's
+        code count, when that is larger: wide codes).
     n_bins_ : int
-        Length of the histogram bin axis, ``max_bins + 1``.
+        Length of the histogram bin axis, ``missing_bin_ + 1``.
     n_bins_non_missing_ : ndarray of int64, shape (n_features,)
         Value bins actually used per feature (at least 1).
     bin_thresholds_ : list of ndarray of float64
@@ -94,7 +100,7 @@ class BinMapper:
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, comm=None, categorical=None):
+    def fit(self, X, comm=None, categorical=None, n_codes=None):
         """Find global bin thresholds from the rows of all ranks.
 
         Every rank of ``comm`` must call ``fit`` (it runs collectives) with its own
@@ -110,6 +116,11 @@ class BinMapper:
         categorical : array-like of bool, shape (n_features,), optional
             Features holding category codes ``0 .. K-1`` (every code present over all
             ranks, ``K <= max_bins``): exact bins put each code in its own bin.
+        n_codes : array-like of int, shape (n_features,), optional
+            Codes per categorical feature (the category coder's ``n_codes_`` at their
+            columns, anything at numeric ones). A categorical feature with more than
+            ``max_bins`` codes (wide codes) gets one bin per code: bins ``0 .. K-1``,
+            thresholds at ``code + 0.5``, whatever the sample saw.
 
         Returns
         -------
@@ -117,11 +128,15 @@ class BinMapper:
         """
         self._validate_params()
         self._fit_numbers(X, comm)
-        self.mark_categorical(categorical)
+        self.mark_categorical(categorical, n_codes)
         return self
 
-    def mark_categorical(self, categorical):
+    def mark_categorical(self, categorical, n_codes=None):
         """Record which features hold category codes, checking that each code has its own bin.
+
+        With ``n_codes`` (see :meth:`fit`) a categorical feature of more than ``max_bins``
+        codes first gets its bins set to its codes, which widens the bin axis
+        (``missing_bin_``, ``n_bins_``).
 
         Raises
         ------
@@ -131,12 +146,46 @@ class BinMapper:
         """
         mask = np.zeros(self.n_features_in_, dtype=bool) if categorical is None \
             else np.asarray(categorical, dtype=bool).copy()
+        if n_codes is not None:
+            self._widen(mask, np.asarray(n_codes, dtype=np.int64))
         for f in np.flatnonzero(mask):
             t = self.bin_thresholds_[f]
             if not (self.is_exact_[f] and np.array_equal(t, np.arange(len(t)) + 0.5)):
                 raise ValueError(f"feature {f} is categorical but its values are not the codes 0..K-1 "
                                  f"with K <= max_bins={self.max_bins}")
         self.categorical_ = mask
+
+    def _widen(self, mask, n_codes):
+        """Give the categorical features of more than ``max_bins`` codes one bin per code."""
+        if n_codes.shape != (self.n_features_in_,):
+            raise ValueError(f"n_codes must hold one entry per feature ({self.n_features_in_}), got {n_codes.shape}")
+        wide = mask & (n_codes > self.max_bins)
+        if not wide.any():
+            return
+        if int(n_codes[wide].max()) > MAX_CATEGORY_CODES:
+            raise ValueError(f"a categorical feature has {int(n_codes[wide].max())} codes, more than "
+                             f"{MAX_CATEGORY_CODES}")
+        thresholds = list(self.bin_thresholds_)
+        for f in np.flatnonzero(wide):
+            thresholds[f] = np.arange(int(n_codes[f]) - 1, dtype=X_DTYPE) + 0.5
+            self.is_exact_[f] = True
+        lengths = np.array([t.shape[0] for t in thresholds], dtype=np.int64)
+        self.thresholds_flat_ = np.ascontiguousarray(np.concatenate(thresholds), dtype=X_DTYPE)
+        self.threshold_offsets_ = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        self.n_bins_non_missing_ = lengths + 1
+        self.missing_bin_ = int(max(self.max_bins, int(self.n_bins_non_missing_[wide].max())))
+        self.n_bins_ = self.missing_bin_ + 1
+
+    @property
+    def wide_features_(self):
+        """ndarray of bool, shape (n_features,): features of more than ``max_bins`` value bins
+        (categorical columns with wide codes)."""
+        return np.asarray(self.n_bins_non_missing_) > self.max_bins
+
+    @property
+    def bin_dtype_(self):
+        """Dtype of this mapper's codes: uint8, or uint16 when its bin axis is wider than 256."""
+        return bin_dtype(self.n_bins_)
 
     def _fit_numbers(self, X, comm):
         X = _as_float_matrix(X)
@@ -366,17 +415,26 @@ class BinMapper:
 
         Returns
         -------
-        binned : ndarray of uint8, shape (n_features, n_rows), C-contiguous
-            Feature-major codes; NaN -> ``missing_bin_``.
+        binned : ndarray of uint8 (uint16 with wide codes: :attr:`bin_dtype_`), shape (n_features, n_rows)
+            C-contiguous feature-major codes; NaN -> ``missing_bin_``.
         """
         self._check_fitted()
         X = _as_float_matrix(X)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"BinMapper.transform: X has {X.shape[1]} features, "
                              f"fitted with {self.n_features_in_}")
-        out = np.empty((X.shape[1], X.shape[0]), dtype=BIN_DTYPE)
-        padded, coarse = _search_tables(self.thresholds_flat_, self.threshold_offsets_)
-        _transform_numba(X, padded, coarse, np.uint8(self.missing_bin_), out)
+        dtype = self.bin_dtype_
+        out = np.empty((X.shape[1], X.shape[0]), dtype=dtype)
+        wide = self.wide_features_
+        padded, coarse = _search_tables(self.thresholds_flat_, self.threshold_offsets_, skip=wide)
+        _transform_numba(X, padded, coarse, dtype.type(self.missing_bin_), out)
+        for f in np.flatnonzero(wide):
+            # A wide categorical column (more thresholds than the two-level search holds):
+            # its values are codes, a binary search is exact.
+            col = X[:, f]
+            codes = np.searchsorted(self.bin_thresholds_[f], col, side="left")
+            codes[np.isnan(col)] = self.missing_bin_
+            out[f] = codes
         return out
 
     def fit_transform(self, X, comm=None):
@@ -488,12 +546,18 @@ class BinMapper:
         integer("random_state", -2**63, 2**64 - 1)
         n_features = integer("n_features_in_", 1)
         integer("n_samples_fit_", 0)
-        if state["missing_bin_"] != max_bins or state["n_bins_"] != max_bins + 1:
-            raise ValueError(f"bin mapper missing_bin_ and n_bins_ must be max_bins = {max_bins} and {max_bins + 1}, "
-                             f"got {state['missing_bin_']!r} and {state['n_bins_']!r}")
         n_bins = array("n_bins_non_missing_", np.int64, (n_features,))
-        if ((n_bins < 1) | (n_bins > max_bins)).any():
-            raise ValueError(f"bin mapper n_bins_non_missing_ must lie in [1, {max_bins}]")
+        cats = array("categorical_", bool, (n_features,)) if "categorical_" in state else np.zeros(n_features, bool)
+        # Wide codes: only a categorical feature may have more than max_bins value bins.
+        top = np.where(cats, MAX_CATEGORY_CODES, max_bins)
+        if ((n_bins < 1) | (n_bins > top)).any():
+            raise ValueError(f"bin mapper n_bins_non_missing_ must lie in [1, {max_bins}] ([1, {MAX_CATEGORY_CODES}] "
+                             "for a categorical feature)")
+        missing_bin = max(max_bins, int(n_bins.max()))
+        if state["missing_bin_"] != missing_bin or state["n_bins_"] != missing_bin + 1:
+            raise ValueError(f"bin mapper missing_bin_ and n_bins_ must be {missing_bin} and {missing_bin + 1} "
+                             f"(max_bins or the widest categorical feature's bins), got {state['missing_bin_']!r} "
+                             f"and {state['n_bins_']!r}")
         array("is_exact_", bool, (n_features,))
         offsets = array("threshold_offsets_", np.int64, (n_features + 1,))
         if offsets[0] != 0 or not np.array_equal(np.diff(offsets), n_bins - 1):
@@ -726,8 +790,11 @@ def _equal_count_cuts(counts, lo, hi, n_bins, cuts, n_cuts):
 _SEARCH_BLOCK = 16
 
 
-def _search_tables(thresholds, offsets):
+def _search_tables(thresholds, offsets, skip=None):
     """Padded threshold tables of the two-level search.
+
+    ``skip`` (bool, ``(n_features,)``): features left without thresholds (all ``+inf``),
+    which the caller codes itself (wide categorical columns).
 
     Returns
     -------
@@ -739,6 +806,8 @@ def _search_tables(thresholds, offsets):
     n_features = offsets.shape[0] - 1
     padded = np.full((n_features, 256 + _SEARCH_BLOCK), np.inf)
     for f in range(n_features):
+        if skip is not None and skip[f]:
+            continue
         t = thresholds[offsets[f]:offsets[f + 1]]
         padded[f, :t.shape[0]] = t
     coarse = np.ascontiguousarray(padded[:, _SEARCH_BLOCK - 1:256:_SEARCH_BLOCK])
@@ -808,10 +877,10 @@ def transform_reference(X, bin_thresholds, missing_bin):
 
     Returns
     -------
-    ndarray of uint8, shape (n_features, n_rows)
+    ndarray of uint8 (uint16 when ``missing_bin > 255``), shape (n_features, n_rows)
     """
     X = _as_float_matrix(X)
-    out = np.empty((X.shape[1], X.shape[0]), dtype=BIN_DTYPE)
+    out = np.empty((X.shape[1], X.shape[0]), dtype=bin_dtype(int(missing_bin) + 1))
     for f, t in enumerate(bin_thresholds):
         col = X[:, f]
         codes = np.searchsorted(t, col, side="left")
@@ -852,7 +921,7 @@ def append_indicator(mapper, codes, indicator):
     state["is_exact_"] = np.append(state["is_exact_"], True)
     if "categorical_" in state:
         state["categorical_"] = np.append(state["categorical_"], False)
-    out = np.empty((codes.shape[0] + 1, codes.shape[1]), dtype=BIN_DTYPE)
+    out = np.empty((codes.shape[0] + 1, codes.shape[1]), dtype=codes.dtype)
     out[:-1] = codes
-    out[-1] = flag.astype(BIN_DTYPE)
+    out[-1] = flag.astype(codes.dtype)
     return BinMapper.from_state(state), out

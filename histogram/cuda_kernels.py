@@ -103,6 +103,19 @@ def kernel_signature():
 _COMPILED = None
 
 
+def check_narrow_codes(binned):
+    """Refuse codes other than uint8 (wide categorical codes, :mod:`histogram.categories`).
+
+    The kernel is compiled for uint8 codes only and keeps a block's histogram of up to
+    256 bins in shared memory; a bin axis of up to 4,096 bins would need another tiling
+    of features and channels, which was not written (nor measured on a GPU) with wide codes.
+    """
+    if np.asarray(binned).dtype != np.uint8:
+        raise ValueError(f"backend='cuda' takes uint8 codes (bin axes of up to 256 bins), got {binned.dtype}: a fit "
+                         "with wide categorical codes (a categorical column of more than 255 categories under "
+                         "gradient boosting) runs on backend='numba'")
+
+
 def _compiled_kernel():
     global _COMPILED
     if _COMPILED is None:
@@ -199,6 +212,7 @@ class CudaHistogramContext:
 
     def __init__(self, binned, n_bins, rows_per_block=ROWS_PER_BLOCK,
                  threads_per_block=THREADS_PER_BLOCK):
+        check_narrow_codes(binned)
         if not cuda.is_available():
             raise RuntimeError("backend='cuda' needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1)")
         self.n_features, self.n_rows = binned.shape

@@ -12,7 +12,7 @@ inputs once and dispatches to
 """
 import numpy as np
 
-from .dtypes import BIN_DTYPE, CHANNEL_DTYPE, ROW_INDEX_DTYPE
+from .dtypes import CHANNEL_DTYPE, MAX_CATEGORY_CODES, ROW_INDEX_DTYPE, is_bin_dtype
 
 BACKENDS = ("numpy", "numba", "cuda", "auto")
 
@@ -22,8 +22,9 @@ def build_histograms(binned, channels, rows, node_starts, n_bins, backend="auto"
 
     Parameters
     ----------
-    binned : ndarray of uint8, shape (n_features, n_rows)
-        Feature-major bin codes; every code must be ``< n_bins``.
+    binned : ndarray of uint8 or uint16, shape (n_features, n_rows)
+        Feature-major bin codes; every code must be ``< n_bins``. uint16 only for a
+        bin axis wider than 256 (wide categorical codes, :func:`histogram.dtypes.bin_dtype`).
     channels : ndarray of float64, shape (n_rows, n_channels)
         Per-row statistics (e.g. gradient, hessian), C-contiguous.
     rows : ndarray of int32, shape (m,), or None
@@ -34,7 +35,7 @@ def build_histograms(binned, channels, rows, node_starts, n_bins, backend="auto"
         Node ``i`` owns ``rows[node_starts[i]:node_starts[i + 1]]``; non-decreasing,
         ``node_starts[0] >= 0`` and ``node_starts[-1] <= m``. Empty nodes are allowed.
     n_bins : int
-        Length of the bin axis (``BinMapper.n_bins_``), at most 256.
+        Length of the bin axis (``BinMapper.n_bins_``), at most 256 for uint8 codes.
     backend : {"auto", "numpy", "numba", "cuda"}
     out : ndarray of float64, shape (n_nodes, n_features, n_bins, n_channels), optional
         C-contiguous buffer to overwrite and return (saves an allocation per level).
@@ -106,8 +107,8 @@ def validate_inputs(binned, channels, rows, node_starts, n_bins, check_codes=Tru
         Whether ``rows`` was None (all rows, in order).
     """
     binned = np.asarray(binned)
-    if binned.ndim != 2 or binned.dtype != BIN_DTYPE:
-        raise ValueError(f"binned must be a 2-D uint8 array (n_features, n_rows), got "
+    if binned.ndim != 2 or not is_bin_dtype(binned.dtype):
+        raise ValueError(f"binned must be a 2-D uint8 (or uint16) array (n_features, n_rows), got "
                          f"{binned.dtype} with shape {binned.shape}")
     binned = np.ascontiguousarray(binned)
     channels = np.asarray(channels)
@@ -121,8 +122,9 @@ def validate_inputs(binned, channels, rows, node_starts, n_bins, check_codes=Tru
         raise ValueError("channels needs at least one column")
     channels = np.ascontiguousarray(channels)
     n_bins = int(n_bins)
-    if not 1 <= n_bins <= 256:
-        raise ValueError(f"n_bins must be in [1, 256], got {n_bins}")
+    top = 256 if binned.dtype == np.uint8 else MAX_CATEGORY_CODES + 1
+    if not 1 <= n_bins <= top:
+        raise ValueError(f"n_bins must be in [1, {top}] for {binned.dtype} codes, got {n_bins}")
     node_starts = np.asarray(node_starts)
     if node_starts.ndim != 1 or node_starts.shape[0] < 1 or node_starts.dtype.kind not in "iu":
         raise ValueError("node_starts must be a 1-D integer array of length n_nodes + 1")
@@ -143,7 +145,7 @@ def validate_inputs(binned, channels, rows, node_starts, n_bins, check_codes=Tru
                 raise ValueError(f"rows must lie in [0, {binned.shape[1]}), got [{lo}, {hi}]")
     if node_starts[0] < 0 or node_starts[-1] > limit or np.any(np.diff(node_starts) < 0):
         raise ValueError(f"node_starts must be non-decreasing within [0, {limit}]")
-    if check_codes and binned.size and n_bins < 256 and int(binned.max()) >= n_bins:
+    if check_codes and binned.size and n_bins < np.iinfo(binned.dtype).max + 1 and int(binned.max()) >= n_bins:
         raise ValueError(f"binned holds code {int(binned.max())} >= n_bins={n_bins}")
     return binned, channels, rows, node_starts, identity
 

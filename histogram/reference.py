@@ -5,7 +5,7 @@ Every fast kernel (Numba CPU in :mod:`histogram.cpu_kernels`, Numba CUDA in
 """
 import numpy as np
 
-from .dtypes import CHANNEL_DTYPE
+from .dtypes import CHANNEL_DTYPE, MAX_CATEGORY_CODES
 
 
 def build_histograms_numpy(binned, channels, rows, node_starts, n_bins, out=None):
@@ -13,7 +13,7 @@ def build_histograms_numpy(binned, channels, rows, node_starts, n_bins, out=None
 
     Parameters
     ----------
-    binned : ndarray of uint8, shape (n_features, n_rows)
+    binned : ndarray of uint8 or uint16, shape (n_features, n_rows)
     channels : ndarray of float64, shape (n_rows, n_channels)
     rows : ndarray of int, shape (m,)
         Local row ids grouped by node.
@@ -49,17 +49,18 @@ def build_int_histogram_numpy(binned, codes, rows):
 
     Parameters
     ----------
-    binned : ndarray of uint8, shape (n_features, n_rows)
+    binned : ndarray of uint8 or uint16, shape (n_features, n_rows)
     codes : ndarray of int64, shape (n_rows,)
     rows : ndarray of int, shape (m,)
         The node's local row ids.
 
     Returns
     -------
-    ndarray of int64, shape (n_features, 256)
+    ndarray of int64, shape (n_features, 256), or (n_features, MAX_CATEGORY_CODES + 1) for uint16 codes
         Bins past the last code are zero (callers slice to their ``n_bins``).
     """
-    out = np.zeros((binned.shape[0], 256), dtype=np.int64)
+    width = 256 if binned.dtype == np.uint8 else MAX_CATEGORY_CODES + 1
+    out = np.zeros((binned.shape[0], width), dtype=np.int64)
     vals = codes[rows]
     for f in range(binned.shape[0]):
         np.add.at(out[f], binned[f, rows], vals)

@@ -6,6 +6,8 @@ left" split, as one lookup table.
 """
 import numpy as np
 
+from forest.engine.tree import cat_words
+
 
 class BinInfo:
     """The parts of a fitted :class:`histogram.binning.BinMapper` that growers use.
@@ -25,6 +27,10 @@ class BinInfo:
 
     Attributes
     ----------
+    cat_words : int
+        Words of the categorical bitsets of a model grown on this binning.
+    wide : bool
+        Whether the bin axis is wider than 256 (uint16 codes).
     threshold_table : ndarray of float64, shape (n_features, width)
         ``threshold_table[f, b]`` = :meth:`threshold` for every bin a split of
         feature ``f`` can use (``+inf`` past its last edge), so a batch of
@@ -40,6 +46,10 @@ class BinInfo:
         self.categorical = np.zeros(self.n_features, dtype=bool) if categorical is None \
             else np.asarray(categorical, dtype=bool).copy()
         self.any_categorical = bool(self.categorical.any())
+        #: uint64 words of this binning's categorical bitsets (:func:`forest.engine.tree.cat_words`).
+        self.cat_words = cat_words(self.missing_bin)
+        #: Whether the bin axis is wider than 256 (wide categorical codes, uint16).
+        self.wide = self.n_bins > 256
         width = max([len(t) for t in self.bin_thresholds] + [0]) + 1
         self.threshold_table = np.full((self.n_features, width), np.inf)
         for f, t in enumerate(self.bin_thresholds):

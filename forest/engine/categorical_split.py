@@ -32,8 +32,8 @@ level-wise search; :func:`left_bitsets` turns chosen thresholds into bitsets.
 """
 import numpy as np
 
-from histogram.jit import kernel
-from forest.engine.tree import CAT_BITS_DTYPE, CAT_WORDS, CATEGORICAL_SPLIT
+from histogram.jit import compiled_only, kernel
+from forest.engine.tree import CAT_BITS_DTYPE, CATEGORICAL_SPLIT, cat_words
 
 
 def category_orders(stats, keys):
@@ -61,6 +61,38 @@ def category_orders(stats, keys):
     return flat.reshape(keys.shape).astype(np.int64)
 
 
+#: Value bins up to which :func:`_permute_kernel` orders a node's categories by insertion
+#: (fast for up to 255 codes); wider axes (wide categorical codes) take a merge sort, as
+#: insertion costs ~n^2/4 moves (~250,000 at 1,000 categories, per node and split step).
+_INSERTION_MAX_BINS = 256
+
+
+@compiled_only
+def _sort_present(hist, n, f, keys, kk, order):
+    """The present categories of node ``n``, feature ``f`` into ``order[:npres]`` by key, ties by
+    code (a stable merge sort): the insertion sort's order. Returns ``npres``."""
+    nv = hist.shape[2] - 1
+    c = hist.shape[3]
+    npres = 0
+    for b in range(nv):
+        present = False
+        for k in range(c):
+            if hist[n, f, b, k] != 0.0:
+                present = True
+        if present:
+            key = keys[b]
+            if not np.isfinite(key):
+                key = np.inf
+            kk[npres] = key
+            order[npres] = b
+            npres += 1
+    perm = np.argsort(kk[:npres], kind="mergesort")
+    codes = order[:npres].copy()
+    for i in range(npres):
+        order[i] = codes[perm[i]]
+    return npres
+
+
 @kernel
 def _permute_kernel(hist, cat_index, keys, out, orders):
     """:func:`category_orders` and the gather of :func:`permute_categories` in one pass.
@@ -77,7 +109,9 @@ def _permute_kernel(hist, cat_index, keys, out, orders):
         for j in range(cat_index.shape[0]):
             f = cat_index[j]
             npres = 0
-            for b in range(nv):
+            if nv > _INSERTION_MAX_BINS:
+                npres = _sort_present(hist, n, f, keys[n, j], kk, orders[n, j])
+            for b in range(nv if nv <= _INSERTION_MAX_BINS else 0):
                 present = False
                 for k in range(c):
                     if hist[n, f, b, k] != 0.0:
@@ -173,13 +207,14 @@ def left_bitsets(orders, cat_index, feature, bins):
 
     Returns
     -------
-    bits : ndarray of uint64, shape (N, CAT_WORDS)
-        The left categories of categorical splits, zero elsewhere.
+    bits : ndarray of uint64, shape (N, W)
+        The left categories of categorical splits, zero elsewhere; ``W =
+        cat_words(B)`` (:func:`forest.engine.tree.cat_words`, ``B`` the value bins).
     bin_threshold : ndarray of int32, shape (N,)
         ``bins``, with :data:`forest.engine.tree.CATEGORICAL_SPLIT` at categorical splits.
     """
     n = len(feature)
-    bits = np.zeros((n, CAT_WORDS), dtype=CAT_BITS_DTYPE)
+    bits = np.zeros((n, cat_words(orders.shape[2])), dtype=CAT_BITS_DTYPE)
     out_bins = np.asarray(bins, dtype=np.int32).copy()
     position = {int(f): j for j, f in enumerate(cat_index)}
     for node in range(n):

@@ -36,6 +36,8 @@ import numpy as np
 from native import collectives as col
 from native.comm import world
 
+from histogram.dtypes import bin_dtype
+
 from forest._validation import check_codes
 from forest.engine.bin_info import BinInfo
 from forest.engine.growth_options import TreeParams, current_engine_options
@@ -47,11 +49,18 @@ from forest.engine.partition import partition_rows, partition_segment, sum_chann
 from forest.profiling import phase
 from forest.engine.reducers import make_reducer
 from forest.engine.splitting import REL_TOL, SplitResult, tie_threshold
-from forest.engine.tree import CATEGORICAL_SPLIT, Tree
+from forest.engine.tree import CAT_BITS_DTYPE, CATEGORICAL_SPLIT, Tree
 from forest.engine.tree_parallel import TreeParallelFinisher
 
 
 def _check_binned(binned, channels, bin_info):
+    if bin_info.wide:
+        # Wide categorical codes are gradient boosting's (LeafwiseGrower): the level-wise
+        # forests' subtree kernel (forest.engine.local_growth) keeps uint8 codes and 4-word
+        # bitsets in its split records, so the forests fold a column past max_bins instead.
+        raise ValueError(f"the level-wise grower takes bin axes of up to 256 bins (uint8 codes), got "
+                         f"{bin_info.n_bins}: forests fold a categorical column of more than max_bins categories "
+                         "(histogram.categories); wide codes are for gradient boosting")
     binned = check_codes(binned, bin_info.n_features)
     channels = np.ascontiguousarray(channels, dtype=np.float64)
     if channels.ndim != 2 or channels.shape[0] != binned.shape[1]:
@@ -282,7 +291,7 @@ class LeafwiseGrower:
     def __init__(self, binned, bin_mapper, criterion, *, max_leaf_nodes=31, max_depth=None, min_gain=0.0,
                  comm=None, backend=None, split_mode=None, algorithm=None, engine=None, quantized=False):
         self.bin_info = BinInfo.from_mapper(bin_mapper)
-        self.binned = check_codes(binned, self.bin_info.n_features)
+        self.binned = check_codes(binned, self.bin_info.n_features, dtype=bin_dtype(self.bin_info.n_bins))
         if max_leaf_nodes is not None and max_leaf_nodes < 2:
             raise ValueError(f"max_leaf_nodes must be >= 2 or None, got {max_leaf_nodes}")
         if max_leaf_nodes is None and max_depth is None:
@@ -526,7 +535,8 @@ class LeafwiseGrower:
             parent = np.array(stats, dtype=np.float64) if n > 1 else \
                 np.ascontiguousarray(stats[0], dtype=np.float64)[None]
             res = SplitResult(np.empty(n, np.int32), np.zeros(n, np.int32), np.zeros(n, bool), np.empty(n),
-                              np.zeros((n, c)), np.zeros((n, c)))
+                              np.zeros((n, c)), np.zeros((n, c)),
+                              np.zeros((n, self.bin_info.cat_words), dtype=CAT_BITS_DTYPE))
             self._fused(np.ascontiguousarray(hist), np.ascontiguousarray(parent, dtype=np.float64), self._nb,
                         self.bin_info.missing_bin, None, np.asarray(counts, dtype=np.float64), self.min_gain, REL_TOL,
                         res)

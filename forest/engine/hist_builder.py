@@ -83,10 +83,12 @@ class HistogramBuilder:
             from histogram.cpu_kernels import pack_codes
 
             self.binned = np.ascontiguousarray(binned)
-            if self.binned.size and self.n_bins < 256 and int(self.binned.max()) >= self.n_bins:
+            if self.binned.size and self.n_bins <= np.iinfo(self.binned.dtype).max \
+                    and int(self.binned.max()) >= self.n_bins:
                 raise ValueError(f"binned holds code {int(self.binned.max())} >= n_bins={self.n_bins}")
             # Root histograms read the codes four rows per 32-bit load (a view when the
-            # row count is a multiple of 4, else a padded copy made once per fit).
+            # row count is a multiple of 4, else a padded copy made once per fit; None for
+            # uint16 codes, which take the unpacked kernels).
             self._packed = pack_codes(self.binned)
 
     def build(self, channels, rows, node_starts):

@@ -42,7 +42,6 @@ from forest.engine.int_packing import unpack_histogram
 from forest.profiling import phase
 from forest.engine.categorical_split import bits_to_halves, halves_to_bits
 from forest.engine.splitting import REL_TOL, SplitResult, find_best_splits
-from forest.engine.tree import CAT_WORDS
 
 
 class LocalReducer:
@@ -195,7 +194,7 @@ class ReduceScatterReducer(AllreduceReducer):
         res = super().find(hist, parent, criterion, bin_info, feature_mask, parent_count, min_gain)
         n, c = res.left_stats.shape
         # A categorical split's category set travels as 32-bit halves (exact in float64).
-        nb = 2 * CAT_WORDS if bin_info.any_categorical else 0
+        nb = 2 * bin_info.cat_words if bin_info.any_categorical else 0
         rec = np.empty((n, 4 + 2 * c + nb))
         rec[:, 0] = res.gain
         rec[:, 1] = np.where(res.valid, res.feature, self.n_features)
@@ -204,7 +203,10 @@ class ReduceScatterReducer(AllreduceReducer):
         rec[:, 4:4 + c] = res.left_stats
         rec[:, 4 + c:4 + 2 * c] = res.right_stats
         if nb:
-            rec[:, 4 + 2 * c:] = bits_to_halves(res.cat_bits)
+            # a rank whose features hold no categorical one searched with the default width
+            rec[:, 4 + 2 * c:] = 0.0
+            halves = bits_to_halves(res.cat_bits)
+            rec[:, 4 + 2 * c:4 + 2 * c + halves.shape[1]] = halves
         with phase("communication"):
             best = col.allreduce_best(self.comm, rec, rtol=REL_TOL, n_keys=3)  # (feature, bin, missing_left)
         valid = np.isfinite(best[:, 0]) & (best[:, 1] < self.n_features)

@@ -32,7 +32,7 @@ import numpy as np
 from histogram.jit import kernel, compiled_only, empty, zeros
 from forest.criteria import compiled as cc
 from forest.engine.categorical_split import _permute_kernel, left_bitsets, left_bitsets_kernel, permute_categories
-from forest.engine.tree import CAT_BITS_DTYPE, CAT_WORDS
+from forest.engine.tree import CAT_BITS_DTYPE, CAT_WORDS, cat_words
 
 #: Upper bound on the float64 elements of one candidate block (per chunk of nodes),
 #: which bounds the temporaries of the vectorised search (~64 MiB).
@@ -53,8 +53,9 @@ class SplitResult:
         ``-inf`` where there is no admissible split.
     left_stats, right_stats : ndarray of float64, shape (n_nodes, C)
         Channel sums of the two children.
-    cat_bits : ndarray of uint64, shape (n_nodes, CAT_WORDS)
-        Left categories of categorical splits (``bin == CATEGORICAL_SPLIT``), zero elsewhere.
+    cat_bits : ndarray of uint64, shape (n_nodes, W)
+        Left categories of categorical splits (``bin == CATEGORICAL_SPLIT``), zero elsewhere;
+        ``W`` the binning's width (:func:`forest.engine.tree.cat_words`, ``CAT_WORDS`` by default).
     """
 
     def __init__(self, feature, bin, missing_left, gain, left_stats, right_stats, cat_bits=None):
@@ -75,9 +76,10 @@ class SplitResult:
         return self.feature >= 0
 
     @classmethod
-    def empty(cls, n_nodes, n_channels):
+    def empty(cls, n_nodes, n_channels, n_words=CAT_WORDS):
         return cls(np.full(n_nodes, -1, np.int32), np.zeros(n_nodes, np.int32), np.zeros(n_nodes, bool),
-                   np.full(n_nodes, -np.inf), np.zeros((n_nodes, n_channels)), np.zeros((n_nodes, n_channels)))
+                   np.full(n_nodes, -np.inf), np.zeros((n_nodes, n_channels)), np.zeros((n_nodes, n_channels)),
+                   np.zeros((n_nodes, n_words), dtype=CAT_BITS_DTYPE))
 
     def take(self, index):
         """Subset of nodes (``index`` is an int array or bool mask)."""
@@ -351,7 +353,7 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
     if categorical is not None and np.any(categorical) and n_nodes and n_features:
         hist = np.ascontiguousarray(hist, dtype=np.float64)
         if getattr(criterion, "numba_categorical_search", None) is not None:
-            result = SplitResult.empty(n_nodes, n_channels)
+            result = SplitResult.empty(n_nodes, n_channels, cat_words(missing_bin))
             pc = None if parent_count is None else np.ascontiguousarray(parent_count, dtype=np.float64)
             criterion.numba_categorical_search(hist, parent, nb, int(missing_bin),
                                                None if feature_mask is None else np.ascontiguousarray(feature_mask),
@@ -771,7 +773,7 @@ def find_best_splits_reference(hist, parent, criterion, n_bins_non_missing, miss
     """
     hist, parent, nb, feature_mask = _check_inputs(hist, parent, n_bins_non_missing, missing_bin, feature_mask)
     n_nodes, n_features, n_bins, n_channels = hist.shape
-    result = SplitResult.empty(n_nodes, n_channels)
+    result = SplitResult.empty(n_nodes, n_channels, cat_words(missing_bin))
     categorical = np.zeros(n_features, bool) if categorical is None else np.asarray(categorical, dtype=bool)
     for n in range(n_nodes):
         cands = []  # (gain, f, b, d, left, right, left categories or None)
@@ -815,7 +817,7 @@ def find_best_splits_reference(hist, parent, criterion, n_bins_non_missing, miss
         if lset is not None:
             from forest.engine.tree import CATEGORICAL_SPLIT, cat_bitset
             result.bin[n] = CATEGORICAL_SPLIT
-            result.cat_bits[n] = cat_bitset(lset)
+            result.cat_bits[n] = cat_bitset(lset, cat_words(missing_bin))
         result.gain[n] = best
         result.left_stats[n], result.right_stats[n] = left, right
     return result

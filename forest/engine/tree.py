@@ -21,12 +21,16 @@ Fields of every node
 Categorical splits (issue 32)
     A split on a categorical feature sends a *set* of categories left: its
     ``bin_threshold`` is :data:`CATEGORICAL_SPLIT` (-1), its raw ``threshold`` is NaN
-    and ``cat_bits[node]`` (uint64, ``CAT_WORDS`` words) holds the set as a bitset
+    and ``cat_bits[node]`` (uint64, ``W`` words) holds the set as a bitset
     over the feature's value bins (bin ``b`` left when bit ``b % 64`` of word
     ``b // 64`` is set); the missing bin goes by ``missing_left`` as elsewhere. A
     categorical feature's value bin is its category code (:mod:`histogram.categories`),
     so the raw and binned walks test the same bit. A forest without categorical
-    splits keeps ``cat_bits`` of width 0 (no memory, no model-file bytes).
+    splits keeps ``cat_bits`` of width 0 (no memory, no model-file bytes). The width
+    ``W`` is one per model: :data:`CAT_WORDS` (4 words, 256 bits) for bin axes of up to
+    256 bins, more for wide categorical codes (:func:`cat_words`: enough words for the
+    widest column, at most :data:`MAX_CAT_WORDS`); the model file stores it as the
+    array's shape, and loading checks it.
 
 ``Tree`` keeps its state as a dict of numpy arrays plus python scalars, so the model
 file code can store it without pickle (``to_arrays`` / ``from_arrays``).
@@ -51,6 +55,8 @@ id out of range reads outside the arrays, a child pointing back up loops forever
 """
 import numpy as np
 
+from histogram.dtypes import MAX_CATEGORY_CODES
+
 #: Per-node arrays and their dtypes (``value`` is 2-D and handled separately).
 NODE_FIELDS = {
     "feature": np.int32,
@@ -71,16 +77,30 @@ LEAF = -1
 #: ``bin_threshold`` of a categorical split (its category set is in ``cat_bits``).
 CATEGORICAL_SPLIT = -1
 
-#: uint64 words of a categorical split's bitset: one bit per value bin, and a bin axis
-#: has at most 255 value bins (uint8 codes, the missing bin being the 256th).
+#: uint64 words of a categorical split's bitset for a bin axis of up to 256 bins (255
+#: value bins, uint8 codes, the missing bin being the 256th): the width of every model
+#: without wide categorical codes, and the least width a model's bitsets have.
 CAT_WORDS = 4
+
+#: Most words a bitset may have: one bit per value bin of the widest categorical column
+#: with wide codes (:data:`histogram.dtypes.MAX_CATEGORY_CODES`).
+MAX_CAT_WORDS = (MAX_CATEGORY_CODES + 63) // 64
+
+
+def cat_words(missing_bin):
+    """Bitset words of a model whose bin axis has ``missing_bin`` value-bin slots.
+
+    :data:`CAT_WORDS` up to 256 (uint8 codes), else one bit per value bin below the
+    missing bin (wide categorical codes).
+    """
+    return max(CAT_WORDS, -(-int(missing_bin) // 64))
 
 #: Fields a packed forest holds besides ``NODE_FIELDS`` (``value`` float64 2-D,
 #: ``tree_offsets`` int64 1-D).
 PACKED_EXTRA = {"value": np.float64, "tree_offsets": np.int64}
 
-#: Optional packed field: ``cat_bits`` uint64 ``(n_nodes, 0 or CAT_WORDS)`` (files written
-#: before categorical features lack it and read as width 0).
+#: Optional packed field: ``cat_bits`` uint64 ``(n_nodes, W)``, ``CAT_WORDS <= W <=
+#: MAX_CAT_WORDS`` (files written before categorical features lack it and read as width 0).
 CAT_BITS_DTYPE = np.uint64
 
 
@@ -157,11 +177,13 @@ class Tree:
         self._cat_bits = newb
         self._capacity = cap
 
-    def _widen_cat_bits(self):
-        """Give the tree bitset room (``CAT_WORDS`` words per node) at its first categorical split."""
-        if self._cat_bits.shape[1] == CAT_WORDS:
+    def _widen_cat_bits(self, width=CAT_WORDS):
+        """Give the tree bitset room (``width`` words per node, at least ``CAT_WORDS``) at its
+        first categorical split."""
+        width = max(int(width), CAT_WORDS)
+        if self._cat_bits.shape[1] >= width:
             return
-        new = np.zeros((self._capacity, CAT_WORDS), dtype=CAT_BITS_DTYPE)
+        new = np.zeros((self._capacity, width), dtype=CAT_BITS_DTYPE)
         new[:, :self._cat_bits.shape[1]] = self._cat_bits
         self._cat_bits = new
 
@@ -231,14 +253,16 @@ class Tree:
         nodes, features, bin_thresholds, left : ndarray of int, shape (m,)
         thresholds, gains : ndarray of float64, shape (m,)
         missing_left : ndarray of bool or uint8, shape (m,)
-        cat_bits : ndarray of uint64, shape (m, CAT_WORDS), optional
-            Bitsets of the categorical splits (rows of numeric splits are ignored).
+        cat_bits : ndarray of uint64, shape (m, W), optional
+            Bitsets of the categorical splits (rows of numeric splits are ignored);
+            ``W`` the model's width (:func:`cat_words`).
         """
         if cat_bits is not None:
             cats = np.asarray(bin_thresholds) == CATEGORICAL_SPLIT
             if cats.any():
-                self._widen_cat_bits()
-                self._cat_bits[np.asarray(nodes)[cats]] = np.asarray(cat_bits, dtype=CAT_BITS_DTYPE)[cats]
+                cat_bits = np.asarray(cat_bits, dtype=CAT_BITS_DTYPE)
+                self._widen_cat_bits(cat_bits.shape[1])
+                self._cat_bits[np.asarray(nodes)[cats], :cat_bits.shape[1]] = cat_bits[cats]
         a = self._arrays
         a["feature"][nodes] = features
         a["bin_threshold"][nodes] = bin_thresholds
@@ -268,12 +292,13 @@ class Tree:
     def set_split(self, node, feature, bin_threshold, threshold, missing_left, gain, left, right, cat_bits=None):
         """Turn leaf ``node`` into an innerNode pointing at ``left`` / ``right``.
 
-        ``cat_bits`` (uint64, ``(CAT_WORDS,)``): the category set of a categorical split
+        ``cat_bits`` (uint64, ``(W,)``): the category set of a categorical split
         (``bin_threshold == CATEGORICAL_SPLIT``, ``threshold`` NaN).
         """
         if bin_threshold == CATEGORICAL_SPLIT:
-            self._widen_cat_bits()
-            self._cat_bits[node] = np.asarray(cat_bits, dtype=CAT_BITS_DTYPE)
+            cat_bits = np.asarray(cat_bits, dtype=CAT_BITS_DTYPE)
+            self._widen_cat_bits(cat_bits.shape[0])
+            self._cat_bits[node, :cat_bits.shape[0]] = cat_bits
         a = self._arrays
         a["feature"][node] = feature
         a["bin_threshold"][node] = bin_threshold
@@ -330,7 +355,7 @@ class Tree:
 
     @property
     def cat_bits(self):
-        """ndarray of uint64, shape (node_count, 0 or CAT_WORDS): categorical splits' bitsets."""
+        """ndarray of uint64, shape (node_count, 0 or W): categorical splits' bitsets."""
         return self._cat_bits[: self.node_count]
 
     @value.setter
@@ -367,7 +392,7 @@ class Tree:
         -------
         dict
             Keys: every name of ``NODE_FIELDS``, ``"value"`` (node_count, n_outputs),
-            ``"n_outputs"`` (int), and ``"cat_bits"`` (node_count, CAT_WORDS) when the
+            ``"n_outputs"`` (int), and ``"cat_bits"`` (node_count, W) when the
             tree has categorical splits.
         """
         state = {name: arr[: self.node_count].copy() for name, arr in self._arrays.items()}
@@ -403,9 +428,10 @@ class Tree:
         bits = state.get("cat_bits")
         if bits is not None and np.asarray(bits).size:
             bits = np.asarray(bits, dtype=CAT_BITS_DTYPE)
-            if bits.shape != (n, CAT_WORDS):
-                raise ValueError(f"tree field 'cat_bits' has shape {bits.shape}, expected ({n}, {CAT_WORDS})")
-            tree._widen_cat_bits()
+            if bits.ndim != 2 or bits.shape[0] != n or not CAT_WORDS <= bits.shape[1] <= MAX_CAT_WORDS:
+                raise ValueError(f"tree field 'cat_bits' has shape {bits.shape}, expected ({n}, W) with "
+                                 f"{CAT_WORDS} <= W <= {MAX_CAT_WORDS} words")
+            tree._widen_cat_bits(bits.shape[1])
             tree._cat_bits[:n] = bits
         tree.node_count = n
         return tree
@@ -494,7 +520,7 @@ def pack_trees(trees):
         Every field of ``NODE_FIELDS`` concatenated (shape ``(n_total_nodes,)``), with
         ``left`` / ``right`` rewritten to packed ids (``-1`` stays for leaves);
         ``"value"`` of shape ``(n_total_nodes, n_outputs)``; ``"cat_bits"`` uint64 of
-        shape ``(n_total_nodes, CAT_WORDS)`` when any tree has a categorical split
+        shape ``(n_total_nodes, W)`` (the widest tree's width) when any tree has a categorical split
         (absent otherwise, as in files written before them); ``"tree_offsets"`` int64
         of shape ``(n_trees + 1,)`` (tree ``t`` owns packed nodes
         ``tree_offsets[t]:tree_offsets[t+1]``, its root is ``tree_offsets[t]``).
@@ -523,12 +549,18 @@ def pack_trees(trees):
 
 
 def stacked_cat_bits(trees):
-    """The trees' ``cat_bits`` concatenated (packed node order), ``(n_nodes, 0)`` when none has any."""
-    if not any(t.cat_bits.shape[1] for t in trees):
+    """The trees' ``cat_bits`` concatenated (packed node order), ``(n_nodes, 0)`` when none has any.
+
+    Narrower trees are padded with zero words to the widest tree's width."""
+    width = max(t.cat_bits.shape[1] for t in trees)
+    if not width:
         return np.zeros((sum(t.node_count for t in trees), 0), dtype=CAT_BITS_DTYPE)
-    return np.ascontiguousarray(np.concatenate(
-        [t.cat_bits if t.cat_bits.shape[1] else np.zeros((t.node_count, CAT_WORDS), CAT_BITS_DTYPE)
-         for t in trees], axis=0))
+    out = np.zeros((sum(t.node_count for t in trees), width), dtype=CAT_BITS_DTYPE)
+    at = 0
+    for t in trees:
+        out[at:at + t.node_count, :t.cat_bits.shape[1]] = t.cat_bits
+        at += t.node_count
+    return out
 
 
 def packed_cat_bits(packed):
@@ -623,8 +655,10 @@ def validate_packed(packed, n_features=None, bin_thresholds=None, n_outputs=None
     for name in NODE_FIELDS:
         if packed[name].shape != (n,):
             raise ValueError(f"{what}: {name!r} has shape {packed[name].shape}, expected ({n},) like 'feature'")
-    if bits is not None and bits.shape != (n, CAT_WORDS):
-        raise ValueError(f"{what}: 'cat_bits' has shape {bits.shape}, expected ({n}, {CAT_WORDS})")
+    if bits is not None and (bits.ndim != 2 or bits.shape[0] != n
+                             or not CAT_WORDS <= bits.shape[1] <= MAX_CAT_WORDS):
+        raise ValueError(f"{what}: 'cat_bits' has shape {bits.shape}, expected ({n}, W) with "
+                         f"{CAT_WORDS} <= W <= {MAX_CAT_WORDS} words")
     value = packed["value"]
     if value.ndim != 2 or value.shape[0] != n or value.shape[1] < 1:
         raise ValueError(f"{what}: 'value' has shape {value.shape}, expected ({n}, n_outputs >= 1)")

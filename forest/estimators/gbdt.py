@@ -35,6 +35,7 @@ import numba
 import numpy as np
 
 from histogram.binning import BinMapper
+from histogram.dtypes import MAX_CATEGORY_CODES
 from histogram.kernels import BACKENDS
 from histogram.rowhash import uniform
 from native import collectives as col
@@ -129,6 +130,22 @@ class _BaseGBDT(ShapMixin, EstimatorBase):
         self.warm_start = warm_start
         self.quantized = quantized
         self.quantized_bins = quantized_bins
+
+    @property
+    def _category_code_cap(self):
+        """Most codes a categorical column keeps before its rarest categories fold (wide codes,
+        :mod:`histogram.categories`); None (fold past ``max_bins``) on the CUDA backend, whose
+        kernel takes uint8 codes only (:func:`histogram.cuda_kernels.check_narrow_codes`)."""
+        return None if self.backend == "cuda" else MAX_CATEGORY_CODES
+
+    def _category_n_codes(self):
+        """Codes per feature (0 at numeric ones) for ``BinMapper.fit(n_codes=)``, or None."""
+        coder = getattr(self, "category_coder_", None)
+        if coder is None:
+            return None
+        n_codes = np.zeros(int(self.n_features_in_), dtype=np.int64)
+        n_codes[coder.columns_] = coder.n_codes_
+        return n_codes
 
     def _model_io_restore_(self):
         """Defaults for the parameters that older model files lack."""
@@ -336,7 +353,8 @@ class _BaseGBDT(ShapMixin, EstimatorBase):
             with phase("binning"):
                 mapper = self.bin_mapper_ if warm else \
                     BinMapper(max_bins=int(self.max_bins), random_state=seed).fit(
-                        X, comm=comm, categorical=getattr(self, "is_categorical_", None))
+                        X, comm=comm, categorical=getattr(self, "is_categorical_", None),
+                        n_codes=self._category_n_codes())
                 codes = mapper.transform(X)
         else:
             mapper, codes = binned
@@ -562,7 +580,11 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
         columns of strings and Arrow ``dictionary``/string columns; or name them, give their
         indices or a boolean mask; ``None``: every column is numeric. A category unseen in
         training goes where missing values go. ``is_categorical_`` and ``category_coder_`` (set when
-        there are categorical columns) record them.
+        there are categorical columns) record them. A column of more than ``max_bins``
+        categories keeps one code per category (up to 4,095, past which the rarest share
+        one; wide codes: the binned matrix is then uint16 and every histogram as wide as
+        that column); on ``backend='cuda'`` such a column folds into ``max_bins`` codes
+        instead (``histogram.categories``).
     cat_smooth : float, default 10.0
         Added to a category's hessian sum when categories are ordered for a split
         (LightGBM's ``cat_smooth``): a category of few rows does not sort to an end on noise.

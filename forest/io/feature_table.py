@@ -229,7 +229,7 @@ def fit_columns(X, mask):
     return matrix, summaries
 
 
-def finish_fit(matrix, mask, local_summaries, all_summaries, max_bins, names=None):
+def finish_fit(matrix, mask, local_summaries, all_summaries, max_bins, names=None, max_codes=None):
     """Build the coder from every rank's summaries and recode this rank's categorical columns.
 
     Parameters
@@ -243,13 +243,17 @@ def finish_fit(matrix, mask, local_summaries, all_summaries, max_bins, names=Non
         Every rank's, in rank order (this rank's among them).
     max_bins : int
     names : sequence of str, optional
+    max_codes : int, optional
+        Wide codes up to this many per column (gradient boosting); None folds past
+        ``max_bins`` (:meth:`histogram.categories.CategoryCoder.from_summaries`).
 
     Returns
     -------
     CategoryCoder
     """
     columns = np.flatnonzero(mask)
-    coder = CategoryCoder.from_summaries(len(mask), columns, all_summaries, int(max_bins), names)
+    coder = CategoryCoder.from_summaries(len(mask), columns, all_summaries, int(max_bins), names,
+                                         max_codes=max_codes)
     for j, f in enumerate(columns):
         matrix[:, f] = coder.encode_local(j, matrix[:, f], local_summaries[j])
     return coder

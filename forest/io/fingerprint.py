@@ -75,7 +75,7 @@ def row_hashes(gids, codes=None, columns=()):
     ----------
     gids : ndarray of int, shape (n,)
         Global row ids.
-    codes : ndarray of uint8, shape (n_features, n), optional
+    codes : ndarray of uint8 or uint16, shape (n_features, n), optional
         Feature codes (feature-major).
     columns : sequence of array-like, each shape (n,) or (n, k)
         Further per-row values (targets, weights), hashed as float64 bit patterns.
@@ -89,7 +89,9 @@ def row_hashes(gids, codes=None, columns=()):
     h = np.empty(n, dtype=np.uint64)
     _start(stream_key(0, FINGERPRINT_STREAM), gids, h)
     if codes is not None:
-        codes = np.ascontiguousarray(codes, dtype=np.uint8)
+        codes = np.asarray(codes)
+        # uint16 codes (wide categorical codes) hash by value, as uint8 codes do
+        codes = np.ascontiguousarray(codes, dtype=np.uint16 if codes.dtype == np.uint16 else np.uint8)
         if codes.ndim != 2 or codes.shape[1] != n:
             raise ValueError(f"codes must have shape (n_features, {n}), got {codes.shape}")
         _mix_codes(h, codes)
@@ -103,7 +105,8 @@ def row_hashes_reference(gids, codes=None, columns=()):
     h = hash64_reference(0, FINGERPRINT_STREAM, gids)
     with np.errstate(over="ignore"):
         if codes is not None:
-            for row in np.asarray(codes, dtype=np.uint8):
+            codes = np.asarray(codes)
+            for row in codes.astype(np.uint16 if codes.dtype == np.uint16 else np.uint8):
                 h = mix64_reference(h * GOLDEN + row.astype(np.uint64))
         for a in columns:
             a = as_columns(a)
