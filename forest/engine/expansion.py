@@ -40,6 +40,7 @@ from histogram.dtypes import bin_dtype
 
 from forest._validation import check_codes
 from forest.engine.bin_info import BinInfo
+from forest.engine.categorical_split import drop_stray_categories
 from forest.engine.growth_options import TreeParams, current_engine_options
 from forest.engine.hist_builder import HistogramBuilder
 from forest.engine.int_packing import WireLayout
@@ -333,6 +334,15 @@ class LeafwiseGrower:
             self._fused = functools.partial(criterion.numba_categorical_search,
                                             categorical=np.asarray(self.bin_info.categorical, dtype=bool))
         self._nb = np.ascontiguousarray(self.bin_info.n_bins_non_missing, dtype=np.int64)
+        # Categorical features of this rank's histogram slice and the hessian channels by which
+        # a subtracted sibling's rounding-only categories are dropped (drop_stray_categories:
+        # otherwise the bitsets of boosting depend on the rank count).
+        from forest.criteria.basic import NewtonCriterion
+
+        cats = np.flatnonzero(self.bin_info.categorical[red.f0:red.f1])
+        k = getattr(criterion, "n_outputs", 0)
+        self._stray = (cats.astype(np.int64), k, 2 * k) \
+            if len(cats) and isinstance(criterion, NewtonCriterion) else None
         # Fewest rows a splittable leaf holds (both children need min_samples_leaf).
         self._split_rows = 2 * getattr(criterion, "min_samples_leaf", 1)
 
@@ -482,6 +492,9 @@ class LeafwiseGrower:
             else:
                 pair, extra = self.builder.child_pair(red, channels, rows, phist, lo, mid, hi, build_left,
                                                       np.array([float(mid - lo if build_left else hi - mid)]))
+                if self._stray is not None:
+                    drop_stray_categories(pair[1 if build_left else 0], phist, *self._stray, info.missing_bin,
+                                          REL_TOL)
                 lh, rh = pair[0], pair[1]
                 small_count = float(extra[0])
             lc, rc = (small_count, count - small_count) if build_left else (count - small_count, small_count)

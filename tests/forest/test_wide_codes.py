@@ -308,3 +308,66 @@ def test_fingerprint_of_uint16_codes_equals_the_reference():
     # codes that fit a byte hash alike as uint8 and uint16
     np.testing.assert_array_equal(row_hashes(gids, codes % 200), row_hashes(gids, (codes % 200).astype(np.uint8)))
     assert not np.array_equal(got, row_hashes(gids, codes % 256))
+
+
+def _sorted_frame(n, seed):
+    """Rows sorted by category: over ranks of contiguous blocks most categories live on one rank."""
+    frame, y, cat = _frame(n, seed)
+    order = np.argsort(cat, kind="stable")
+    return frame.iloc[order].reset_index(drop=True), y[order]
+
+
+def _same_model(est, ref, frame):
+    assert est.bin_mapper_.bin_dtype_ == np.uint16
+    assert est.category_coder_.categories_[0].tolist() == ref.category_coder_.categories_[0].tolist()
+    a, b = est._packed_forest(), ref._packed_forest()
+    for key in ("feature", "bin_threshold", "missing_left", "cat_bits", "tree_offsets"):
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    # leaf values are sums over ranks: equal up to the summation order
+    np.testing.assert_allclose(est.predict(frame), ref.predict(frame), rtol=1e-12, atol=1e-12)
+
+
+def test_same_wide_model_at_any_rank_count_with_categories_on_some_ranks_only():
+    from native.threads import ThreadWorld
+
+    frame, y = _sorted_frame(2400, 8)
+    kw = dict(GBDT_KW, n_estimators=5)
+    ref = GBDTRegressor(**kw).fit(frame, y, comm=SELF)
+    assert (ref._packed_forest()["bin_threshold"] == CATEGORICAL_SPLIT).any()
+    # two ranks with the histograms reduce-scattered (each rank searches some features, the
+    # wide bitsets travel in the split record), three with them allreduced
+    for p, mode in ((2, "reduce_scatter"), (3, "allreduce")):
+        def body(comm):
+            lo, hi = len(y) * comm.rank // p, len(y) * (comm.rank + 1) // p
+            return GBDTRegressor(**kw, split_mode=mode).fit(frame.iloc[lo:hi], y[lo:hi], comm=comm)
+
+        for est in ThreadWorld(p).run(body):
+            _same_model(est, ref, frame)
+
+
+@pytest.mark.mpi
+def test_wide_codes_under_mpirun(comm):
+    frame, y = _sorted_frame(2400, 9)
+    kw = dict(GBDT_KW, n_estimators=5)
+    lo, hi = len(y) * comm.rank // comm.size, len(y) * (comm.rank + 1) // comm.size
+    est = GBDTRegressor(**kw).fit(frame.iloc[lo:hi], y[lo:hi], comm=comm)
+    _same_model(est, GBDTRegressor(**kw).fit(frame, y, comm=SELF), frame)
+
+
+def test_rounding_only_categories_of_a_subtracted_sibling_are_dropped():
+    from forest.engine.categorical_split import drop_stray_categories
+
+    parent = np.zeros((2, 5, 2))
+    parent[:, :4] = [[3.0, 10.0], [-1.0, 5.0], [0.5, 2.0], [1.0, 1e-20]]
+    parent[:, 4] = [0.25, 1.0]
+    sib = parent.copy()
+    sib[1] = 0.0                   # feature 1 (categorical) of the sibling: no rows, but...
+    sib[1, 0] = [1e-17, 0.0]       # rounding residue of the gradient: dropped
+    sib[1, 1] = [1e-17, 1e-16]     # and of both channels: dropped
+    sib[1, 2] = [0.5, 0.25]        # a real category: kept
+    sib[1, 3] = [0.0, 1e-20]       # a real one of tiny hessian (< rel_tol of the total): dropped
+    sib[1, 4] = [1e-17, 0.0]       # the missing bin is not a category: kept
+    want = sib.copy()
+    want[1, [0, 1, 3]] = 0.0
+    drop_stray_categories(sib, parent, np.array([1]), 1, 2, 4, 1e-12)
+    np.testing.assert_array_equal(sib, want)
