@@ -34,7 +34,8 @@ arms' Kaplan-Meier restricted means; target: within one of the forest's standard
 Scale: fit time at ``--speed-rows`` rows (simple1, 200 trees).
 
 Run: ``python benchmarks/bench_causal_survival.py [--n 2000] [--trees 2000] [--repeats 5]
-[--speed-rows 100000]`` (the AIDS part needs scikit-survival: the anchors' venv). Writes the
+[--speed-rows 100000]`` (the AIDS part needs scikit-survival: the anchors' venv); ``--ll-compare``: only
+the local linear correction against the plain forest on the same fits. Writes the
 "CausalSurvivalForest (issue 33)" section of RESULTS.md unless ``--no-write``.
 """
 import argparse
@@ -205,6 +206,53 @@ def simulated(args):
     return rows, split_rows
 
 
+def local_linear_compare(args):
+    """Plain and local linear estimates of the same fits (``--ll-compare``): rows of the comparison table.
+
+    Each training set is fitted once with ``local_linear=True``; ``set_params(local_linear=False)``
+    gives the plain forest's estimates and intervals from the same trees, so the two columns
+    differ only by the correction.
+    """
+    from forest import CausalSurvivalForest
+    from native.comm import SelfCommunicator
+
+    rows = []
+    for name in ("simple1", "type1", "type2", "simple1-p"):
+        Xq, _, _, _, tau_q, _, _ = design(name, args.test_points, np.random.default_rng(99))
+        out = {False: ([], [], [], []), True: ([], [], [], [])}     # preds, ses, per-set coverage, predict s
+        fit_s = []
+        for r in range(args.repeats):
+            seed = 1000 * r + 7
+            X, W, time_, event, _, h, target = design(name, args.n, np.random.default_rng(seed))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t0 = time.perf_counter()
+                f = CausalSurvivalForest(horizon=h, target=target, n_estimators=args.trees, random_state=r,
+                                         local_linear=True, linear_correction_variables=args.ll_variables,
+                                         ll_lambda=args.ll_lambda).fit(X, W, time_, event, comm=SelfCommunicator())
+                fit_s.append(time.perf_counter() - t0)
+            for ll in (False, True):
+                f.set_params(local_linear=ll)
+                t0 = time.perf_counter()
+                lo, hi = f.predict_interval(Xq)
+                pred, se = (lo + hi) / 2, (hi - lo) / (2 * 1.959964)
+                elapsed = time.perf_counter() - t0
+                for store, value in zip(out[ll], (pred, se, np.mean((lo <= tau_q) & (tau_q <= hi)), elapsed)):
+                    store.append(value)
+            print(name, r, "plain", out[False][2][-1], "ll", out[True][2][-1],
+                  np.sqrt(np.mean((out[False][0][-1] - tau_q) ** 2)), np.sqrt(np.mean((out[True][0][-1] - tau_q) ** 2)),
+                  flush=True)
+        row = [name]
+        for ll in (False, True):
+            preds, ses, cover, secs = (np.array(v) for v in out[ll])
+            cov, se_sd, bias_sd, unbiased = split_miss(preds, ses, tau_q)
+            rmse = np.sqrt(np.mean((preds - tau_q) ** 2, axis=1)).mean()
+            row += [f"{rmse:.4f}", f"{cov:.3f} +- {cover.std(ddof=1) / np.sqrt(len(cover)):.3f}", f"{se_sd:.2f}",
+                    f"{bias_sd:.2f}", f"{unbiased:.3f}", f"{secs.mean():.2f}"]
+        rows.append(row + [f"{np.mean(fit_s):.1f}"])
+    return rows
+
+
 def aids(args):
     """``(rows, note)``: the forest's RMST ATE against the arms' Kaplan-Meier difference."""
     from sksurv.datasets import load_aids
@@ -283,8 +331,29 @@ def main(argv=None):
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--ate-check", type=int, default=0, metavar="N",
                    help="only the ATE's calibration: z-scores over N simple1 training sets, grids of 128 and 255")
+    p.add_argument("--ll-compare", action="store_true",
+                   help="only the local linear correction against the plain forest, on the same fits")
+    p.add_argument("--ll-variables", type=int, nargs="+", default=None, metavar="J",
+                   help="--ll-compare: the correction variables (default every feature)")
+    p.add_argument("--ll-lambda", type=float, default=0.1, help="--ll-compare: the ridge penalty")
     args = p.parse_args(argv)
     os.environ.setdefault("NUMBA_NUM_THREADS", "2")
+    if args.ll_compare:
+        which = "every feature" if args.ll_variables is None else "x" + ", x".join(map(str, args.ll_variables))
+        text = (f"Local linear correction (`local_linear=True`, lambda {args.ll_lambda:g}, correction variables "
+                f"{which}) against the plain forest, "
+                f"on the same fits: {args.n} training rows, {args.trees} trees, {args.repeats} training sets per "
+                f"design (those of the tables above: same seeds), {args.test_points} fixed test points. Coverage "
+                f"+- the sd of the per-set coverage over sqrt(sets); se / sd, bias / sd and 'unbiased' as in the "
+                f"table above; 'interval s': seconds of `predict_interval` at the test points; 'fit s' includes "
+                f"the leaf tables.\n\n"
+                + markdown_table(["design", "RMSE plain", "coverage plain", "se / sd", "bias / sd", "unbiased",
+                                  "interval s", "RMSE local linear", "coverage local linear", "se / sd",
+                                  "bias / sd", "unbiased", "interval s", "fit s"], local_linear_compare(args)))
+        print(text)
+        if not args.no_write:
+            write_results_section(SECTION, text)
+        return
     if args.ate_check:
         text = (f"The average effect's calibration on simple1 ({args.n} rows, 500 trees): z = (ATE - mean tau of "
                 f"the training rows) / se over {args.ate_check} training sets, at two score grids.\n\n"
