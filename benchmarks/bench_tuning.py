@@ -6,8 +6,9 @@ surface), seeds 0..S-1. Per draw a random 80/20 split (seeded); every contender 
 same 80% and is scored on the same 20%: PEHE = sqrt(mean((tau_hat - tau)^2)).
 
 Contenders: ``CausalForest(n_estimators=T)`` untuned and with ``tune_parameters="all"``
-(grf's defaults: 200-tree small forests, 50 of them, 1000 kriging candidates; each
-nuisance estimate the forest's or its local linear correction, by out-of-bag error);
+(grf's defaults: 200-tree small forests, 50 of them, 1000 kriging candidates; with
+``--nuisance`` the list of "all"'s names plus ``"nuisance"``: each nuisance estimate the
+forest's or its local linear correction, by out-of-bag error);
 EconML's ``CausalForestDML(discrete_treatment=True)`` with its defaults, and the same
 after its ``tune(Y, T, X=X)`` (EconML's grid over the forest's parameters, by its
 out-of-sample R-score).
@@ -16,7 +17,7 @@ Wager-Athey (benchmarks/datasets.py ``wager_athey``, d=20): RMSE of tau on 10,00
 points, untuned against tuned, at ``--wa-rows`` rows.
 
 Run (anchors' environment): ``.venv-bench/bin/python benchmarks/bench_tuning.py [--seeds 20]
-[--trees 500] [--wa-rows 20000] [--wa-seeds 2]``; writes the "Parameter tuning (issue 35)"
+[--trees 500] [--wa-rows 20000] [--wa-seeds 2] [--nuisance]``; writes the "Parameter tuning (issue 35)"
 section of RESULTS.md unless ``--no-write``.
 """
 import argparse
@@ -32,6 +33,16 @@ from _harness import markdown_table, write_results_section  # noqa: E402
 
 SECTION = "Parameter tuning (issue 35)"
 
+#: ``tune_parameters`` of the tuned contender (``--nuisance`` adds the nuisance choice)
+TUNE = "all"
+
+
+def _tune_spec():
+    from forest import CausalForest
+    from forest.estimators.tuning import NUISANCE, tunable_names
+
+    return TUNE if TUNE == "all" else tunable_names(CausalForest()) + [NUISANCE]
+
 
 def _split(n, seed):
     idx = np.random.default_rng([seed, 80]).permutation(n)
@@ -43,7 +54,7 @@ def ours(X, t, y, Xtest, trees, seed, tune):
     from forest import CausalForest
 
     start = time.perf_counter()
-    est = CausalForest(trees, random_state=seed, tune_parameters="all" if tune else None).fit(X, t, y)
+    est = CausalForest(trees, random_state=seed, tune_parameters=_tune_spec() if tune else None).fit(X, t, y)
     return est.predict(Xtest), time.perf_counter() - start, getattr(est, "tuned_params_", None), est
 
 
@@ -111,16 +122,16 @@ def wa_part(n, seeds, trees):
         line = [seed]
         for tune in (False, True):
             start = time.perf_counter()
-            est = CausalForest(trees, random_state=seed, tune_parameters="all" if tune else None).fit(
+            est = CausalForest(trees, random_state=seed, tune_parameters=_tune_spec() if tune else None).fit(
                 data["X"], data["t"], data["y"])
             rmse = datasets.pehe(est.predict(data["X_test"]), data["tau_test"])
             line += [rmse, time.perf_counter() - start]
             if tune:
-                nuis = ", ".join(f"{k}: " + (f"local linear {c['ll_lambda']:g}" if c["model"] != "forest" else "forest")
+                nuis = "; ".join(f"{k}: " + (f"local linear {c['ll_lambda']:g}" if c["model"] != "forest" else "forest")
                                  for k, c in est.tuning_["nuisance"].items())
                 line.append(", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in est.tuned_params_.items())
-                            + f" ({est.tuning_['status'].split(':')[0]}); {nuis}")
+                            + f" ({est.tuning_['status'].split(':')[0]})" + (f"; {nuis}" if nuis else ""))
         rows.append(tuple(line))
         print("WA", line, flush=True)
     return rows
@@ -133,22 +144,29 @@ def main(argv=None):
     p.add_argument("--wa-rows", type=int, default=20000)
     p.add_argument("--wa-seeds", type=int, default=2)
     p.add_argument("--wa-trees", type=int, default=500)
+    p.add_argument("--nuisance", action="store_true", help="tune the nuisance models too (opt-in)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
+    global TUNE
+    TUNE = "nuisance" if args.nuisance else "all"
+    spec = "`tune_parameters=\"all\"`" if TUNE == "all" else \
+        "`tune_parameters=` \"all\"'s names plus `\"nuisance\"` (each nuisance estimate the forest's or its " \
+        "local linear correction, by out-of-bag error)"
     warm = datasets.wager_athey(800, d=25, seed=99, cache=False)          # compile the kernels before timing
     ours(warm["X"], warm["t"], warm["y"], warm["X_test"][:10], 20, 0, False)
     rows, per_seed, status, nuisance = ihdp_part(args.seeds, args.trees)
     wa = wa_part(args.wa_rows, args.wa_seeds, args.wa_trees) if args.wa_seeds else []
     text = [f"IHDP surfaces A and B (EconML's generators), seeds 0..{args.seeds - 1}, 80/20 split per seed, "
             f"PEHE on the 20% (mean and standard error over seeds), fit seconds per seed. Ours: "
-            f"`CausalForest({args.trees})`, tuned: `tune_parameters=\"all\"` (200-tree small forests x 50, "
+            f"`CausalForest({args.trees})`, tuned: {spec} (200-tree small forests x 50, "
             f"1000 kriging candidates). EconML: `CausalForestDML(discrete_treatment=True)` (its defaults: "
             f"100 trees, nuisance models chosen by its 'auto'), tuned: `.tune(Y, T, X=X)` first.", "",
             markdown_table(["surface", "contender", "PEHE mean", "PEHE s.e.", "fit s"], rows), "",
             f"Tuning kept the tuned values in {status.count('tuned')} of {len(status)} fits (else the given "
             f"ones: the refitted winner's error was not below theirs).", "",
-            "Nuisance models of the tuned fits (the forest's out-of-bag estimate or its local linear "
-            "correction, whichever had the lower out-of-bag error):", "", *nuisance_summary(nuisance), "",
+            *(["Nuisance models of the tuned fits (the forest's out-of-bag estimate or its local linear "
+               "correction, whichever had the lower out-of-bag error):", "", *nuisance_summary(nuisance), ""]
+              if args.nuisance else []),
             "Per seed (PEHE):", "",
             markdown_table(["surface", "seed", "ours", "ours tuned", "EconML", "EconML tuned"], per_seed)]
     if wa:

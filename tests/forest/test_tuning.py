@@ -97,25 +97,15 @@ def test_tuned_causal_forest_is_the_plain_fit_at_the_chosen_values(tuned_causal)
     # the user's parameters are left as given
     assert est.tune_parameters == "all" and est.min_samples_leaf == 5
     # the same forest as an ordinary fit with those values, centred by the kept nuisance forests
-    # (or, where tuning chose it, by the forest's local linear correction: tests/forest/test_tuning_nuisance.py)
     source = est._weights_source_
-    hats = {}
-    for name, attr in (("y_hat", "outcome_forest_"), ("t_hat", "treatment_forest_")):
-        if rec["nuisance"][name]["model"] == "forest":
-            assert est.nuisance_[name]["source"] == "forest"
-            hats[name] = getattr(est, attr).oob_prediction_binned(source.codes, source.gids)
-        else:
-            assert est.nuisance_[name]["source"] == "local linear forest" and getattr(est, attr) is None
-            hats[name] = getattr(est._oob_rows_, name)
+    hats = {"y_hat": est.outcome_forest_.oob_prediction_binned(source.codes, source.gids),
+            "t_hat": est.treatment_forest_.oob_prediction_binned(source.codes, source.gids)}
     plain = CausalForest(60, random_state=3, **est.tuned_params_).fit(X, W, Y, comm=SELF, **hats)
     np.testing.assert_array_equal(est.predict(X), plain.predict(X))
-    # held-out analyses use the kept nuisance forests (and need both)
+    assert est.nuisance_["y_hat"]["source"] == "forest"
+    # held-out analyses use the kept nuisance forests
     Xn, Wn, Yn = _causal(20, seed=9)
-    if est.outcome_forest_ is not None and est.treatment_forest_ is not None:
-        assert np.all(np.isfinite(est.dr_scores(Xn, Wn, Yn)))
-    else:
-        with pytest.raises(ValueError, match="need the nuisance forests"):
-            est.dr_scores(Xn, Wn, Yn)
+    assert np.all(np.isfinite(est.dr_scores(Xn, Wn, Yn)))
 
 
 def test_tuned_model_file_keeps_the_tuning(tuned_causal, tmp_path):
