@@ -538,20 +538,27 @@ def predict_reference(trees, X):
     trees = list(trees)
     leaves = np.zeros((X.shape[0], len(trees)), dtype=np.int64)
     values = np.zeros((X.shape[0], trees[0].n_outputs))
-    for i in range(X.shape[0]):
-        for t, tree in enumerate(trees):
+    rows = X.tolist()
+    for t, tree in enumerate(trees):
+        # plain lists: the walk reads them node by node (Tree's attributes are trimmed views)
+        feature, threshold = tree.feature.tolist(), tree.threshold.tolist()
+        categorical = (tree.bin_threshold == CATEGORICAL_SPLIT).tolist()
+        missing_left, left_of, right_of = tree.missing_left.tolist(), tree.left.tolist(), tree.right.tolist()
+        n_codes = 64 * tree.cat_bits.shape[1]
+        subsets = {node: set(bitset_bins(tree.cat_bits[node]).tolist())
+                   for node in np.flatnonzero(tree.bin_threshold == CATEGORICAL_SPLIT).tolist()}
+        for i, row in enumerate(rows):
             node = 0
-            while tree.feature[node] >= 0:
-                x = X[i, tree.feature[node]]
-                if tree.bin_threshold[node] == CATEGORICAL_SPLIT:
-                    known = not np.isnan(x) and x == int(x) and 0 <= x < 64 * tree.cat_bits.shape[1]
-                    left = int(x) in set(bitset_bins(tree.cat_bits[node])) if known \
-                        else bool(tree.missing_left[node])
+            while feature[node] >= 0:
+                x = row[feature[node]]
+                if categorical[node]:
+                    known = x == x and x == int(x) and 0 <= x < n_codes
+                    left = int(x) in subsets[node] if known else bool(missing_left[node])
                 else:
-                    left = bool(tree.missing_left[node]) if np.isnan(x) else x <= tree.threshold[node]
-                node = tree.left[node] if left else tree.right[node]
+                    left = bool(missing_left[node]) if x != x else x <= threshold[node]
+                node = left_of[node] if left else right_of[node]
             leaves[i, t] = node
-            values[i] += tree.value[node]
+        values += tree.value[leaves[:, t]]     # each row's sum in tree order, as a per-row walk adds
     return leaves, values
 
 
