@@ -162,10 +162,31 @@ def split_miss(pred, se, truth):
             float(np.sqrt(np.mean((bias / sd) ** 2))), float(np.mean(np.abs(pred - bias - truth) <= z * se)))
 
 
-def simulated(args):
+def fit_training_set(name, args, r, **params):
+    """Training set ``r`` of design ``name`` and the CausalSurvivalForest fitted on it.
+
+    Returns
+    -------
+    data : tuple
+        :func:`design`'s ``(X, W, time, event, tau, horizon, target)``.
+    forest : CausalSurvivalForest
+    seconds : float
+        The fit's wall time.
+    """
     from forest import CausalSurvivalForest
     from native.comm import SelfCommunicator
 
+    data = design(name, args.n, np.random.default_rng(1000 * r + 7))
+    X, W, time_, event, _, h, target = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        f = CausalSurvivalForest(horizon=h, target=target, n_estimators=args.trees, random_state=r,
+                                 **params).fit(X, W, time_, event, comm=SelfCommunicator())
+    return data, f, time.perf_counter() - t0
+
+
+def simulated(args):
     rows, split_rows = [], []
     for name in ("simple1", "type1", "type2", "simple1-p"):
         # fixed test points: the bias and the sampling sd of tau_hat(x) are over training sets
@@ -174,13 +195,8 @@ def simulated(args):
         preds, ses, cf_preds, cf_ses = [], [], [], []
         for r in range(args.repeats):
             seed = 1000 * r + 7
-            X, W, time_, event, tau_train, h, target = design(name, args.n, np.random.default_rng(seed))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                t0 = time.perf_counter()
-                f = CausalSurvivalForest(horizon=h, target=target, n_estimators=args.trees,
-                                         random_state=r).fit(X, W, time_, event, comm=SelfCommunicator())
-                fit_s.append(time.perf_counter() - t0)
+            (X, W, time_, event, tau_train, h, target), f, seconds = fit_training_set(name, args, r)
+            fit_s.append(seconds)
             pred = f.predict(Xq)
             preds.append(pred)
             ses.append(np.sqrt(f.predict_var(Xq)))
@@ -213,24 +229,15 @@ def local_linear_compare(args):
     gives the plain forest's estimates and intervals from the same trees, so the two columns
     differ only by the correction.
     """
-    from forest import CausalSurvivalForest
-    from native.comm import SelfCommunicator
-
     rows = []
     for name in ("simple1", "type1", "type2", "simple1-p"):
         Xq, _, _, _, tau_q, _, _ = design(name, args.test_points, np.random.default_rng(99))
         out = {False: ([], [], [], []), True: ([], [], [], [])}     # preds, ses, per-set coverage, predict s
         fit_s = []
         for r in range(args.repeats):
-            seed = 1000 * r + 7
-            X, W, time_, event, _, h, target = design(name, args.n, np.random.default_rng(seed))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                t0 = time.perf_counter()
-                f = CausalSurvivalForest(horizon=h, target=target, n_estimators=args.trees, random_state=r,
-                                         local_linear=True, linear_correction_variables=args.ll_variables,
-                                         ll_lambda=args.ll_lambda).fit(X, W, time_, event, comm=SelfCommunicator())
-                fit_s.append(time.perf_counter() - t0)
+            _, f, seconds = fit_training_set(name, args, r, local_linear=True,
+                                             linear_correction_variables=args.ll_variables, ll_lambda=args.ll_lambda)
+            fit_s.append(seconds)
             for ll in (False, True):
                 f.set_params(local_linear=ll)
                 t0 = time.perf_counter()
