@@ -143,7 +143,8 @@ class CausalAnalysisMixin:
         if getattr(self, "outcome_forest_", None) is None or getattr(self, "treatment_forest_", None) is None or \
                 (self.treatment_type_ == "continuous" and getattr(self, "treatment_variance_forest_", None) is None):
             raise ValueError("scores of rows passed as X, t, y need the nuisance forests, but this forest has none "
-                             "(fitted with user-supplied y_hat / t_hat, or saved by an older histforest): refit it, "
+                             "(fitted with user-supplied y_hat / t_hat, with a nuisance that tune_parameters replaced by its "
+                             "local linear correction, or saved by an older histforest): refit it, "
                              "or use the out-of-bag scores in the fitting process (no X, t, y)")
         if comm is None:
             comm = world()

@@ -54,6 +54,9 @@ def test_a_linear_outcome_chooses_the_local_linear_correction_and_it_lowers_the_
     rec = tuned.nuisance_["y_hat"]
     assert rec["source"] == "local linear forest" and rec["ll_lambda"] == choice["ll_lambda"]
     assert rec["seed"] == plain.nuisance_["y_hat"]["seed"]
+    # rows passed again cannot be scored without that forest: one line that says why
+    with pytest.raises(ValueError, match="local linear correction"):
+        tuned.dr_scores(X[:50] + 1.0, W[:50], Y[:50])
     again = CausalForest(100, random_state=1).fit(X, W, Y, comm=SELF, y_hat=tuned._oob_rows_.y_hat,
                                                   t_hat=tuned._oob_rows_.t_hat)
     np.testing.assert_array_equal(again.predict(X), tuned.predict(X))
