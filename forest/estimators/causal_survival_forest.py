@@ -55,6 +55,7 @@ from forest.engine.predictor import predict_leaves, predict_leaves_binned
 from forest.engine.subsample import BOTH, ESTIMATION, forest_row_codes
 from forest.estimators.base import check_is_fitted
 from forest.estimators.causal_forest import CausalForest
+from forest.estimators.local_linear import check_ll_lambda
 from forest.estimators.regression_forest import RegressionForest, resolve_mtry, scaled_weights, weight_range
 from forest.estimators.survival_forest import SurvivalForest, check_survival_targets
 from forest.io import model_checks, model_io
@@ -204,7 +205,7 @@ class CausalSurvivalForest(CausalForest):
             raise ValueError(f"survival_estimators must be an int >= 1 or None, got {s!r}")
         if not isinstance(self.local_linear, (bool, np.bool_)):
             raise ValueError(f"local_linear must be True or False, got {self.local_linear!r}")
-        _check_lambda(self.ll_lambda)
+        check_ll_lambda(self.ll_lambda, allow_none=False)
         return seed
 
     # ------------------------------------------------------------------ fit
@@ -401,7 +402,7 @@ class CausalSurvivalForest(CausalForest):
         if getattr(self, "ll_tables_", None) is None:
             raise ValueError("this forest was fitted without local_linear (it has no leaf tables): refit it with "
                              "local_linear=True")
-        _check_lambda(self.ll_lambda)
+        check_ll_lambda(self.ll_lambda, allow_none=False)
         return True
 
     def predict(self, X):
@@ -603,13 +604,6 @@ def _time_event(y, n, est):
                              f"them), got shape {arr.shape}")
         time, event = arr[:, 0], arr[:, 1]
     return check_survival_targets(time, event, n, est)
-
-
-def _check_lambda(ll_lambda):
-    """``ll_lambda``: a finite number >= 0 (one clear line otherwise)."""
-    if isinstance(ll_lambda, bool) or not isinstance(ll_lambda, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(ll_lambda) or ll_lambda < 0:
-        raise ValueError(f"ll_lambda must be a finite number >= 0, got {ll_lambda!r}")
 
 
 def _warn_censoring(c_low, target):

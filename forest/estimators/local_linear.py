@@ -56,12 +56,16 @@ from forest.io.feature_table import named_columns
 OOB_QUERY_ROWS = 2048
 
 
-def _check_ll_lambda(ll_lambda, allow_none=True):
+def check_ll_lambda(ll_lambda, allow_none=True):
+    """``ll_lambda`` as a float: a finite number >= 0, or None where ``allow_none`` (chosen
+    out of bag); one clear line otherwise. The one check of every local linear estimator's
+    ridge penalty."""
     if ll_lambda is None and allow_none:
         return None
     if isinstance(ll_lambda, bool) or not isinstance(ll_lambda, (int, float, np.integer, np.floating)) \
             or not np.isfinite(ll_lambda) or ll_lambda < 0:
-        raise ValueError(f"ll_lambda must be a finite number >= 0 (or None: chosen out of bag), got {ll_lambda!r}")
+        hint = " (or None: chosen out of bag)" if allow_none else ""
+        raise ValueError(f"ll_lambda must be a finite number >= 0{hint}, got {ll_lambda!r}")
     return float(ll_lambda)
 
 
@@ -210,7 +214,7 @@ class LocalLinearMixin(_LocalLinearBase):
         """
         comm = world() if comm is None else comm
         with collective_checks(comm):
-            ll_lambda = _check_ll_lambda(ll_lambda)
+            ll_lambda = check_ll_lambda(ll_lambda)
             Xq, Xt, y, columns = self._regression_inputs(X, X_train, y_train, variables, sample_weight)
         layout = _TrainingLayout(self, self._source_from(Xt, sample_weight, clusters, comm))
         if ll_lambda is None:
@@ -329,7 +333,7 @@ class CausalLocalLinearMixin(_LocalLinearBase):
         """
         comm = world() if comm is None else comm
         with collective_checks(comm):
-            ll_lambda = _check_ll_lambda(ll_lambda)
+            ll_lambda = check_ll_lambda(ll_lambda)
             columns = self._causal_ll_checks(linear_correction_variables)
             Xq = validate_features(self, X, reset=False, min_samples=0)
             if np.isnan(Xq[:, columns]).any():
