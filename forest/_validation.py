@@ -28,6 +28,8 @@ import warnings
 
 import numpy as np
 
+from histogram.dtypes import is_bin_dtype
+
 from forest.collective_checks import AgreedError, require_same
 from forest.io.feature_table import is_arrow_table, is_pandas_frame
 
@@ -804,7 +806,7 @@ def check_codes(binned, n_features=None, name="binned", dtype=np.uint8):
         ``binned`` itself (no copy).
     """
     binned = np.asarray(binned)
-    ok = binned.dtype in (np.uint8, np.uint16) if dtype is None else binned.dtype == dtype
+    ok = is_bin_dtype(binned.dtype) if dtype is None else binned.dtype == dtype
     if not ok or binned.ndim != 2 or (n_features is not None and binned.shape[0] != n_features):
         want = "n_features" if n_features is None else str(int(n_features))
         kind = "uint8 or uint16" if dtype is None else np.dtype(dtype).name

@@ -40,6 +40,12 @@ def bin_dtype(n_bins):
     return np.dtype(BIN_DTYPE) if n_bins <= MAX_VALUE_BINS + 1 else np.dtype(WIDE_BIN_DTYPE)
 
 
+def codes_dtype(codes):
+    """The code dtype an array of codes is read as: ``uint16`` (wide codes) when it is one,
+    else ``uint8`` (integer codes of other dtypes are taken as narrow codes)."""
+    return np.dtype(WIDE_BIN_DTYPE) if np.asarray(codes).dtype == WIDE_BIN_DTYPE else np.dtype(BIN_DTYPE)
+
+
 def is_bin_dtype(dtype):
     """Whether ``dtype`` is one of the code dtypes (``uint8`` or ``uint16``)."""
     return np.dtype(dtype) in (np.dtype(BIN_DTYPE), np.dtype(WIDE_BIN_DTYPE))

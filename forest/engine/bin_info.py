@@ -6,6 +6,8 @@ left" split, as one lookup table.
 """
 import numpy as np
 
+from histogram.dtypes import WIDE_BIN_DTYPE, bin_dtype
+
 from forest.engine.tree import cat_words
 
 
@@ -49,7 +51,7 @@ class BinInfo:
         #: uint64 words of this binning's categorical bitsets (:func:`forest.engine.tree.cat_words`).
         self.cat_words = cat_words(self.missing_bin)
         #: Whether the bin axis is wider than 256 (wide categorical codes, uint16).
-        self.wide = self.n_bins > 256
+        self.wide = bin_dtype(self.n_bins) == WIDE_BIN_DTYPE
         width = max([len(t) for t in self.bin_thresholds] + [0]) + 1
         self.threshold_table = np.full((self.n_features, width), np.inf)
         for f, t in enumerate(self.bin_thresholds):

@@ -24,6 +24,7 @@ import hashlib
 
 import numpy as np
 
+from histogram.dtypes import codes_dtype
 from histogram.jit import kernel
 from histogram.rowhash import GOLDEN, hash64_reference, hash_id, mix64, mix64_reference, stream_key
 from native import collectives as col
@@ -89,9 +90,8 @@ def row_hashes(gids, codes=None, columns=()):
     h = np.empty(n, dtype=np.uint64)
     _start(stream_key(0, FINGERPRINT_STREAM), gids, h)
     if codes is not None:
-        codes = np.asarray(codes)
         # uint16 codes (wide categorical codes) hash by value, as uint8 codes do
-        codes = np.ascontiguousarray(codes, dtype=np.uint16 if codes.dtype == np.uint16 else np.uint8)
+        codes = np.ascontiguousarray(codes, dtype=codes_dtype(codes))
         if codes.ndim != 2 or codes.shape[1] != n:
             raise ValueError(f"codes must have shape (n_features, {n}), got {codes.shape}")
         _mix_codes(h, codes)
@@ -105,8 +105,7 @@ def row_hashes_reference(gids, codes=None, columns=()):
     h = hash64_reference(0, FINGERPRINT_STREAM, gids)
     with np.errstate(over="ignore"):
         if codes is not None:
-            codes = np.asarray(codes)
-            for row in codes.astype(np.uint16 if codes.dtype == np.uint16 else np.uint8):
+            for row in np.asarray(codes).astype(codes_dtype(codes)):
                 h = mix64_reference(h * GOLDEN + row.astype(np.uint64))
         for a in columns:
             a = as_columns(a)
