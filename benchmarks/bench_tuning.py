@@ -6,9 +6,10 @@ surface), seeds 0..S-1. Per draw a random 80/20 split (seeded); every contender 
 same 80% and is scored on the same 20%: PEHE = sqrt(mean((tau_hat - tau)^2)).
 
 Contenders: ``CausalForest(n_estimators=T)`` untuned and with ``tune_parameters="all"``
-(grf's defaults: 200-tree small forests, 50 of them, 1000 kriging candidates; with
-``--nuisance`` the list of "all"'s names plus ``"nuisance"``: each nuisance estimate the
-forest's or its local linear correction, by out-of-bag error);
+(grf's defaults: 200-tree small forests, 50 of them, 1000 kriging candidates; "all"
+includes the centring choice: the nuisance forests' out-of-bag estimates or their local
+linear corrections, by the small effect forests' R-loss against the corrected centring;
+``--forest-centring`` tunes "all"'s forest parameters only, on the nuisance forests' centring);
 EconML's ``CausalForestDML(discrete_treatment=True)`` with its defaults, and the same
 after its ``tune(Y, T, X=X)`` (EconML's grid over the forest's parameters, by its
 out-of-sample R-score).
@@ -17,7 +18,7 @@ Wager-Athey (benchmarks/datasets.py ``wager_athey``, d=20): RMSE of tau on 10,00
 points, untuned against tuned, at ``--wa-rows`` rows.
 
 Run (anchors' environment): ``.venv-bench/bin/python benchmarks/bench_tuning.py [--seeds 20]
-[--trees 500] [--wa-rows 20000] [--wa-seeds 2] [--nuisance]``; writes the "Parameter tuning (issue 35)"
+[--trees 500] [--wa-rows 20000] [--wa-seeds 2] [--forest-centring]``; writes the "Parameter tuning (issue 35)"
 section of RESULTS.md unless ``--no-write``.
 """
 import argparse
@@ -33,15 +34,15 @@ from _harness import markdown_table, write_results_section  # noqa: E402
 
 SECTION = "Parameter tuning (issue 35)"
 
-#: ``tune_parameters`` of the tuned contender (``--nuisance`` adds the nuisance choice)
+#: ``tune_parameters`` of the tuned contender (``--forest-centring``: "all"'s forest parameters, no centring choice)
 TUNE = "all"
 
 
 def _tune_spec():
     from forest import CausalForest
-    from forest.estimators.tuning import NUISANCE, tunable_names
+    from forest.estimators.tuning import tunable_names
 
-    return TUNE if TUNE == "all" else tunable_names(CausalForest()) + [NUISANCE]
+    return TUNE if TUNE == "all" else tunable_names(CausalForest())
 
 
 def _split(n, seed):
@@ -89,7 +90,7 @@ def ihdp_part(seeds, trees):
                 times[key].append(out[1])
                 if key == "ours tuned":
                     tuned_status.append(out[3].tuning_["status"].split(":")[0])
-                    nuisance.append((surface, out[3].tuning_["nuisance"]))
+                    nuisance.append((surface, out[3].tuning_.get("centring")))
             per_seed.append((surface, seed, *[scores[k][-1] for k in scores]))
             print(surface, seed, {k: round(v[-1], 3) for k, v in scores.items()}, flush=True)
         for key in scores:
@@ -98,18 +99,17 @@ def ihdp_part(seeds, trees):
     return rows, per_seed, tuned_status, nuisance
 
 
-def nuisance_summary(nuisance):
-    """One line per surface: how often each centring estimate took the local linear correction."""
+def centring_summary(centring):
+    """One line per surface: how often the corrected centring was a candidate and how often the R-loss took it."""
     lines = []
-    for surface in sorted({s for s, _ in nuisance}):
-        picks = [c for s, c in nuisance if s == surface]
-        parts = []
-        for name in ("y_hat", "t_hat"):
-            lams = [c[name]["ll_lambda"] for c in picks if c[name]["model"] == "local linear"]
-            common = max(set(lams), key=lams.count) if lams else None
-            parts.append(f"{name} local linear in {len(lams)} of {len(picks)}"
-                         + (f" (most often lambda {common:g})" if lams else ""))
-        lines.append(f"- surface {surface}: " + "; ".join(parts))
+    for surface in sorted({s for s, _ in centring}):
+        picks = [c for s, c in centring if s == surface]
+        offered = [c for c in picks if c is not None]
+        taken = [c for c in offered if c["model"] == "local linear"]
+        names = sorted({name for c in offered for name in c["candidates"]})
+        lines.append(f"- surface {surface}: a correction had the lower nuisance error ({', '.join(names) or 'none'}) "
+                     f"in {len(offered)} of {len(picks)} fits; the R-loss took the corrected centring in "
+                     f"{len(taken)} of them")
     return lines
 
 
@@ -129,6 +129,8 @@ def wa_part(n, seeds, trees):
             if tune:
                 nuis = "; ".join(f"{k}: " + (f"local linear {c['ll_lambda']:g}" if c["model"] != "forest" else "forest")
                                  for k, c in est.tuning_["nuisance"].items())
+                if est.tuning_.get("centring"):
+                    nuis += " (by R-loss: " + ", ".join(f"{k} {v:.4g}" for k, v in est.tuning_["centring"]["r_loss"].items()) + ")"
                 line.append(", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in est.tuned_params_.items())
                             + f" ({est.tuning_['status'].split(':')[0]})" + (f"; {nuis}" if nuis else ""))
@@ -144,14 +146,14 @@ def main(argv=None):
     p.add_argument("--wa-rows", type=int, default=20000)
     p.add_argument("--wa-seeds", type=int, default=2)
     p.add_argument("--wa-trees", type=int, default=500)
-    p.add_argument("--nuisance", action="store_true", help="tune the nuisance models too (opt-in)")
+    p.add_argument("--forest-centring", action="store_true",
+                   help="tune \"all\"'s forest parameters only (no centring choice), for comparison")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     global TUNE
-    TUNE = "nuisance" if args.nuisance else "all"
-    spec = "`tune_parameters=\"all\"`" if TUNE == "all" else \
-        "`tune_parameters=` \"all\"'s names plus `\"nuisance\"` (each nuisance estimate the forest's or its " \
-        "local linear correction, by out-of-bag error)"
+    TUNE = "forest" if args.forest_centring else "all"
+    spec = "`tune_parameters=\"all\"` (the centring choice included)" if TUNE == "all" else \
+        "`tune_parameters=` \"all\"'s forest parameters (a list, so no centring choice)"
     warm = datasets.wager_athey(800, d=25, seed=99, cache=False)          # compile the kernels before timing
     ours(warm["X"], warm["t"], warm["y"], warm["X_test"][:10], 20, 0, False)
     rows, per_seed, status, nuisance = ihdp_part(args.seeds, args.trees)
@@ -164,9 +166,10 @@ def main(argv=None):
             markdown_table(["surface", "contender", "PEHE mean", "PEHE s.e.", "fit s"], rows), "",
             f"Tuning kept the tuned values in {status.count('tuned')} of {len(status)} fits (else the given "
             f"ones: the refitted winner's error was not below theirs).", "",
-            *(["Nuisance models of the tuned fits (the forest's out-of-bag estimate or its local linear "
-               "correction, whichever had the lower out-of-bag error):", "", *nuisance_summary(nuisance), ""]
-              if args.nuisance else []),
+            *(["Centring of the tuned fits (the nuisance forests' out-of-bag estimates, or their local linear "
+               "corrections where those have the lower out-of-bag error and the small effect forests on them the "
+               "lower R-loss against the corrected centring):", "", *centring_summary(nuisance), ""]
+              if TUNE == "all" else []),
             "Per seed (PEHE):", "",
             markdown_table(["surface", "seed", "ours", "ours tuned", "EconML", "EconML tuned"], per_seed)]
     if wa:

@@ -130,12 +130,13 @@ class CausalForest(CausalLocalLinearMixin, CausalAnalysisMixin, EffectForestBase
         grf's ``tune.parameters``: choose these parameters by the out-of-bag R-loss of
         small forests at random draws, smoothed by kriging (:mod:`forest.estimators.tuning`);
         ``"all"`` is ``min_samples_leaf, max_samples, max_features, honesty_fraction,
-        alpha, imbalance_penalty``. A list may also name ``"nuisance"`` (opt-in, not in
-        ``"all"``): each centring estimate not given is then the nuisance forest's
-        out-of-bag prediction or its local linear correction, whichever has the lower
-        out-of-bag error (a corrected one leaves its forest attribute None, as a given
-        ``y_hat`` does; :mod:`forest.estimators.tuning` says when it helps). The values
-        used are in ``tuned_params_``, the nuisance choice in ``tuning_["nuisance"]``.
+        alpha, imbalance_penalty`` and the centring, which a list names ``"nuisance"``:
+        the nuisance forests' out-of-bag predictions, or their local linear corrections
+        where those have the lower out-of-bag error and small effect forests on them the
+        lower R-loss (a corrected one leaves its forest attribute None, as a given
+        ``y_hat`` does; :mod:`forest.estimators.tuning`). The values used are in
+        ``tuned_params_``, the centring choice in ``tuning_["nuisance"]`` and
+        ``tuning_["centring"]``.
     tune_num_trees, tune_num_reps, tune_num_draws : int, default 200, 50, 1000
         Trees of each small forest, small forests fitted, and kriging candidates (grf's
         ``tune.num.trees``, ``tune.num.reps``, ``tune.num.draws``).

@@ -24,27 +24,29 @@ How a forest with ``tune_parameters`` set fits (grf's ``tune_forest``, on our en
    forests become the model's (``outcome_forest_``, ...), so held-out analyses work as
    after any fit.
 
-Nuisance models (the causal forest; ``"nuisance"`` in a ``tune_parameters`` list, not
-part of ``"all"``): after the probe, each centring estimate the user did not give is chosen
-between the nuisance forest's out-of-bag prediction and its out-of-bag local linear
-correction (grf's ``ll_regression_forest`` prediction:
-:meth:`~forest.estimators.local_linear.LocalLinearMixin.tune_local_linear`, every
-penalty of :data:`NUISANCE_LAMBDAS`), by out-of-bag squared error over all ranks' rows
-(weighted by the sample weights); the forest unless a correction is strictly lower.
-Where the outcome (or the propensity) is close to linear in the covariates, as in many
-observational data sets, the correction removes most of the forest's smoothing error,
-which would otherwise pass into the effect (an error of ``m(x)`` correlated with
-``e(x)`` biases ``tau``). Propensities of binary and categorical treatments are clipped
-to [0, 1] (a 0/1 target is never further from a clipped value). The probe is then
-refitted on the chosen centring, so every candidate, the given parameters included, is
-judged on the same residuals. A corrected estimate cannot be recomputed from the
-model (the correction needs the training rows): its forest is not kept (its attribute
-is None, as with a given ``y_hat``), and ``nuisance_`` records it as
-``{"source": "local linear forest", "seed", "ll_lambda"}``. A lower nuisance error does not
-always mean a better effect: on IHDP surface A (outcome linear in x) the choice lowered
-the tuned PEHE from 0.285 to 0.188, on surface B (exponential control surface) it raised it
-from 2.37 to 2.49 while lowering the outcome's out-of-bag error by a third
-(``benchmarks/RESULTS.md``, "Parameter tuning (issue 35)"); hence opt-in.
+Centring (the causal forest; part of ``"all"``, or ``"nuisance"`` in a ``tune_parameters``
+list): after the probe, each centring estimate the user did not give gets a candidate
+correction: the nuisance forest's out-of-bag local linear correction (grf's
+``ll_regression_forest`` prediction:
+:meth:`~forest.estimators.local_linear.LocalLinearMixin.tune_local_linear`, every penalty of
+:data:`NUISANCE_LAMBDAS`) with the lowest out-of-bag squared error over all ranks' rows
+(weighted by the sample weights), if lower than the forest's own. Propensities of binary and
+categorical treatments are clipped to [0, 1] (a 0/1 target is never further from a
+clipped value). Where a correction is lower, the corrected centring (those estimates
+replaced) competes with the forests' centring on what matters, the effect: small effect
+forests at the given parameters (two halves, as every candidate below) are fitted on each,
+and their out-of-bag effects are scored by the R-loss against one fixed reference, the
+corrected centring (:meth:`_Tuner._choose_centring` says why that reference); the
+corrected one is used only if its loss is strictly lower. Every later candidate is then
+judged on the chosen centring. A lower nuisance error alone does not mean a better
+effect: on IHDP surface A (outcome linear in x) the corrections lowered the tuned PEHE
+from 0.285 to 0.188, on surface B (exponential control surface) they raised it from 2.37
+to 2.49 while lowering the outcome's out-of-bag error by a third; the nuisance error is
+lower on both, the R-loss tells them apart (``benchmarks/RESULTS.md``, "Parameter tuning
+(issue 35)"). A corrected estimate cannot be recomputed from the model (the correction
+needs the training rows): its forest is not kept (its attribute is None, as with a given
+``y_hat``), and ``nuisance_`` records it as ``{"source": "local linear forest", "seed",
+"ll_lambda"}``.
 
 Errors (what is minimised):
 
@@ -69,7 +71,8 @@ would drift to large leaves.
 What is recorded: ``tuned_params_`` (every tuned parameter's value in the fitted forest,
 the given ones when tuning kept them) and ``tuning_`` (status, the draws and their
 errors, the probe's and the winner's errors; ``"nuisance"``: each centring estimate's
-model, penalty and out-of-bag errors). Both are in model files. Not checkpointed:
+model, penalty and out-of-bag errors; ``"centring"``: None where no correction was a
+candidate, else the candidates' penalties, both centrings' R-losses and the one used). Both are in model files. Not checkpointed:
 ``checkpoint=`` applies to the final fit (a resumed job tunes again, identically).
 """
 import math
@@ -107,8 +110,8 @@ SPACE = {
 
 TUNING_PARAMS = ("tune_parameters", "tune_num_trees", "tune_num_reps", "tune_num_draws")
 
-#: The name in ``tune_parameters`` of the nuisance-model choice (opt-in: not part of ``"all"``),
-#: offered by estimators with ``_nuisance_targets`` (the causal forest).
+#: The name in ``tune_parameters`` of the centring choice (part of ``"all"``), offered by
+#: estimators with ``_nuisance_targets`` (the causal forest).
 NUISANCE = "nuisance"
 
 #: Ridge penalties of the local linear nuisance candidates: grf's grid without 0 (unpenalised,
@@ -170,7 +173,7 @@ def _names(est):
 def tunes_nuisance(est):
     """Whether tuning chooses ``est``'s nuisance models (see the module docstring)."""
     spec = est.tune_parameters
-    return hasattr(est, "_nuisance_targets") and spec is not None and spec != "all" and NUISANCE in list(spec)
+    return hasattr(est, "_nuisance_targets") and spec is not None and (spec == "all" or NUISANCE in list(spec))
 
 
 def _sample_cap(est):
@@ -260,7 +263,8 @@ class _Tuner:
                     source.codes, source.gids, source.clusters)
                 hat = np.asarray(hat, dtype=np.float64)
                 self.hats[name] = hat[:, 0] if hat.ndim == 2 and hat.shape[1] == 1 else hat
-        self.nuisance = self._choose_nuisance(first, args) if tunes_nuisance(self.est) else {}
+        self.nuisance, corrected = self._nuisance_candidates(first, args) if tunes_nuisance(self.est) else ({}, {})
+        self.centring = None
         later = {k: v for k, v in args.items() if k not in ("X", "feature_names", "binned")}
         later.update(self.hats)
         # the probe's codes serve every later fit, the final one included: binning is keyed by
@@ -271,20 +275,21 @@ class _Tuner:
         self.later = later
         self.n_global = col.global_row_offset(self.comm, len(source.gids))[1]
         self.n_features = int(first.n_features_in_)
-        if any(c["model"] != "forest" for c in self.nuisance.values()):
-            return self.error({})          # the probe again, on the chosen centring
+        if corrected:
+            return self._choose_centring(first, corrected)
         return self.error({}, first=first)
 
-    def _choose_nuisance(self, first, args):
-        """Choose each forest-made centring estimate between the forest and its local linear correction.
+    def _nuisance_candidates(self, first, args):
+        """Each forest-made centring estimate's lowest-error local linear correction, where lower than the forest's.
 
-        Replaces the chosen estimates in ``self.hats``; returns ``{name: {"model", "ll_lambda",
-        "errors"}}`` (``errors``: the forest's out-of-bag error, then each penalty's; or
-        ``"reason"`` when the correction could not be computed). Collective.
+        Returns ``({name: {"model", "ll_lambda", "errors"}}, {name: corrected estimate}}``
+        (``errors``: the forest's out-of-bag error, then each penalty's; ``"reason"`` when the
+        correction could not be computed; ``model`` says what the lower nuisance error chose,
+        :meth:`_choose_centring` has the last word). Collective.
         """
         targets = first._nuisance_targets()
         weight = args.get("sample_weight")
-        out = {}
+        out, corrected = {}, {}
         for name, _offset, _stage, attr in self.est._nuisance_specs:
             if args.get(name) is not None or name not in targets:
                 continue
@@ -324,9 +329,62 @@ class _Tuner:
                 if err < best:
                     best, best_pred, choice["model"], choice["ll_lambda"] = err, pred, "local linear", float(lam)
             if best_pred is not None:
-                hat = self.hats[name]
-                self.hats[name] = best_pred.reshape(hat.shape)
-        return out
+                corrected[name] = best_pred.reshape(self.hats[name].shape)
+        return out, corrected
+
+    def _choose_centring(self, first, corrected):
+        """The forests' centring or the corrected one (``corrected`` replacing its names), by the effect's R-loss.
+
+        Small effect forests at the given parameters (two halves each, as :meth:`error`) are
+        fitted on each centring; their out-of-bag effects are scored by one R-loss, against
+        one fixed reference centring: the corrected one, every estimate at its lowest
+        out-of-bag nuisance error. Sets ``self.centring`` and, where the forests' centring
+        wins, puts each name's choice back to the forest. Returns the winner's error
+        (:meth:`error` on its own centring, the probe's error). Collective.
+
+        Why a fixed reference, and why that one. For a reference ``(m_r, e_r)`` and data
+        ``Y = m(x) + (W - e(x)) tau*(x) + eps``, an out-of-bag effect ``tau`` (not fitted on the
+        row) has the expected loss ``E[(Y - m_r - (W - e_r) tau)^2 | x] = sigma^2(x) +
+        (dm - de tau)^2 + e(1 - e) (tau - tau*)^2`` with ``dm = m - m_r``, ``de = e - e_r``.
+        Between two effects on the same reference, ``sigma^2`` and ``dm^2`` cancel, and what
+        is left is their true error weighted by ``e(1 - e)``, plus terms in ``de dm`` and
+        ``de^2``: second order in the reference's errors, so the most accurate centring we
+        have (lowest out-of-bag nuisance error) distorts the comparison least, and its
+        smaller residuals make the difference of the two losses least noisy (on IHDP A the
+        difference's spread over draws was 0.010 with this reference, 0.015 with the
+        average of the two centrings, 0.025 with the forests'). Scoring each forest on its
+        own centring instead would put ``E[dm^2]``, the nuisance error itself, back into the
+        comparison: that is the choice this one replaces, which could not tell IHDP's
+        surface B (where the correction lowers the outcome's error and raises the effect's)
+        from surface A.
+        """
+        # the forests' centring: the probe and its second half, as error({}, first=first) fits them
+        plain_b = self._small({}, 1, self.later)
+        later = {**self.later, **corrected}
+        a, b = self._small({}, 0, later), self._small({}, 1, later)
+        yc, wc, tau_a, weight = a._tuning_residuals(later)
+        losses = [self._r_loss(yc, wc, first._tuning_residuals(self.later)[2],
+                               plain_b._tuning_residuals(self.later)[2], weight),
+                  self._r_loss(yc, wc, tau_a, b._tuning_residuals(later)[2], weight)]
+        use = bool(losses[1] < losses[0])
+        self.centring = {"model": "local linear" if use else "forest", "reference": "local linear",
+                         "r_loss": {"forest": float(losses[0]), "local linear": float(losses[1])},
+                         "candidates": {name: self.nuisance[name]["ll_lambda"] for name in corrected}}
+        if use:
+            self.hats.update(corrected)
+            self.later.update(corrected)
+            return losses[1]                 # the reference is this centring: error({}) on it
+        for name in corrected:
+            self.nuisance[name].update(model="forest", ll_lambda=None)
+        yc, wc, tau_a, weight = first._tuning_residuals(self.later)
+        return self._r_loss(yc, wc, tau_a, plain_b._tuning_residuals(self.later)[2], weight)
+
+    def _r_loss(self, yc, wc, tau_a, tau_b, weight):
+        """Debiased R-loss of the half forests' mean effect (module docstring), global mean."""
+        fitted = np.einsum("nk,nkm->nm", wc, 0.5 * (tau_a + tau_b))
+        spread = np.einsum("nk,nkm->nm", wc, tau_a - tau_b)
+        losses = ((yc - fitted) ** 2 - 0.25 * spread ** 2).sum(axis=1)
+        return _global_mean(self.comm, losses, weight)
 
     def error(self, params, first=None):
         """Debiased out-of-bag error of a small forest (two halves for effect forests) with ``params``."""
@@ -340,10 +398,7 @@ class _Tuner:
         b = self._small(params, 1, self.later)
         yc, wc, tau_a, weight = a._tuning_residuals(self.later)
         _, _, tau_b, _ = b._tuning_residuals(self.later)
-        fitted = np.einsum("nk,nkm->nm", wc, 0.5 * (tau_a + tau_b))
-        spread = np.einsum("nk,nkm->nm", wc, tau_a - tau_b)
-        losses = ((yc - fitted) ** 2 - 0.25 * spread ** 2).sum(axis=1)
-        return _global_mean(self.comm, losses, weight)
+        return self._r_loss(yc, wc, tau_a, tau_b, weight)
 
 
 def _choose(names, draws, errors, rng, n_draws):
@@ -397,7 +452,8 @@ def fit_tuned(est, args, comm, progress=None):
             pick = params_from_draws(est, names, candidates[pick:pick + 1], tuner.n_global, tuner.n_features)[0]
     pick = col.bcast_object(comm, pick) if comm.size > 1 else pick
     record = {"names": list(names), "draws": [dict(p) for p in drawn], "errors": errors.tolist(),
-              "default_error": float(default_error), "n_trees": int(est.tune_num_trees), "nuisance": tuner.nuisance}
+              "default_error": float(default_error), "n_trees": int(est.tune_num_trees), "nuisance": tuner.nuisance,
+              "centring": tuner.centring}
     if pick is None:
         why = "the small forests' errors do not vary" if names else "no forest parameter to tune"
         chosen, record["status"], record["best_error"] = given, f"given: {why}", None

@@ -96,16 +96,27 @@ def test_tuned_causal_forest_is_the_plain_fit_at_the_chosen_values(tuned_causal)
         assert rec["best_error"] < rec["default_error"]
     # the user's parameters are left as given
     assert est.tune_parameters == "all" and est.min_samples_leaf == 5
-    # the same forest as an ordinary fit with those values, centred by the kept nuisance forests
+    # "all" chose the centring: the forests' or the corrected one, whichever small effect forests
+    # had the lower R-loss (against the corrected centring)
+    centring = rec["centring"]
+    assert centring is not None and set(centring["candidates"]) <= {"y_hat", "t_hat"}
+    losses = centring["r_loss"]
+    assert centring["model"] == ("local linear" if losses["local linear"] < losses["forest"] else "forest")
+    # the record's choice is the fit's centring
     source = est._weights_source_
-    hats = {"y_hat": est.outcome_forest_.oob_prediction_binned(source.codes, source.gids),
-            "t_hat": est.treatment_forest_.oob_prediction_binned(source.codes, source.gids)}
+    forests = {"y_hat": est.outcome_forest_, "t_hat": est.treatment_forest_}
+    for name, forest in forests.items():
+        choice = rec["nuisance"][name]
+        assert (choice["model"] == "local linear") == (centring["model"] == "local linear"
+                                                      and name in centring["candidates"])
+        assert (forest is None) == (choice["model"] == "local linear")
+        if forest is not None:
+            np.testing.assert_array_equal(np.ravel(forest.oob_prediction_binned(source.codes, source.gids)),
+                                          np.ravel(getattr(est._oob_rows_, name)))
+    # the same forest as an ordinary fit with those values on that centring
+    hats = {name: getattr(est._oob_rows_, name) for name in forests}
     plain = CausalForest(60, random_state=3, **est.tuned_params_).fit(X, W, Y, comm=SELF, **hats)
     np.testing.assert_array_equal(est.predict(X), plain.predict(X))
-    assert est.nuisance_["y_hat"]["source"] == "forest"
-    # held-out analyses use the kept nuisance forests
-    Xn, Wn, Yn = _causal(20, seed=9)
-    assert np.all(np.isfinite(est.dr_scores(Xn, Wn, Yn)))
 
 
 def test_tuned_model_file_keeps_the_tuning(tuned_causal, tmp_path):

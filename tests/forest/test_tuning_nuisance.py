@@ -69,10 +69,11 @@ def test_a_linear_outcome_chooses_the_local_linear_correction_and_it_lowers_the_
     np.testing.assert_array_equal(back.predict(X), tuned.predict(X))
     # no forest parameter was asked for: the given ones are kept
     assert tuned.tuned_params_ == {} and tuned.tuning_["status"] == "given: no forest parameter to tune"
-    # opt-in: "all" keeps the forests' centring
+    # "all" makes the same choice (the correction had the lower R-loss here too)
+    assert tuned.tuning_["centring"]["model"] == "local linear"
     small = dict(tune_num_trees=8, tune_num_reps=3, tune_num_draws=20)
     every = CausalForest(40, random_state=1, tune_parameters="all", **small).fit(X, W, Y, comm=SELF)
-    assert every.tuning_["nuisance"] == {} and every.nuisance_["y_hat"]["source"] == "forest"
+    assert set(every.tuning_["nuisance"]) == {"y_hat", "t_hat"} and every.tuning_["centring"] is not None
 
 
 
