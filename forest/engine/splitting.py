@@ -325,7 +325,9 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
         Channel sums of each node (all its rows).
     criterion : forest.criteria.basic.Criterion
     n_bins_non_missing : array-like of int, shape (n_features,)
-        Value bins in use per feature (features with fewer than 1 bin never split).
+        Value bins in use per feature (features with fewer than 1 bin never split). Bins
+        ``n_bins_non_missing[f]:missing_bin`` must be empty (no code reaches them), as binning
+        leaves them; the compiled Newton search does not read them.
     missing_bin : int
         Index of the missing-value bin (value bins are ``0 .. missing_bin - 1``).
     feature_mask : ndarray of bool, shape (n_nodes, n_features), optional
@@ -502,7 +504,10 @@ def _newton_scan_k1(hist, n, f, nbf, missing_bin, lam, min_leaf, min_hess, facto
     """
     gt = 0.0
     ht = 0.0
-    for b in range(missing_bin):
+    # Bins nbf:missing_bin hold no rows (exact zeros: built, subtracted or quantized sums of
+    # nothing), and adding a zero leaves a sum unchanged, so the totals stop at nbf: with
+    # one wide categorical the bin axis is 1,000+ bins where a numeric feature uses 255.
+    for b in range(nbf):
         gt += hist[n, f, b, 0]
         ht += hist[n, f, b, 1]
     gm = hist[n, f, missing_bin, 0]
@@ -579,7 +584,7 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
             has_missing = False
             for ch in range(c):
                 acc = 0.0
-                for b in range(nv):
+                for b in range(nbf):  # bins nbf:nv are empty (see _newton_scan_k1)
                     acc += hist[n, f, b, ch]
                 total[ch] = acc + hist[n, f, missing_bin, ch]
                 cum[ch] = 0.0

@@ -119,8 +119,9 @@ def test_categorical_mask_rules():
 
 # ------------------------------------------------------------------ split search
 
-def _hist(rng, n_nodes, n_features, missing_bin, crit_kind):
-    """Random reduced histograms with some empty categories and missing rows."""
+def _hist(rng, n_nodes, n_features, missing_bin, crit_kind, nb=None):
+    """Random reduced histograms with some empty categories and missing rows; value bins
+    ``nb[f]:missing_bin`` empty, as binning leaves them (codes are below ``nb[f]``)."""
     c = {"variance": 3, "newton": 2, "causal": 7}[crit_kind]
     hist = np.zeros((n_nodes, n_features, missing_bin + 1, c))
     for n in range(n_nodes):
@@ -140,6 +141,9 @@ def _hist(rng, n_nodes, n_features, missing_bin, crit_kind):
                     w = (rng.random(m) < 0.5).astype(float)
                     yv = rng.normal(size=m) + w * (b % 3)
                     hist[n, f, b] = crit.make_channels(w - 0.5, yv - 0.3, np.ones(m), w).sum(axis=0)
+    if nb is not None:
+        for f in range(n_features):
+            hist[:, f, nb[f]:missing_bin] = 0.0
     parent = hist[:, 0].sum(axis=1)
     for f in range(n_features):  # every feature must split the same totals
         hist[:, f, missing_bin] += parent - hist[:, f].sum(axis=1)
@@ -156,8 +160,8 @@ def test_categorical_search_equals_reference(kind):
             "newton": NewtonCriterion(1, l2_regularization=1.0),
             "causal": CausalCriterion(1, 1, min_samples_leaf=2)}[kind]
     missing_bin = 12
-    hist, parent = _hist(rng, 6, 3, missing_bin, kind)
     nb = np.array([12, 9, 12])
+    hist, parent = _hist(rng, 6, 3, missing_bin, kind, nb)
     categorical = np.array([True, False, True])
     got = find_best_splits(hist, parent, crit, nb, missing_bin, categorical=categorical)
     ref = find_best_splits_reference(hist, parent, crit, nb, missing_bin, categorical=categorical)
@@ -190,6 +194,7 @@ def test_compiled_newton_categorical_search_equals_numpy_branch(k, cat_l2, use_c
                 m = int(rng.integers(1, 30))
                 hist[n, f, b, :k] = rng.normal(size=k) * m + b % 4
                 hist[n, f, b, k:] = rng.uniform(0.1, 0.3, size=k) * m
+    hist[:, 1, 9:missing_bin] = 0.0  # feature 1 has 9 value bins (nb below)
     parent = hist[:, 0].sum(axis=1)
     for f in range(1, n_features):
         hist[:, f, missing_bin] = np.maximum(parent - hist[:, f].sum(axis=1), 0.0)

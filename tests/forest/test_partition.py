@@ -86,6 +86,62 @@ def test_partition_blocks_matches_reference(rng, n_blocks):
         ref_rows, ref_left = P.partition_rows_reference(base, [lo], [hi], codes, [f], [thr], [ml], missing_bin)
         got = base.copy()
         scratch = np.full(n, -1, dtype=np.int32)
-        n_left = P._partition_blocks_parallel(got, scratch, lo, hi, codes, f, thr, int(ml), missing_bin, n_blocks)
+        n_left = P._partition_blocks_parallel(got, scratch, lo, hi, codes, f, thr, int(ml), missing_bin, n_blocks,
+                                               P._NO_TABLE)
         assert n_left == ref_left[0]
         np.testing.assert_array_equal(got, ref_rows)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+@pytest.mark.parametrize("n_blocks", [1, 2, 3, 8])
+def test_categorical_partition_blocks_match_reference(rng, dtype, n_blocks):
+    """The per-block parallel partition of a categorical split (side table per code), narrow
+    and wide codes, on segments of every size class, against the NumPy reference."""
+    from forest.engine.tree import CATEGORICAL_SPLIT, cat_bitset, cat_words
+
+    n, missing_bin = 3001, 300 if dtype == np.uint16 else 40
+    codes = rng.integers(0, missing_bin + 1, size=(2, n)).astype(dtype)
+    codes[1, :1500] = 0  # feature 1: the first half on one side
+    base = rng.permutation(n).astype(np.int32)
+    words = cat_words(missing_bin)
+    for lo, hi, f, ml, left_set in [(0, n, 0, True, rng.choice(missing_bin, missing_bin // 3, replace=False)),
+                                    (5, 2990, 0, False, [0, missing_bin - 1]), (7, 7, 0, True, [1]),
+                                    (10, 12, 1, True, [0]), (0, 1500, 1, False, [0]), (100, 2900, 1, True, [5])]:
+        bits = cat_bitset(left_set, words)
+        ref_rows, ref_left = P.partition_rows_reference(base, [lo], [hi], codes, [f], [CATEGORICAL_SPLIT], [ml],
+                                                        missing_bin, bits[None])
+        table = P.side_table(bits, ml, missing_bin)
+        np.testing.assert_array_equal(table, P.side_table_reference(bits, ml, missing_bin))
+        got = base.copy()
+        scratch = np.full(n, -1, dtype=np.int32)
+        n_left = P._partition_blocks_parallel(got, scratch, lo, hi, codes, f, 0, 0, missing_bin, n_blocks, table)
+        assert n_left == ref_left[0]
+        np.testing.assert_array_equal(got, ref_rows)
+        got = base.copy()  # and through partition_segment's block branch
+        n_left = P.partition_segment(got, np.empty_like(got), lo, hi, codes, f, CATEGORICAL_SPLIT, ml, missing_bin,
+                                     parallel_min_rows=1, cat_bits=bits)
+        assert n_left == ref_left[0]
+        np.testing.assert_array_equal(got, ref_rows)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_add_leaf_values_matches_reference(rng, monkeypatch, parallel):
+    """Both paths of add_leaf_values: each row of a leaf segment gains that leaf's value."""
+    monkeypatch.setattr(P, "_PARALLEL_LEAF_VALUES_MIN_ROWS", 1 if parallel else 1 << 62)
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        n, k = 4000, 2
+        rows = rng.permutation(n).astype(np.int32)
+        cuts = np.sort(rng.choice(np.arange(1, n), 9, replace=False))
+        starts, stops = np.r_[0, cuts], np.r_[cuts, n]
+        starts[3] = stops[3] = cuts[2]  # an empty leaf segment
+        values = rng.normal(size=(len(starts), k))
+        raw = rng.normal(size=(n, k))
+        want = raw.copy()
+        for s in range(len(starts)):
+            want[rows[starts[s]:stops[s]]] += values[s]
+        P.add_leaf_values(raw, rows, starts, stops, values)
+        np.testing.assert_array_equal(raw, want)
+    finally:
+        numba.set_num_threads(old)
