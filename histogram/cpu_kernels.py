@@ -92,7 +92,7 @@ def _pair_add(typingctx, hist, idx, v):
 
 
 @intrinsic
-def _prefetch(typingctx, arr, idx):
+def prefetch(typingctx, arr, idx):
     """Hint the cache to load ``arr[idx]`` (``llvm.prefetch``: read, high locality)."""
     if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C" and isinstance(idx, types.Integer)):
         return None
@@ -518,10 +518,10 @@ def _gh_features(binned, gh, rows, s, e, identity, f0, f1, out):
                 # Ask for the codes PREFETCH_ROWS rows ahead: each is a cache miss here.
                 while k < e - PREFETCH_ROWS:
                     rp = rows[k + PREFETCH_ROWS]
-                    _prefetch(c0, rp)
-                    _prefetch(c1, rp)
-                    _prefetch(c2, rp)
-                    _prefetch(c3, rp)
+                    prefetch(c0, rp)
+                    prefetch(c1, rp)
+                    prefetch(c2, rp)
+                    prefetch(c3, rp)
                     r = rows[k]
                     v = gh[k - s]
                     _hadd(h0, c0[r], v)

@@ -26,7 +26,7 @@ from numba import prange
 
 from native import collectives as col
 
-from histogram.cpu_kernels import _prefetch as prefetch
+from histogram.cpu_kernels import prefetch
 from histogram.jit import kernel
 from forest.engine.forest_weights import value_nodes
 

@@ -28,7 +28,7 @@ and the grower's quantized step in :class:`forest.engine.expansion.LeafwiseGrowe
 import numba
 import numpy as np
 
-from histogram.cpu_kernels import PREFETCH_ROWS, _prefetch
+from histogram.cpu_kernels import PREFETCH_ROWS, prefetch
 from histogram.jit import kernel
 from histogram.quantize import column_abs_max, quantize, scales
 from native import collectives as col
@@ -125,7 +125,7 @@ def _fixed_sums_range(channels, rows, a, b, inv, out):
         # The rows of a leaf are scattered over the whole array: each read is a cache
         # miss unless asked for ahead (as the histogram kernels do).
         if i + PREFETCH_ROWS < b:
-            _prefetch(flat, np.int64(rows[i + PREFETCH_ROWS]) * c)
+            prefetch(flat, np.int64(rows[i + PREFETCH_ROWS]) * c)
         r = rows[i]
         for j in range(c):
             out[j] += np.int64(np.rint(channels[r, j] * inv[j]))
