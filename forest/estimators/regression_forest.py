@@ -618,8 +618,7 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         # Without weights (or with equal ones: exactly 1 after scaled_weights, on every rank) the
         # weight channel counts the rows, so the count channel would repeat it: one channel
         # fewer in every histogram and scan, the same splits and leaves bit for bit.
-        crit = VarianceCriterion(n_out, min_samples_leaf=min_leaf, count_channel=not unit, rows_are_weights=unit,
-                                 alpha=alpha, imbalance_penalty=penalty)
+        crit = self._split_criterion(n_out, min_leaf, alpha, penalty, unit, (shift, scale))
         # Trees grow on the standardised outcome (target_standardisation); values map back.
         channels = crit.make_channels((y2 - shift) / scale, g)
         if getattr(self, "enable_ll_split", False):     # grf's ll splits: same leaves, other criterion
@@ -661,6 +660,27 @@ class RegressionForest(RegressionVarianceMixin, LocalLinearMixin, ShapMixin, For
         self.feature_importances_ = depth_weighted_importance(packed, n_features)
         self.gain_importances_ = gain_importance(packed, n_features)
         return self
+
+    def _split_criterion(self, n_out, min_leaf, alpha, penalty, unit, standardisation):
+        """The criterion ``fit`` grows on (a subclass on recoded targets may take a cheaper one).
+
+        Parameters
+        ----------
+        n_out : int
+            Target columns.
+        min_leaf, alpha, penalty
+            The size rules and the imbalance penalty in the gain's units.
+        unit : bool
+            Every row of every rank weighs exactly 1.
+        standardisation : tuple of ndarray, shape (n_out,) each
+            ``(shift, scale)`` of :func:`target_standardisation`.
+
+        Returns
+        -------
+        forest.criteria.basic.VarianceCriterion
+        """
+        return VarianceCriterion(n_out, min_samples_leaf=min_leaf, count_channel=not unit, rows_are_weights=unit,
+                                 alpha=alpha, imbalance_penalty=penalty)
 
     def _fit_inputs(self, X, y, sample_weight, binned, feature_names, comm):
         """Validate ``fit``'s arguments on every rank together.
