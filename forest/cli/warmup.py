@@ -41,6 +41,8 @@ VARIANTS = {
     "gbdt-classifier-quantized": "GBDTClassifier with quantized=True (integer histograms)",
     "gbdt-regressor-quantized": "GBDTRegressor with quantized=True",
     "regression": "RegressionForest (also the causal forest's nuisance forests)",
+    "probability": "ProbabilityForest without sample weights (its one-hot criterion, forest.criteria.one_hot; "
+                   "weighted fits use the regression variant's kernels)",
     "causal-binary": "CausalForest, binary treatment, with its nuisance forests",
     "causal-multiarm": "CausalForest, three-arm treatment",
     "causal-continuous": "CausalForest, continuous treatment",
@@ -68,8 +70,8 @@ MODEL_VARIANTS = {
     "quantile": ("quantile",),
     "survival": ("survival",),
     "causal-survival": ("causal-survival",),
-    # a probability forest is a regression forest on one-hot labels: the same kernels
-    "probability": ("regression", "batch-walk"),
+    # a probability forest is a regression forest on one-hot labels, with its own criterion without weights
+    "probability": ("probability", "regression", "batch-walk"),
 }
 
 #: Rows of the synthetic warm-up data.
@@ -110,6 +112,9 @@ def _fit_variant(variant):
         InstrumentalForest(n_estimators=4, nuisance_estimators=4, random_state=0).fit(X, t, y + t, z, comm=comm)
     elif variant == "regression":
         RegressionForest(n_estimators=4, random_state=0).fit(X, y, comm=comm)
+    elif variant == "probability":
+        from forest import ProbabilityForest
+        ProbabilityForest(n_estimators=4, random_state=0).fit(X, np.digitize(y, [-0.5, 0.5]), comm=comm)
     elif variant == "quantile":
         from forest import QuantileForest
         QuantileForest(n_estimators=4, random_state=0).fit(X, y, comm=comm).predict(X[:10])
