@@ -149,12 +149,18 @@ def test_regression_and_instrumental_forests_tune():
 def test_tuning_is_the_same_at_any_rank_count(comm):
     X, W, Y = _causal(300, seed=5)
     lo, hi = len(W) * comm.rank // comm.size, len(W) * (comm.rank + 1) // comm.size
-    kw = dict(n_estimators=30, random_state=2, tune_parameters=["min_samples_leaf", "max_samples", "alpha"],
+    kw = dict(n_estimators=30, random_state=2, tune_parameters=["min_samples_leaf", "max_samples", "alpha", "nuisance"],
               tune_num_trees=8, tune_num_reps=4, tune_num_draws=40)
     dist = CausalForest(**kw).fit(X[lo:hi], W[lo:hi], Y[lo:hi], comm=comm)
     ref = CausalForest(**kw).fit(X, W, Y, comm=SELF)
     assert dist.tuned_params_ == ref.tuned_params_
     np.testing.assert_allclose(dist.tuning_["errors"], ref.tuning_["errors"], rtol=1e-12)
+    # the centring choice: both R-losses (sums over the ranks' rows) and the winner
+    got, want = dist.tuning_["centring"], ref.tuning_["centring"]
+    assert want is not None and got["model"] == want["model"] and got["candidates"] == want["candidates"]
+    for name in ("forest", "local linear"):
+        assert got["r_loss"][name] == pytest.approx(want["r_loss"][name], rel=1e-12)
+    np.testing.assert_allclose(dist._oob_rows_.y_hat, ref._oob_rows_.y_hat[lo:hi], rtol=0, atol=1e-12)
     np.testing.assert_allclose(dist.predict(X), ref.predict(X), rtol=0, atol=1e-12)   # as a plain fit
 
 
