@@ -416,16 +416,20 @@ class ForestSpec:
     held_trees: int = 0  # trees held at once when fewer than n_trees (tuning drops each small forest)
 
 
-def _tuning_spec(prm, main):
+def _tuning_spec(prm, main, centring=False):
     """The small forests of ``tune_parameters`` (:mod:`forest.estimators.tuning`) as one forest, or none.
 
     The probe, ``tune_num_reps`` draws and the refitted winner, each ``tune_num_trees``
     trees (an effect forest's two halves of half as many), with out-of-bag estimates;
     priced at the given parameters (the draws' leaf sizes and sample fractions vary around them).
+    ``centring``: the causal forest's centring choice is tuned (``"all"`` or ``"nuisance"``);
+    it fits ``tune_num_trees`` more trees where a local linear correction is a candidate, which
+    depends on the data, so the plan prices the upper bound (the corrections' out-of-bag pass
+    over the nuisance forests is not priced).
     """
     if prm.get("tune_parameters") is None:
         return []
-    n_trees = (int(prm["tune_num_reps"]) + 2) * int(prm["tune_num_trees"])
+    n_trees = (int(prm["tune_num_reps"]) + 2 + int(centring)) * int(prm["tune_num_trees"])
     # held at once: the probe (its nuisance forests' centring) and the candidate being scored
     return [dataclasses.replace(main, n_trees=n_trees, oob=True, progress=False,
                                 held_trees=2 * int(prm["tune_num_trees"]))]
@@ -462,7 +466,9 @@ def forest_specs(workload):
                       CausalCriterion(workload.n_treatments, workload.n_outcomes, rows_are_weights=unit).n_channels,
                       True,
                       workload.entry == "cli")
-    return ([] if workload.nuisance_given else nuisance) + _tuning_spec(prm, main) + [main]
+    spec = prm.get("tune_parameters")
+    centring = not workload.nuisance_given and spec is not None and (spec == "all" or "nuisance" in list(spec))
+    return ([] if workload.nuisance_given else nuisance) + _tuning_spec(prm, main, centring) + [main]
 
 
 def forest_geometry(workload, spec, constants=None):

@@ -219,3 +219,10 @@ def test_tuning_prices_its_small_forests():
     assert cm.predict(tuned, 1).seconds > cm.predict(plain, 1).seconds
     causal = cm.forest_specs(cm.Workload("causal", 10_000, 5, dict(base, tune_parameters=["alpha"])))
     assert [s.family for s in causal] == ["regression", "regression", "causal", "causal"]
+    assert causal[2].n_trees == (8 + 2) * 20
+    # the causal forest's centring choice (part of "all", or "nuisance"): one more pair of halves, at most
+    for spec in ("all", ["alpha", "nuisance"]):
+        assert cm.forest_specs(cm.Workload("causal", 10_000, 5, dict(base, tune_parameters=spec)))[2].n_trees == \
+            (8 + 3) * 20
+    given = cm.forest_specs(cm.Workload("causal", 10_000, 5, dict(base, tune_parameters="all"), nuisance_given=True))
+    assert given[0].n_trees == (8 + 2) * 20  # no forest-made centring to correct
