@@ -258,6 +258,33 @@ class LocalLinearMixin(_LocalLinearBase):
         layout = _TrainingLayout(self, self._source_from(Xt, sample_weight, clusters, comm))
         return self._tune_regression(layout, Xt[:, columns], y, grid, weight_penalty, sample_weight, comm)
 
+    def tune_local_linear_on_fit_rows(self, X_train, y_train, *, lambdas, weight_penalty=False, sample_weight=None,
+                                      comm=None):
+        """:meth:`tune_local_linear` on the rows of this process's own fit, as that fit laid them out.
+
+        For a forest fitted inside a larger fit and never saved, such as the causal forest's
+        nuisance forests when tuning chooses their centring (:mod:`forest.estimators.tuning`):
+        they keep their fit's codes, weights and clusters (``_weights_source_``) but no
+        training-data fingerprint, so ``X_train`` (the fit's own rows, each rank its block, with
+        the fit's ``sample_weight``) is not checked against one. Every feature is a correction
+        variable. Collective.
+
+        Returns
+        -------
+        forest.analysis.local_linear.LambdaPath
+            Its ``oob_predictions``: ``(n, len(lambdas))``, or ``(n, len(lambdas), k)`` for
+            ``k`` outputs.
+        """
+        comm = world() if comm is None else comm
+        source = getattr(self, "_weights_source_", None)
+        with collective_checks(comm):
+            if source is None:
+                raise ValueError("this forest keeps no rows of its fit (a loaded model, or the fit's state was "
+                                 "dropped); use tune_local_linear with the training rows")
+            _, Xt, y, columns = self._regression_inputs(None, X_train, y_train, None, sample_weight)
+        return self._tune_regression(_TrainingLayout(self, source), Xt[:, columns], y, lambdas, weight_penalty,
+                                     sample_weight, comm)
+
     def _regression_inputs(self, X, X_train, y_train, variables, sample_weight):
         """Validated ``(Xq or None, X_train, y (n, k), correction columns)`` (inside collective checks)."""
         check_is_fitted(self, "estimators_")

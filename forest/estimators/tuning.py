@@ -83,8 +83,6 @@ from native import collectives as col
 
 from forest.analysis.kriging import fit_kriging, predict_kriging
 from forest.analysis.local_linear import LAMBDA_PATH
-from forest.collective_checks import collective_checks
-from forest.estimators.local_linear import _TrainingLayout
 
 
 def _min_size(u, n, d):
@@ -306,14 +304,11 @@ class _Tuner:
             if args.get("X") is None:
                 choice["reason"] = "binned input: the correction needs the features' values"
                 continue
-            forest = getattr(first, attr)
             try:
-                # tune_local_linear's work on the rows the nuisance forest grew on (its fit's own
-                # codes and weights: it keeps no fingerprint to check rows passed again against)
-                with collective_checks(self.comm):
-                    _, Xt, y, columns = forest._regression_inputs(None, args["X"], target, None, weight)
-                path = forest._tune_regression(_TrainingLayout(forest, forest._weights_source_), Xt[:, columns], y,
-                                               NUISANCE_LAMBDAS, False, weight, self.comm)
+                # on the rows the nuisance forest grew on (it keeps no fingerprint to check rows
+                # passed again against)
+                path = getattr(first, attr).tune_local_linear_on_fit_rows(
+                    args["X"], target, lambdas=NUISANCE_LAMBDAS, sample_weight=weight, comm=self.comm)
             except ValueError as exc:      # raised alike on every rank (collective checks)
                 choice["reason"] = str(exc)
                 continue

@@ -122,3 +122,23 @@ def test_same_predictions_for_any_rank_count(comm):
     got = dist.predict_local_linear(Xq[ql], X[sl], y[sl], sample_weight=w[sl], comm=comm)
     want = ref.predict_local_linear(Xq, X, y, sample_weight=w, comm=SELF)[ql]
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_tuning_on_the_fits_own_rows_equals_tuning_on_rows_passed_again(tmp_path):
+    """tune_local_linear_on_fit_rows (no fingerprint check: the rows as the fit laid them out)
+    gives tune_local_linear's path on the same rows; a loaded model has no fit rows to use."""
+    from forest.io import model_io
+
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(400, 3))
+    y = _poly(X) + 0.5 * rng.normal(size=400)
+    w = rng.uniform(0.5, 2.0, 400)
+    rf = RegressionForest(30, random_state=1).fit(X, y, sample_weight=w, comm=SELF)
+    grid = (0.01, 0.1, 1.0)
+    own = rf.tune_local_linear_on_fit_rows(X, y, lambdas=grid, sample_weight=w, comm=SELF)
+    again = rf.tune_local_linear(X, y, lambdas=grid, sample_weight=w, comm=SELF)
+    np.testing.assert_array_equal(own.oob_predictions, again.oob_predictions)
+    assert own.oob_predictions.shape == (400, 3)
+    model_io.save(rf, tmp_path / "rf.model")
+    with pytest.raises(ValueError, match="keeps no rows of its fit"):
+        model_io.load(tmp_path / "rf.model").tune_local_linear_on_fit_rows(X, y, lambdas=grid, comm=SELF)
