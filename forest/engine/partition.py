@@ -215,19 +215,10 @@ def _partition_blocks_parallel(rows, scratch, lo, hi, binned, f, thr, ml, missin
 @kernel
 def _partition_table(rows, scratch, lo, hi, binned, f, table):
     # A categorical split: ``table[code]`` (0/1 per code, the missing bin included) says
-    # which side a row takes; branch-free as _partition_one.
-    nl = 0
-    nr = 0
-    codes = binned[f]
-    for i in range(lo, hi):
-        r = rows[i]
-        go = np.int64(table[codes[r]])
-        rows[lo + nl] = r
-        scratch[lo + nr] = r
-        nl += go
-        nr += 1 - go
-    for j in range(nr):
-        rows[lo + nl + j] = scratch[lo + j]
+    # which side a row takes. The block-parallel partition's row loop on one block, then
+    # its placement (one home for the loop; the extra copy of the left rows is sequential).
+    nl = _split_block_table(rows, scratch, lo, hi, binned, f, table)
+    _place_block(rows, scratch, lo, hi, nl, lo, lo + nl)
     return nl
 
 
