@@ -427,16 +427,21 @@ class VarianceCriterion(Criterion):
         y : array-like, shape (n,) or (n, n_targets)
         sample_weight : array-like, shape (n,), optional
         """
-        y = as_columns(y)
-        if y.shape[1] != self.n_targets:
-            raise ValueError(f"expected {self.n_targets} targets, got y of shape {y.shape}")
-        w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        y, w = self._targets_and_weight(y, sample_weight)
         out = np.empty((len(y), self.n_channels), dtype=np.float64)
         out[:, 0] = w
         out[:, 1:1 + self.n_targets] = w[:, None] * y
         if self.count_channel:
             out[:, -1] = 1.0
         return out
+
+    def _targets_and_weight(self, y, sample_weight):
+        """``(y (n, n_targets), w (n,))``: the targets checked and the weights (ones when None)."""
+        y = as_columns(y)
+        if y.shape[1] != self.n_targets:
+            raise ValueError(f"expected {self.n_targets} targets, got y of shape {y.shape}")
+        w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        return y, w
 
     def _score(self, stats):
         w = stats[..., 0]

@@ -34,7 +34,6 @@ from collections import namedtuple
 
 import numpy as np
 
-from forest._validation import as_columns
 from forest.criteria.basic import VarianceCriterion
 from forest.criteria.compiled import CompiledCriterion, register
 from histogram.jit import compiled_only
@@ -77,10 +76,7 @@ class OneHotCriterion(VarianceCriterion):
         sample_weight : array-like, shape (n,), optional
             All ones (the criterion is for unit weights).
         """
-        y = as_columns(y)
-        if y.shape[1] != self.n_targets:
-            raise ValueError(f"expected {self.n_targets} targets, got y of shape {y.shape}")
-        w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        y, w = self._targets_and_weight(y, sample_weight)
         out = np.empty((len(y), self.n_channels), dtype=np.float64)
         out[:, 0] = w
         out[:, 1:] = w[:, None] * y[:, :-1]
