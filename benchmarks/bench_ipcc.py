@@ -109,14 +109,15 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--trees", type=int, default=500)
-    ap.add_argument("--min-node-size", type=int, default=None,
-                    help="grf's min.node.size semantics instead of min_samples_leaf (if the forest offers it)")
+    ap.add_argument("--min-samples-leaf", type=int, default=None,
+                    help="the causal forest's min_samples_leaf (default: its own, 5); CausalForest has no "
+                         "min_node_size (grf's rule is offered by the regression and probability forests)")
     ap.add_argument("--probe-above", type=float, default=0.85)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     os.environ.setdefault("NUMBA_NUM_THREADS", "2")
     warnings.simplefilter("ignore")
-    params = {} if args.min_node_size is None else {"min_node_size": args.min_node_size}
+    params = {} if args.min_samples_leaf is None else {"min_samples_leaf": args.min_samples_leaf}
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         r = one_seed(seed, args.trees, **params)
