@@ -145,3 +145,14 @@ def test_add_leaf_values_matches_reference(rng, monkeypatch, parallel):
         np.testing.assert_array_equal(raw, want)
     finally:
         numba.set_num_threads(old)
+
+
+def test_numeric_side_table_is_the_threshold_rule():
+    from forest.engine.routing import goes_left_codes
+
+    for missing_bin in (8, 255, 1000):
+        codes = np.arange(missing_bin + 1)
+        for thr in (0, missing_bin // 2, missing_bin - 1):
+            for ml in (0, 1):
+                np.testing.assert_array_equal(P.numeric_side_table(thr, ml, missing_bin),
+                                              goes_left_codes(codes, thr, ml, missing_bin).astype(np.uint8))
