@@ -31,8 +31,6 @@ PARALLEL_BLOCKS_MIN_ROWS = 1 << 17
 #: call, 2 threads vs serial on a loaded 2-core machine, 31 leaves: 50k rows 101 vs 134 us,
 #: 100k 193 vs 300 us, 200k 360 vs 720 us (boosting calls it once per tree).
 _PARALLEL_LEAF_VALUES_MIN_ROWS = 1 << 16
-#: The empty side table: :func:`_partition_blocks_parallel` then applies a numeric threshold.
-_NO_TABLE = np.zeros(0, dtype=np.uint8)
 
 
 @kernel
@@ -161,22 +159,20 @@ def _place_block(rows, scratch, a, b, nl, left_dst, right_dst):
 
 
 @kernel(parallel=True)
-def _partition_blocks_parallel(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin, n_blocks, table):
+def _partition_blocks_parallel(rows, scratch, lo, hi, binned, f, table, n_blocks):
     # Pass 1: each block splits its rows once into its own slice of scratch (codes are
     # read once). Pass 2: each block copies its left and right rows to their final
     # offsets (prefix sums of the block counts); destinations are disjoint and the
     # sources are in scratch, so the blocks never race. Stable: blocks are in row order
     # and each keeps its rows' order. The block bodies are separate serial functions
     # (inline row loops were turned ~40x slower by Numba's parfor pass, see below).
-    # ``table`` (uint8, one entry per code, see side_table) is a categorical split's; empty,
-    # the numeric split (thr, ml) is tabulated here (numeric_side_table).
+    # ``table``: the split's side per code (side_table, numeric_side_table).
     n = hi - lo
     size = (n + n_blocks - 1) // n_blocks
     counts = zeros(n_blocks, np.int64)
-    sides = table if table.shape[0] > 0 else numeric_side_table(thr, ml, missing_bin)
     for c in numba.prange(n_blocks):
         a = min(hi, lo + c * size)
-        counts[c] = _split_block(rows, scratch, a, min(hi, a + size), binned, f, sides)
+        counts[c] = _split_block(rows, scratch, a, min(hi, a + size), binned, f, table)
     left_off = zeros(n_blocks, np.int64)
     right_off = zeros(n_blocks, np.int64)
     total_left = 0
@@ -344,16 +340,11 @@ def partition_segment(rows, scratch, lo, hi, binned, feature, bin_threshold, mis
     blocks = threads > 1 and hi - lo >= (PARALLEL_BLOCKS_MIN_ROWS if parallel_min_rows is None else parallel_min_rows)
     if bin_threshold == CATEGORICAL_SPLIT:
         table = side_table(cat_bits, missing_left, int(missing_bin))
-        if blocks:
-            return int(_partition_blocks_parallel(rows, scratch, int(lo), int(hi), binned, int(feature), 0, 0,
-                                                  int(missing_bin), threads, table))
-        return int(_partition_table(rows, scratch, int(lo), int(hi), binned, int(feature), table))
+    else:
+        table = numeric_side_table(int(bin_threshold), int(bool(missing_left)), int(missing_bin))
     if blocks:
-        return int(_partition_blocks_parallel(rows, scratch, int(lo), int(hi), binned, int(feature),
-                                              int(bin_threshold), int(bool(missing_left)), int(missing_bin),
-                                              threads, _NO_TABLE))
-    return int(_partition_one(rows, scratch, int(lo), int(hi), binned, int(feature), int(bin_threshold),
-                              int(bool(missing_left)), int(missing_bin)))
+        return int(_partition_blocks_parallel(rows, scratch, int(lo), int(hi), binned, int(feature), table, threads))
+    return int(_partition_table(rows, scratch, int(lo), int(hi), binned, int(feature), table))
 
 
 def partition_rows_reference(rows, starts, stops, binned, features, bin_thresholds, missing_left, missing_bin,

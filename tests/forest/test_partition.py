@@ -86,8 +86,8 @@ def test_partition_blocks_matches_reference(rng, n_blocks):
         ref_rows, ref_left = P.partition_rows_reference(base, [lo], [hi], codes, [f], [thr], [ml], missing_bin)
         got = base.copy()
         scratch = np.full(n, -1, dtype=np.int32)
-        n_left = P._partition_blocks_parallel(got, scratch, lo, hi, codes, f, thr, int(ml), missing_bin, n_blocks,
-                                               P._NO_TABLE)
+        n_left = P._partition_blocks_parallel(got, scratch, lo, hi, codes, f,
+                                               P.numeric_side_table(thr, int(ml), missing_bin), n_blocks)
         assert n_left == ref_left[0]
         np.testing.assert_array_equal(got, ref_rows)
 
@@ -114,7 +114,7 @@ def test_categorical_partition_blocks_match_reference(rng, dtype, n_blocks):
         np.testing.assert_array_equal(table, P.side_table_reference(bits, ml, missing_bin))
         got = base.copy()
         scratch = np.full(n, -1, dtype=np.int32)
-        n_left = P._partition_blocks_parallel(got, scratch, lo, hi, codes, f, 0, 0, missing_bin, n_blocks, table)
+        n_left = P._partition_blocks_parallel(got, scratch, lo, hi, codes, f, table, n_blocks)
         assert n_left == ref_left[0]
         np.testing.assert_array_equal(got, ref_rows)
         got = base.copy()  # and through partition_segment's block branch
