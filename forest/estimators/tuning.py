@@ -357,9 +357,10 @@ class _Tuner:
         plain_b = self._small({}, 1, self.later)
         later = {**self.later, **corrected}
         a, b = self._small({}, 0, later), self._small({}, 1, later)
+        plain = first._tuning_residuals(self.later)        # (Y - m, W - e, tau, weight), forests' centring
+        tau_plain_b = plain_b._tuning_residuals(self.later)[2]
         yc, wc, tau_a, weight = a._tuning_residuals(later)
-        losses = [self._r_loss(yc, wc, first._tuning_residuals(self.later)[2],
-                               plain_b._tuning_residuals(self.later)[2], weight),
+        losses = [self._r_loss(yc, wc, plain[2], tau_plain_b, weight),
                   self._r_loss(yc, wc, tau_a, b._tuning_residuals(later)[2], weight)]
         use = bool(losses[1] < losses[0])
         self.centring = {"model": "local linear" if use else "forest", "reference": "local linear",
@@ -371,8 +372,7 @@ class _Tuner:
             return losses[1]                 # the reference is this centring: error({}) on it
         for name in corrected:
             self.nuisance[name].update(model="forest", ll_lambda=None)
-        yc, wc, tau_a, weight = first._tuning_residuals(self.later)
-        return self._r_loss(yc, wc, tau_a, plain_b._tuning_residuals(self.later)[2], weight)
+        return self._r_loss(plain[0], plain[1], plain[2], tau_plain_b, plain[3])
 
     def _r_loss(self, yc, wc, tau_a, tau_b, weight):
         """Debiased R-loss of the half forests' mean effect (module docstring), global mean."""
