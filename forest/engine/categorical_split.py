@@ -68,50 +68,72 @@ _INSERTION_MAX_BINS = 256
 
 
 @compiled_only
-def _sort_present(hist, n, f, keys, kk, order):
+def _sort_present(hist, n, f, nbf, keys, kk, order, spare):
     """The present categories of node ``n``, feature ``f`` into ``order[:npres]`` by key, ties by
-    code (a stable merge sort): the insertion sort's order. Returns ``npres``."""
-    nv = hist.shape[2] - 1
+    code (a stable merge sort): the insertion sort's order; categories are the bins below ``nbf``.
+    Returns ``npres``.
+
+    Only the categories of finite key are sorted; those of non-finite key (every one that
+    counts as infinite: boosting's categories under ``min_data_per_group`` rows) follow in
+    code order, which is where the stable sort of the keys with them as ``inf`` put them.
+    At a deep node most of a wide column's present categories are such (issue 32's design:
+    ~570 present, ~40 finite at 1,000 levels), so the sort shrinks ~14x. ``spare`` is an
+    int64 scratch of ``hist.shape[2] - 1`` elements.
+    """
     c = hist.shape[3]
-    npres = 0
-    for b in range(nv):
+    nfin = 0
+    ninf = 0
+    for b in range(nbf):
         present = False
         for k in range(c):
             if hist[n, f, b, k] != 0.0:
                 present = True
         if present:
             key = keys[b]
-            if not np.isfinite(key):
-                key = np.inf
-            kk[npres] = key
-            order[npres] = b
-            npres += 1
-    perm = np.argsort(kk[:npres], kind="mergesort")
-    codes = order[:npres].copy()
-    for i in range(npres):
+            if np.isfinite(key):
+                kk[nfin] = key
+                order[nfin] = b
+                nfin += 1
+            else:
+                spare[ninf] = b
+                ninf += 1
+    perm = np.argsort(kk[:nfin], kind="mergesort")
+    codes = order[:nfin].copy()
+    for i in range(nfin):
         order[i] = codes[perm[i]]
-    return npres
+    for i in range(ninf):
+        order[nfin + i] = spare[i]
+    return nfin + ninf
 
 
 @kernel
-def _permute_kernel(hist, cat_index, keys, out, orders):
+def _permute_kernel(hist, cat_index, keys, out, orders, nb):
     """:func:`category_orders` and the gather of :func:`permute_categories` in one pass.
 
     Boosting searches one or two nodes per call, where NumPy's per-call costs (lexsort,
     take_along_axis, temporaries) were most of the categorical search (measured ~190 us of
     ~450 us per call on 7 features x 256 bins).
+
+    ``nb (F,)``: feature ``f``'s categories are the bins below ``nb[f]`` (at most the
+    ``B`` value bins); the bins from ``nb[f]`` on never hold rows, so they are the last of
+    the empty categories in code order and are neither read nor gathered: ``out`` must
+    already hold ``hist``'s values (zeros) there. With wide codes every feature's axis is
+    as wide as the widest column (1,001 bins for a 1,000-level one), and a 200-level
+    column's scan of 1,000 bins was most of its cost.
     """
     n_nodes = hist.shape[0]
     nv = hist.shape[2] - 1
     c = hist.shape[3]
     kk = np.empty(nv, np.float64)
+    spare = np.empty(nv, np.int64)
     for n in range(n_nodes):
         for j in range(cat_index.shape[0]):
             f = cat_index[j]
+            nbf = min(nb[f], nv)
             npres = 0
-            if nv > _INSERTION_MAX_BINS:
-                npres = _sort_present(hist, n, f, keys[n, j], kk, orders[n, j])
-            for b in range(nv if nv <= _INSERTION_MAX_BINS else 0):
+            if nbf > _INSERTION_MAX_BINS:
+                npres = _sort_present(hist, n, f, nbf, keys[n, j], kk, orders[n, j], spare)
+            for b in range(nbf if nbf <= _INSERTION_MAX_BINS else 0):
                 present = False
                 for k in range(c):
                     if hist[n, f, b, k] != 0.0:
@@ -129,7 +151,7 @@ def _permute_kernel(hist, cat_index, keys, out, orders):
                     orders[n, j, i] = b
                     npres += 1
             i = npres
-            for b in range(nv):
+            for b in range(nbf):
                 present = False
                 for k in range(c):
                     if hist[n, f, b, k] != 0.0:
@@ -137,7 +159,9 @@ def _permute_kernel(hist, cat_index, keys, out, orders):
                 if not present:
                     orders[n, j, i] = b
                     i += 1
-            for i in range(nv):
+            for b in range(nbf, nv):
+                orders[n, j, b] = b
+            for i in range(nbf):
                 b = orders[n, j, i]
                 for k in range(c):
                     out[n, f, i, k] = hist[n, f, b, k]
@@ -170,7 +194,7 @@ def permute_categories(hist, categorical, keys_fn):
     keys = np.ascontiguousarray(keys_fn(hist[:, cat_index, :nv, :]), dtype=np.float64)
     permuted = hist.copy()
     orders = np.empty(keys.shape, dtype=np.int64)
-    _permute_kernel(hist, cat_index.astype(np.int64), keys, permuted, orders)
+    _permute_kernel(hist, cat_index.astype(np.int64), keys, permuted, orders, np.full(hist.shape[1], nv, np.int64))
     return permuted, orders, cat_index
 
 

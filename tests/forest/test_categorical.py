@@ -221,6 +221,73 @@ def test_compiled_newton_categorical_search_equals_numpy_branch(k, cat_l2, use_c
     np.testing.assert_array_equal(fast.cat_bits, ref.cat_bits)
 
 
+@pytest.mark.parametrize("use_count", [True, False])
+def test_compiled_newton_categorical_search_on_a_wide_bin_axis(use_count):
+    """A bin axis wider than the insertion sort's (wide codes: every feature as wide as a
+    1,000-level column), categorical features with fewer categories than the axis, and many
+    categories under min_data_per_group (infinite keys, placed after the sorted finite ones):
+    the fused kernel still gives the NumPy branch's result bit for bit."""
+    rng = np.random.default_rng(7)
+    missing_bin, n_nodes, n_features = 400, 12, 4
+    nb = np.array([400, 40, 300, 60])
+    categorical = np.array([True, True, True, False])
+    hist = np.zeros((n_nodes, n_features, missing_bin + 1, 2))
+    for n in range(n_nodes):
+        for f in range(n_features):
+            present = rng.random(nb[f]) < 0.6
+            m = rng.integers(1, 200, nb[f]) * present
+            hist[n, f, :nb[f], 0] = rng.normal(size=nb[f]) * m + (np.arange(nb[f]) % 5) * m * 0.1
+            hist[n, f, :nb[f], 1] = rng.uniform(0.1, 0.3, size=nb[f]) * m
+    parent = hist[:, 0].sum(axis=1)
+    for f in range(1, n_features):
+        hist[:, f, missing_bin] = np.maximum(parent - hist[:, f].sum(axis=1), 0.0)
+    parent = hist[:, 0].sum(axis=1)
+    count = hist[:, 0, :, 1].sum(axis=1) * 4.0 if use_count else None
+    args = dict(l2_regularization=0.5, min_samples_leaf=3, min_child_weight=0.2, cat_smooth=2.0, cat_l2=10.0,
+                min_data_per_group=60)
+    fast = find_best_splits(hist, parent, NewtonCriterion(1, **args), nb, missing_bin, parent_count=count,
+                            categorical=categorical)
+    slow = find_best_splits(hist, parent, _NumpyCategoricalNewton(1, **args), nb, missing_bin, parent_count=count,
+                            categorical=categorical)
+    for name in ("feature", "bin", "missing_left", "gain", "left_stats", "right_stats", "cat_bits"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
+    assert (fast.bin == CATEGORICAL_SPLIT).sum() >= 2
+    if use_count:  # some categories have infinite keys (fewer than 60 rows at this node)
+        rows = hist[:, :3, :, 1] * (count / parent[:, 1])[:, None, None]
+        assert ((rows > 0) & (rows < 60)).any() and (rows >= 60).any()
+
+
+@pytest.mark.parametrize("missing_bin", [40, 400])
+def test_permute_kernel_orders_equal_category_orders(missing_bin):
+    """The compiled order and gather (insertion sort up to 256 bins, else the sort of the finite
+    keys followed by the non-finite ones) against the NumPy :func:`category_orders`, with
+    infinite and NaN keys, ties, empty categories and features of fewer categories than the
+    bin axis (wide codes)."""
+    from forest.engine.categorical_split import _permute_kernel, category_orders
+
+    rng = np.random.default_rng(missing_bin)
+    n_nodes, n_features, c = 5, 3, 2
+    nb = np.array([missing_bin, missing_bin // 3, missing_bin // 2], dtype=np.int64)
+    cat_index = np.array([0, 1, 2], dtype=np.int64)
+    hist = np.zeros((n_nodes, n_features, missing_bin + 1, c))
+    for f in range(n_features):
+        present = rng.random((n_nodes, nb[f])) < 0.6
+        hist[:, f, :nb[f]] = rng.integers(1, 5, (n_nodes, nb[f], c)) * present[..., None]
+    hist[:, :, missing_bin] = 1.0
+    keys = rng.integers(0, 6, (n_nodes, n_features, missing_bin)).astype(np.float64)  # many ties
+    keys[rng.random(keys.shape) < 0.3] = np.inf
+    keys[rng.random(keys.shape) < 0.05] = np.nan
+    keys[rng.random(keys.shape) < 0.05] = -np.inf
+    out = hist.copy()
+    orders = np.empty((n_nodes, n_features, missing_bin), dtype=np.int64)
+    _permute_kernel(hist, cat_index, keys, out, orders, nb)
+    want = category_orders(hist[:, :, :missing_bin], keys)
+    np.testing.assert_array_equal(orders, want)
+    gathered = np.take_along_axis(hist[:, :, :missing_bin], want[..., None], axis=2)
+    np.testing.assert_array_equal(out[:, :, :missing_bin], gathered)
+    np.testing.assert_array_equal(out[:, :, missing_bin], hist[:, :, missing_bin])
+
+
 def test_sorted_scan_finds_the_best_subset_for_one_target():
     """Fisher: with squared error, the best subset is a prefix of the categories sorted by mean."""
     rng = np.random.default_rng(9)
