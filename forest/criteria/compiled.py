@@ -44,6 +44,35 @@ All are Numba-compilable functions whose first argument is the record ``p``:
     be the per-category estimate whose squared deviations the criterion rewards:
     the mean outcome (variance), the mean GRF pseudo-outcome (causal, instrumental).
     Default: 0 for every category (their code order: what integer codes would give).
+Row classes (optional, all five together; not with ``sides_ok`` / ``right_exhausted``)
+    For a criterion whose rows can carry only ``G`` distinct channel vectors (the
+    probability forest's one-hot classes) and whose gain depends on a side's class
+    counts ``cnt (G,)`` only through its rows ``n`` and ``q2 = sum_g cnt_g**2`` (a Gini-type
+    score). The subtree kernel's sorted-code scan then counts rows per class, keeps
+    ``q2`` of both sides by integer updates, and scores a candidate from
+    ``(n, class_side)`` pairs instead of adding ``C`` channels per row and writing ``C``
+    sums per side (:mod:`forest.engine.local_growth`). The trees must not change:
+
+    ``n_row_classes(p, n)``
+        ``G`` for a subtree of up to ``n`` rows, or 0 where the pieces below would not be
+        exact for that many rows (the kernel then adds channels, as without the pieces).
+    ``row_class(p, ch, i)``
+        The class ``0..G-1`` of row ``i`` of ``ch (m, C)``, or -1 when that row is none of
+        them (its subtree adds channels).
+    ``class_sums(p, cnt, n, out)``
+        The channel sums of ``n`` rows, ``cnt[g]`` of class ``g``, into ``out (C,)``: bit
+        for bit what adding the rows' channels in any order gives (exact sums).
+    ``class_side(p, q2, n)``
+        A side's statistic from its rows ``n`` and ``q2`` (integers).
+    ``class_gains(p, st, consts, out, row, n)``
+        As ``gains``, from ``st (4, >= n)``: per candidate ``i`` the left side's rows (as a
+        float) ``st[0, i]`` and ``class_side`` ``st[1, i]``, the right side's ``st[2, i]``
+        and ``st[3, i]`` (rows of contiguous numbers, so a branch-free loop vectorises):
+        must equal ``gains`` on the candidates' channel sums bit for bit (tests compare).
+        Compiled with NumPy's error model (division by zero gives inf, no exception check).
+
+    The scan does not call ``sides_ok`` / ``right_exhausted``, hence the exclusion. Not
+    given: ``n_row_classes`` is 0 and the kernels compile to the channel scan alone.
 
 and, as plain numbers on the :class:`CompiledCriterion` it returns from its
 ``compiled()`` method: ``weight_channel`` (the channel ``node_weight`` reads; growth
@@ -112,7 +141,8 @@ from numba.extending import overload
 
 from histogram.jit import WRAPPERLESS, kernel
 
-_Pieces = namedtuple("_Pieces", ["prepare", "gains", "sides_ok", "right_exhausted", "bin_key"])
+_Pieces = namedtuple("_Pieces", ["prepare", "gains", "sides_ok", "right_exhausted", "bin_key", "n_row_classes",
+                                 "row_class", "class_sums", "class_side", "class_gains"])
 
 #: Record class -> its pieces (plain Python functions; the overloads below compile each
 #: once per signature, with :data:`_PIECE_OPTIONS`).
@@ -138,7 +168,28 @@ def _code_order_key(p, stats, i, consts):
     return 0.0
 
 
+def _no_row_classes(p, n):
+    return 0
+
+
+def _no_row_class(p, ch, i):
+    return -1
+
+
+def _no_class_sums(p, cnt, n, out):
+    pass
+
+
+def _no_class_side(p, q2, n):
+    return 0.0
+
+
+def _no_class_gains(p, st, consts, out, row, n):
+    pass
+
+
 def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=None, bin_key=None,
+             n_row_classes=None, row_class=None, class_sums=None, class_side=None, class_gains=None,
              shares_kernels=True):
     """Register a criterion's compiled pieces under its parameter-record class.
 
@@ -151,6 +202,8 @@ def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=Non
         Numba-compilable functions (jitted or plain), see the module docstring, with
         the entry points' argument names (Numba's overloads require them).
     sides_ok, right_exhausted, bin_key : callable, optional
+    n_row_classes, row_class, class_sums, class_side, class_gains : callable, optional
+        All five or none; not with ``sides_ok`` or ``right_exhausted`` (module docstring).
     shares_kernels : bool, default True
         Whether a forest whose main criterion this is may share its kernels' specialisation
         with its nuisance forests (:func:`shared_specialisation`). False where the shared
@@ -158,8 +211,20 @@ def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=Non
     """
     if not (isinstance(record_class, type) and issubclass(record_class, tuple) and hasattr(record_class, "_fields")):
         raise TypeError(f"record_class must be a namedtuple class, got {record_class!r}")
+    classes = (n_row_classes, row_class, class_sums, class_side, class_gains)
+    if any(x is not None for x in classes):
+        if any(x is None for x in classes):
+            raise TypeError(f"{record_class.__name__}: the five row-class pieces go together")
+        if sides_ok is not None or right_exhausted is not None:
+            raise TypeError(f"{record_class.__name__}: the class-count scan does not call sides_ok or "
+                            "right_exhausted; a criterion with row classes cannot give them")
+        _ROW_CLASSES.add(record_class)
+    else:
+        _ROW_CLASSES.discard(record_class)
     pieces = _Pieces(_py(prepare), _py(gains), _py(sides_ok or _sides_always), _py(right_exhausted or _never_exhausted),
-                     _py(bin_key or _code_order_key))
+                     _py(bin_key or _code_order_key), _py(n_row_classes or _no_row_classes),
+                     _py(row_class or _no_row_class), _py(class_sums or _no_class_sums),
+                     _py(class_side or _no_class_side), _py(class_gains or _no_class_gains))
     for name, piece in zip(_Pieces._fields, pieces):
         # Here rather than as a typing error deep inside the first kernel compile.
         expected = tuple(inspect.signature(globals()[name]).parameters)
@@ -174,6 +239,19 @@ def register(record_class, *, prepare, gains, sides_ok=None, right_exhausted=Non
 
 def is_registered(record_class):
     return record_class in _REGISTRY
+
+
+#: Record classes registered with the row-class pieces.
+_ROW_CLASSES = set()
+
+
+def has_row_classes(record_class):
+    """Whether ``record_class`` registered the row-class pieces (module docstring).
+
+    Kernels choose at typing time (by the record's class) whether to compile the
+    class-count scan at all (:mod:`forest.engine.local_growth`).
+    """
+    return record_class in _ROW_CLASSES
 
 
 def _pieces(p):
@@ -212,6 +290,31 @@ def bin_key(p, stats, i, consts):
     return _REGISTRY[type(p)].bin_key(p, stats, i, consts)
 
 
+def n_row_classes(p, n):
+    """Row classes of criterion record ``p`` for up to ``n`` rows (0: none; module docstring)."""
+    return _REGISTRY[type(p)].n_row_classes(p, n)
+
+
+def row_class(p, ch, i):
+    """Class of row ``i`` of ``ch``, or -1 (module docstring)."""
+    return _REGISTRY[type(p)].row_class(p, ch, i)
+
+
+def class_sums(p, cnt, n, out):
+    """Channel sums of ``n`` rows with class counts ``cnt`` into ``out`` (module docstring)."""
+    _REGISTRY[type(p)].class_sums(p, cnt, n, out)
+
+
+def class_side(p, q2, n):
+    """A side's statistic from its rows and summed squared class counts (module docstring)."""
+    return _REGISTRY[type(p)].class_side(p, q2, n)
+
+
+def class_gains(p, st, consts, out, row, n):
+    """Gains from the sides' rows and ``class_side`` in ``st`` into ``out[row, :n]`` (module docstring)."""
+    _REGISTRY[type(p)].class_gains(p, st, consts, out, row, n)
+
+
 #: How Numba compiles a piece behind the overloads: as histogram.jit.compiled_only does,
 #: without the Python and C wrappers nothing calls (a compile unit costs less without them).
 _PIECE_OPTIONS = WRAPPERLESS
@@ -240,6 +343,37 @@ def _ov_right_exhausted(p, n_r, cum, parent):
 @overload(bin_key, jit_options=_PIECE_OPTIONS)
 def _ov_bin_key(p, stats, i, consts):
     return _pieces(p).bin_key
+
+
+@overload(n_row_classes, jit_options=_PIECE_OPTIONS)
+def _ov_n_row_classes(p, n):
+    return _pieces(p).n_row_classes
+
+
+@overload(row_class, jit_options=_PIECE_OPTIONS)
+def _ov_row_class(p, ch, i):
+    return _pieces(p).row_class
+
+
+@overload(class_sums, jit_options=_PIECE_OPTIONS)
+def _ov_class_sums(p, cnt, n, out):
+    return _pieces(p).class_sums
+
+
+@overload(class_side, jit_options=_PIECE_OPTIONS)
+def _ov_class_side(p, q2, n):
+    return _pieces(p).class_side
+
+
+#: The class gains piece divides for every candidate and masks the failing ones, so it
+#: compiles with NumPy's error model (a division by zero gives inf, not an exception
+#: check per division): the checks kept LLVM from vectorising the loop.
+_CLASS_GAINS_OPTIONS = {**_PIECE_OPTIONS, "error_model": "numpy"}
+
+
+@overload(class_gains, jit_options=_CLASS_GAINS_OPTIONS)
+def _ov_class_gains(p, st, consts, out, row, n):
+    return _pieces(p).class_gains
 
 
 # ---------------------------------------------------------------------- one specialisation for two criteria

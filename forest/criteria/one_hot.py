@@ -26,6 +26,21 @@ One division per side
     1e-12 relative) does not already call them equal. Measured on the issue 34 benchmark
     (benchmarks/RESULTS.md, "ProbabilityForest (issue 34)").
 
+Rows by class, not by channels
+    A unit-weight row of class ``j`` carries one of ``K`` fixed channel vectors (``1``,
+    then ``hot`` in class ``j``'s channel and ``cold`` in the others, with
+    ``cold = (row_total - 1) / K`` and ``hot = cold + 1``: the one-hot coding shifted by
+    a common number). A side of ``n`` rows with ``cnt_j`` of class ``j`` has the class sums
+    ``S_j = cnt_j + n * cold`` (the last class's too), so
+    ``sum_j S_j**2 = q2 + n**2 (2 cold + K cold**2)`` with ``q2 = sum_j cnt_j**2``: the
+    row-class pieces of :mod:`forest.criteria.compiled` (``n_row_classes``, ``row_class``,
+    ``class_sums``, ``class_side``, ``class_gains``) let the subtree kernel's scan count rows
+    per class and score a candidate from ``(n, sum_j S_j**2)`` (integers times 0.25).
+    Where ``cold`` is a multiple of 0.5 (the ``+-0.5`` coding) and the rows few enough,
+    that is the exact value the channel pieces compute, so gains, sums and trees are
+    unchanged bit for bit; otherwise (``n_row_classes`` 0, or a row that is not such a
+    vector) the kernel adds channels as before.
+
 Only exact with unit weights (the probability forest uses the variance criterion with a
 count channel otherwise); the vectorised methods take any sums and compute what the
 compiled pieces compute, in the same order.
@@ -120,14 +135,35 @@ class OneHotCriterion(VarianceCriterion):
     def compiled(self):
         """Compiled pieces for the growth kernels (:class:`forest.criteria.compiled.CompiledCriterion`)."""
         record = OneHotRecord(self.n_targets, self.row_total, float(self.min_samples_leaf), self.min_weight_leaf,
-                              self.alpha, self.imbalance_penalty)
+                              self.alpha, self.imbalance_penalty, *_class_constants(self.n_targets, self.row_total))
         return CompiledCriterion(record, 0, self.min_samples_leaf, n_consts=2, size_channel=0)
 
 
 # ---------------------------------------------------------------------- compiled pieces
 #: Parameter record of :class:`OneHotCriterion` in the compiled kernels.
+#: ``hot`` / ``cold``: a class row's value in its own / another class's channel; ``class_coef``
+#: the integer ``8 cold + 4 K cold**2`` (``4 sum_j S_j**2 = 4 q2 + class_coef n**2``);
+#: ``class_bound``: a subtree of ``n`` rows takes the class scan where
+#: ``n**2 * class_bound < 2**52`` (0: never, the coding's sums are not exact).
 OneHotRecord = namedtuple("OneHotRecord", ["n_classes", "row_total", "min_samples_leaf", "min_weight_leaf", "alpha",
-                                           "imbalance_penalty"])
+                                           "imbalance_penalty", "hot", "cold", "class_coef", "class_bound"])
+
+
+def _class_constants(n_classes, row_total):
+    """``(hot, cold, class_coef, class_bound)`` of :data:`OneHotRecord` for ``K`` classes.
+
+    Exact where ``cold`` (hence ``hot``) is a multiple of 0.5: every class sum is then a
+    multiple of 0.5, its square of 0.25, and ``class_bound`` keeps both the integer
+    ``4 q2 + class_coef n**2`` and the channel pieces' float sum of squares (``K`` squares
+    of at most ``(n max|x|)**2``, in quarters) below 2**52.
+    """
+    cold = (float(row_total) - 1.0) / n_classes
+    hot = cold + 1.0
+    if not (np.isfinite(cold) and 2.0 * cold == np.round(2.0 * cold) and abs(cold) <= 2.0 ** 10):
+        return hot, cold, 0, 0.0
+    coef = int(round(8.0 * cold + 4.0 * n_classes * cold * cold))
+    big = max(abs(hot), abs(cold))
+    return hot, cold, coef, float(max(4 + abs(coef), 4.0 * n_classes * big * big))
 
 
 @compiled_only
@@ -186,4 +222,80 @@ def one_hot_bin_key(p, stats, i, consts):
     return key
 
 
-register(OneHotRecord, prepare=one_hot_prepare, gains=one_hot_gains_rows, bin_key=one_hot_bin_key)
+def one_hot_n_row_classes(p, n):
+    """``K`` row classes for subtrees of up to ``n`` rows where their sums are exact, else 0."""
+    nn = np.float64(n) * np.float64(n)
+    if p.class_bound > 0 and nn * p.class_bound < 2.0 ** 52:
+        return p.n_classes
+    return 0
+
+
+def one_hot_row_class(p, ch, i):
+    """The class ``j`` whose channel vector (weight 1, ``hot`` in channel ``1 + j``, ``cold``
+    elsewhere; the last class all ``cold``) row ``i`` of ``ch`` is, or -1 if none."""
+    if ch[i, 0] != 1.0:
+        return -1
+    j = p.n_classes - 1
+    for k in range(1, p.n_classes):
+        v = ch[i, k]
+        if v == p.hot and j == p.n_classes - 1:
+            j = k - 1
+        elif v != p.cold:
+            return -1
+    return j
+
+
+def one_hot_class_sums(p, cnt, n, out):
+    """Channel sums of ``n`` rows, ``cnt[j]`` of class ``j``: ``n``, then
+    ``cnt_j * hot + (n - cnt_j) * cold`` (exact, so the bits of adding the rows' channels;
+    summed from ``+0.0`` so an empty or balanced sum is ``+0.0`` as there)."""
+    out[0] = np.float64(n)
+    for k in range(1, p.n_classes):
+        a = cnt[k - 1]
+        s = 0.0
+        s += a * p.hot
+        s += (n - a) * p.cold
+        out[k] = s
+
+
+def one_hot_class_side(p, q2, n):
+    """``sum_j S_j**2`` of a side of ``n`` rows with ``q2 = sum_j cnt_j**2``: the integer
+    ``4 q2 + class_coef n**2`` (below 2**52, :func:`one_hot_n_row_classes`) times 0.25, exact."""
+    return np.float64(4 * q2 + p.class_coef * n * n) * 0.25
+
+
+def one_hot_class_gains(p, st, consts, out, row, n):
+    """:func:`one_hot_gains_rows` from the sides' rows and ``sum_j S_j**2`` (``st`` rows 0-3):
+    the same expression on the same (exact) squares, so the same bits. Branch-free (every
+    candidate's gain is computed, ``-inf`` replaces it where a constraint fails) and compiled
+    with NumPy's error model (:mod:`forest.criteria.compiled`), so LLVM vectorises the
+    divisions; a kept candidate has both sides' rows > 0, so no division by zero is kept."""
+    c0 = consts[0]
+    c1 = consts[1]
+    mw = p.min_weight_leaf
+    pen = p.imbalance_penalty
+    o = out[row]
+    wls = st[0]
+    sls = st[1]
+    wrs = st[2]
+    srs = st[3]
+    if pen > 0:
+        for i in range(n):
+            wl = wls[i]
+            wr = wrs[i]
+            ok = (wl > 0) & (wr > 0) & (wl >= mw) & (wr >= mw) & (wl >= c1) & (wr >= c1)
+            g = sls[i] / wl + srs[i] / wr - c0
+            g -= pen * (1.0 / wl + 1.0 / wr)
+            o[i] = g if ok else -np.inf
+    else:
+        for i in range(n):
+            wl = wls[i]
+            wr = wrs[i]
+            ok = (wl > 0) & (wr > 0) & (wl >= mw) & (wr >= mw) & (wl >= c1) & (wr >= c1)
+            g = sls[i] / wl + srs[i] / wr - c0
+            o[i] = g if ok else -np.inf
+
+
+register(OneHotRecord, prepare=one_hot_prepare, gains=one_hot_gains_rows, bin_key=one_hot_bin_key,
+         n_row_classes=one_hot_n_row_classes, row_class=one_hot_row_class, class_sums=one_hot_class_sums,
+         class_side=one_hot_class_side, class_gains=one_hot_class_gains)

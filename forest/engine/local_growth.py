@@ -26,7 +26,13 @@ The criterion
     (:mod:`forest.criteria.compiled`): it calls ``prepare`` once per node, ``gains``
     once per (node, feature) with that feature's candidates, and the ``sides_ok`` /
     ``right_exhausted`` count shortcuts while scanning. Growth settings travel as one
-    record (:data:`GrowthRecord`).
+    record (:data:`GrowthRecord`). A criterion with row classes (the probability
+    forest's one-hot criterion; the row-class pieces of :mod:`forest.criteria.compiled`)
+    scans by class instead (:func:`_class_scan`): per row a class count and two integer
+    updates rather than ``C`` channel adds, per candidate two (rows, statistic) pairs
+    rather than ``2 C`` sums, the same trees bit for bit. Measured on the issue 34 fit
+    (200k rows, one thread, interleaved in one process): benchmarks/RESULTS.md,
+    "ProbabilityForest (issue 34)".
 Same split rule as the histogram path (:mod:`forest.engine.splitting`)
     Of all histogram thresholds that give the same partition, the histogram search's
     tie rule picks the lowest bin, so only the present codes ``c`` (threshold
@@ -56,6 +62,7 @@ a slow pure-Python version used by tests.
 import numba
 import numpy as np
 from collections import namedtuple
+from numba.extending import overload
 
 from histogram.jit import arange, compiled_only, empty, kernel, zeros
 from forest.criteria import compiled as cc
@@ -161,6 +168,194 @@ def _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin,
         if n_node - n_l < min_rows or cc.right_exhausted(p, n_node - n_l, cum, parent):
             break
     return nc
+
+
+# ---------------------------------------------------------------------- class-count scan
+# For a criterion with row classes (forest.criteria.compiled's row-class pieces; the
+# probability forest's one-hot criterion) a scan subtree's rows get their class once, and
+# the scans count rows per class and keep both sides' summed squared class counts by
+# integer updates: a row costs one count and two integer updates instead of C channel
+# adds, and a candidate two (rows, statistic) pairs instead of 2 C sums, scored by the
+# criterion's class_gains (the same bits as its gains on the sums). The entry points
+# resolve by the record's class at typing time: for a criterion without the pieces each is
+# a stub (no classes, so the kernel only ever runs the channel scan and LLVM drops the
+# dead branches), and its kernels compile as before the pieces existed, plus those stubs.
+def _classes_on(p, ch, n, cls):
+    # Classes of rows 0..n of ch into cls; False where some row has none.
+    for i in range(n):
+        g = cc.row_class(p, ch, i)
+        if g < 0:
+            return False
+        cls[i] = g
+    return True
+
+
+def _class_totals_on(p, order, lo, hi, cls, tot):
+    for g in range(tot.shape[0]):
+        tot[g] = 0
+    for i in range(lo, hi):
+        tot[cls[order[0, i]]] += 1
+
+
+def _class_scan_on(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, cand_bin, cand_dir,
+                   cand_end):
+    # _scan_candidates's candidates in its order; a side is (rows, class_side(q2, rows)).
+    n_g = cnt.shape[0]
+    kv = hi
+    while kv > lo and np.int64(sc[f, kv - 1]) == missing_bin:
+        kv -= 1
+    if kv == lo:
+        return 0
+    n_miss = hi - kv
+    for g in range(n_g):
+        cnt[g] = 0
+        cmiss[g] = 0
+    for i in range(kv, hi):
+        cmiss[cls[order[f, i]]] += 1
+    q_tot = 0
+    for g in range(n_g):
+        q_tot += tot[g] * tot[g]
+    nc = 0
+    n_node = hi - lo
+    if n_miss > 0 and sc[f, lo] > 0 and n_miss >= min_rows and n_node - n_miss >= min_rows:
+        # threshold bin 0 with no row in bin 0: the missing rows alone go left
+        ql = 0
+        qr = 0
+        for g in range(n_g):
+            ql += cmiss[g] * cmiss[g]
+            qr += (tot[g] - cmiss[g]) * (tot[g] - cmiss[g])
+        st[0, nc] = np.float64(n_miss)
+        st[1, nc] = cc.class_side(p, ql, n_miss)
+        st[2, nc] = np.float64(n_node - n_miss)
+        st[3, nc] = cc.class_side(p, qr, n_node - n_miss)
+        cand_bin[f, nc] = 0
+        cand_dir[f, nc] = 1
+        cand_end[f, nc] = lo - 1
+        nc += 1
+    q_l = 0          # sum_g cnt_g**2 of the rows left of the boundary
+    cross = 0        # sum_g tot_g cnt_g: the right side's is q_tot - 2 cross + q_l
+    for i in range(lo, kv):
+        g = cls[order[f, i]]
+        a = cnt[g]
+        q_l += 2 * a + 1
+        cnt[g] = a + 1
+        cross += tot[g]
+        n_l = i + 1 - lo
+        code = sc[f, i]
+        if not (i + 1 < kv and sc[f, i + 1] == code):
+            if n_l >= min_rows and n_node - n_l >= min_rows:
+                st[0, nc] = np.float64(n_l)
+                st[1, nc] = cc.class_side(p, q_l, n_l)
+                st[2, nc] = np.float64(n_node - n_l)
+                st[3, nc] = cc.class_side(p, q_tot - 2 * cross + q_l, n_node - n_l)
+                cand_bin[f, nc] = code
+                cand_dir[f, nc] = 0
+                cand_end[f, nc] = i
+                nc += 1
+            if n_miss > 0 and i < kv - 1 and n_l + n_miss >= min_rows and n_node - n_l - n_miss >= min_rows:
+                ql = 0
+                qr = 0
+                for h in range(n_g):
+                    x = cnt[h] + cmiss[h]
+                    ql += x * x
+                    qr += (tot[h] - x) * (tot[h] - x)
+                st[0, nc] = np.float64(n_l + n_miss)
+                st[1, nc] = cc.class_side(p, ql, n_l + n_miss)
+                st[2, nc] = np.float64(n_node - n_l - n_miss)
+                st[3, nc] = cc.class_side(p, qr, n_node - n_l - n_miss)
+                cand_bin[f, nc] = code
+                cand_dir[f, nc] = 1
+                cand_end[f, nc] = i
+                nc += 1
+        if n_node - n_l < min_rows:
+            break
+    return nc
+
+
+def _class_children_on(p, f, lo, end, hi, order, sc, cls, cnt, cmiss, missing_bin, cum, miss):
+    # Scan positions lo..end go left; the missing rows are the tail of the feature's order.
+    for g in range(cnt.shape[0]):
+        cnt[g] = 0
+        cmiss[g] = 0
+    for i in range(lo, end + 1):
+        cnt[cls[order[f, i]]] += 1
+    kv = hi
+    while kv > lo and np.int64(sc[f, kv - 1]) == missing_bin:
+        kv -= 1
+        cmiss[cls[order[f, kv]]] += 1
+    cc.class_sums(p, cnt, end + 1 - lo, cum)
+    cc.class_sums(p, cmiss, hi - kv, miss)
+
+
+def _classes_off(p, ch, n, cls):
+    return False
+
+
+def _class_totals_off(p, order, lo, hi, cls, tot):
+    pass
+
+
+def _class_scan_off(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, cand_bin, cand_dir,
+                    cand_end):
+    return 0
+
+
+def _class_children_off(p, f, lo, end, hi, order, sc, cls, cnt, cmiss, missing_bin, cum, miss):
+    pass
+
+
+def _scan_classes(p, ch, n, cls):
+    """Classes of a scan subtree's rows ``0..n`` of ``ch (m, C)`` into ``cls``: whether every
+    row has one (the subtree then scans by class); False for a criterion without row
+    classes. The caller checks ``n_row_classes`` for the subtree's size first."""
+    return (_classes_on if cc.has_row_classes(type(p)) else _classes_off)(p, ch, n, cls)
+
+
+def _class_totals(p, order, lo, hi, cls, tot):
+    """A scan node's rows per class ``tot (G,)`` (any feature's order holds its rows)."""
+    (_class_totals_on if cc.has_row_classes(type(p)) else _class_totals_off)(p, order, lo, hi, cls, tot)
+
+
+def _class_scan(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, cand_bin, cand_dir,
+                cand_end):
+    """:func:`_scan_candidates` from the rows' classes ``cls`` (by scan position) and the node's
+    class totals ``tot``: the same candidates (bins, directions, ends) in the same order, the
+    sides' rows and ``class_side`` in rows 0-3 of ``st`` for the criterion's ``class_gains``; ``cnt`` / ``cmiss (G,)`` scratch. Never calls
+    ``sides_ok`` / ``right_exhausted`` (a criterion with row classes has neither)."""
+    fn = _class_scan_on if cc.has_row_classes(type(p)) else _class_scan_off
+    return fn(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, cand_bin, cand_dir, cand_end)
+
+
+def _class_children(p, f, lo, end, hi, order, sc, cls, cnt, cmiss, missing_bin, cum, miss):
+    """The chosen split's sums from classes: ``cum`` of scan positions ``lo..end`` of feature
+    ``f`` and ``miss`` of its missing rows (the bits of the kernel's channel sums)."""
+    fn = _class_children_on if cc.has_row_classes(type(p)) else _class_children_off
+    fn(p, f, lo, end, hi, order, sc, cls, cnt, cmiss, missing_bin, cum, miss)
+
+
+def _typed_has_classes(p):
+    return cc.has_row_classes(getattr(p, "instance_class", None))
+
+
+@overload(_scan_classes, jit_options=cc._PIECE_OPTIONS)
+def _ov_scan_classes(p, ch, n, cls):
+    return _classes_on if _typed_has_classes(p) else _classes_off
+
+
+@overload(_class_totals, jit_options=cc._PIECE_OPTIONS)
+def _ov_class_totals(p, order, lo, hi, cls, tot):
+    return _class_totals_on if _typed_has_classes(p) else _class_totals_off
+
+
+@overload(_class_scan, jit_options=cc._PIECE_OPTIONS)
+def _ov_class_scan(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, cand_bin, cand_dir,
+                   cand_end):
+    return _class_scan_on if _typed_has_classes(p) else _class_scan_off
+
+
+@overload(_class_children, jit_options=cc._PIECE_OPTIONS)
+def _ov_class_children(p, f, lo, end, hi, order, sc, cls, cnt, cmiss, missing_bin, cum, miss):
+    return _class_children_on if _typed_has_classes(p) else _class_children_off
 
 
 @kernel(inline="always")
@@ -351,6 +546,13 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
             # position, per-feature orders; (re)allocated when a scan subtree starts.
             ms = 0 if hist_task else m
             tc, ch, order, sc, goes_left, scratch, scratch_c = _scan_buffers(n_features, ms, c)
+            # Row classes by scan position (criteria with row classes only; _scan_classes).
+            n_row_classes = cc.n_row_classes(p, m)
+            cls = empty(m if n_row_classes > 0 else 0, np.int32)
+            cnt = empty(n_row_classes, np.int64)
+            cmiss = empty(n_row_classes, np.int64)
+            tot = empty(n_row_classes, np.int64)
+            use_cls = False
             # Stack of nodes still to split: segment [lo, hi) of pos (histogram mode) or of
             # the scan orders (scan mode), node, depth, sums, histogram slot (-1: none).
             st_lo = empty(m + 1, np.int64)
@@ -383,6 +585,7 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
             cand_bin = empty((n_features, n_cand_slots), np.int64)
             cand_dir = empty((n_features, n_cand_slots), np.int64)
             cand_end = empty((n_features, n_cand_slots), np.int64)
+            cst = empty((4, n_cand_slots if n_row_classes > 0 else 0), np.float64)
             n_cat = 0
             for f in range(n_features):
                 if is_cat[f]:
@@ -437,6 +640,7 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                             for i in range(n_node):
                                 tc[f, i] = binned[f, rows[s + i]]
                     _sort_scan(tc, order, sc, n_node)
+                    use_cls = n_row_classes > 0 and _scan_classes(p, ch, n_node, cls)
                     lo = 0
                     hi = n_node
                     in_scan = True
@@ -459,6 +663,8 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                     parent[k] = st_stats[sp, k]
                 cc.prepare(p, parent, consts)
                 node_mask(gp.key1, gp.key2, tree_idx, node, n_features, gp.mtry, allowed)
+                if in_scan and use_cls:
+                    _class_totals(p, order, lo, hi, cls, tot)
                 best = -np.inf
                 for f in range(n_features):
                     n_cand[f] = 0
@@ -468,6 +674,9 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                         nc = _cat_candidates(p, f, in_scan, lo, hi, order, sc, ch, hist, hcnt, slot, n_node,
                                              missing_bin, min_rows, parent, consts, fh, fcnt, keys, perm, ph, pcnt,
                                              cum, miss, lefts, rights, cand_bin, cand_dir, cand_left)
+                    elif in_scan and use_cls:
+                        nc = _class_scan(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, cst,
+                                         cand_bin, cand_dir, cand_end)
                     elif in_scan:
                         nc = _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin, cum, miss,
                                               lefts, rights, cand_bin, cand_dir, cand_end)
@@ -478,7 +687,10 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                     if nc > 0:
                         # Gains batched per (node, feature): computing each inside the scan
                         # loop was measured 1.8x slower (the scan loop no longer optimises well).
-                        cc.gains(p, lefts, rights, consts, cand_gain, f, nc)
+                        if in_scan and use_cls and not is_cat[f]:
+                            cc.class_gains(p, cst, consts, cand_gain, f, nc)
+                        else:
+                            cc.gains(p, lefts, rights, consts, cand_gain, f, nc)
                         for j in range(nc):
                             if cand_gain[f, j] > best:
                                 best = cand_gain[f, j]
@@ -502,19 +714,23 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                         right[k] = parent[k] - left[k]
                     no_missing = pcnt[bf, missing_bin] == 0 or ph[bf, missing_bin, wch] == 0.0
                 elif in_scan:
-                    # The chosen children's sums, recomputed in the scan's order (same bits).
-                    for k in range(c):
-                        cum[k] = 0.0
-                        miss[k] = 0.0
-                    for i in range(lo, cand_end[bf, bj] + 1):
-                        q = order[bf, i]
+                    if use_cls:
+                        _class_children(p, bf, lo, cand_end[bf, bj], hi, order, sc, cls, cnt, cmiss, missing_bin, cum,
+                                        miss)
+                    else:
+                        # The chosen children's sums, recomputed in the scan's order (same bits).
                         for k in range(c):
-                            cum[k] += ch[q, k]
-                    for i in range(lo, hi):
-                        q = order[bf, i]
-                        if np.int64(sc[bf, i]) == missing_bin:
+                            cum[k] = 0.0
+                            miss[k] = 0.0
+                        for i in range(lo, cand_end[bf, bj] + 1):
+                            q = order[bf, i]
                             for k in range(c):
-                                miss[k] += ch[q, k]
+                                cum[k] += ch[q, k]
+                        for i in range(lo, hi):
+                            q = order[bf, i]
+                            if np.int64(sc[bf, i]) == missing_bin:
+                                for k in range(c):
+                                    miss[k] += ch[q, k]
                     for k in range(c):
                         left[k] = cum[k] + miss[k] if d == 1 else cum[k]
                         right[k] = parent[k] - left[k]
