@@ -5,6 +5,13 @@ builds: moving a node's local row ids to its two children (a stable partition, s
 that row order inside a node never depends on anything but the split), and summing
 channels per node for leaf re-estimation. Each kernel has a slow NumPy reference
 next to it; tests compare them.
+
+Indices are cast to unsigned types (``np.uint32(row)``, ``np.uint64(position)``) where the
+kernels read or write by a computed index: Numba turns a signed index into a
+negative-index wraparound (a compare and select per access), and in these loops that
+cost more than the work. Row ids and positions are never negative, so the cast changes
+nothing but the code: ``_partition_table`` went from 3.5 to 1.4 ns/row (one thread,
+100k of 200k rows, uint8 codes, quiet machine).
 """
 import numba
 import numpy as np
@@ -78,7 +85,7 @@ def _count_left(rows, a, b, binned, f, thr, ml, missing_bin):
     k = 0
     codes = binned[f]
     for i in range(a, b):
-        code = np.int32(codes[rows[i]])
+        code = np.int32(codes[np.uint32(rows[i])])
         k += np.int64(goes_left_code(code, thr, ml, missing_bin))
     return k
 
@@ -89,9 +96,9 @@ def _scatter(rows, scratch, a, b, pl, pr, binned, f, thr, ml, missing_bin):
     codes = binned[f]
     for i in range(a, b):
         r = rows[i]
-        code = np.int32(codes[r])
+        code = np.int32(codes[np.uint32(r)])
         go = goes_left_code(code, thr, ml, missing_bin)
-        scratch[pl if go else pr] = r
+        scratch[np.uint64(pl if go else pr)] = r
         pl += np.int64(go)
         pr += 1 - np.int64(go)
 
@@ -142,9 +149,9 @@ def _split_block(rows, scratch, a, b, binned, f, table):
     codes = binned[f]
     for i in range(a, b):
         r = rows[i]
-        go = np.int64(table[codes[r]])
-        scratch[a + nl] = r
-        scratch[b - 1 - nr] = r
+        go = np.int64(table[codes[np.uint32(r)]])
+        scratch[np.uint64(a + nl)] = r
+        scratch[np.uint64(b - 1 - nr)] = r
         nl += go
         nr += 1 - go
     return nl
@@ -153,9 +160,9 @@ def _split_block(rows, scratch, a, b, binned, f, table):
 @compiled_only
 def _place_block(rows, scratch, a, b, nl, left_dst, right_dst):
     for i in range(nl):
-        rows[left_dst + i] = scratch[a + i]
+        rows[np.uint64(left_dst + i)] = scratch[np.uint64(a + i)]
     for j in range(b - a - nl):
-        rows[right_dst + j] = scratch[b - 1 - j]
+        rows[np.uint64(right_dst + j)] = scratch[np.uint64(b - 1 - j)]
 
 
 @kernel(parallel=True)
@@ -203,13 +210,13 @@ def _partition_table(rows, scratch, lo, hi, binned, f, table):
     codes = binned[f]
     for i in range(lo, hi):
         r = rows[i]
-        go = np.int64(table[codes[r]])
-        rows[lo + nl] = r
-        scratch[lo + nr] = r
+        go = np.int64(table[codes[np.uint32(r)]])
+        rows[np.uint64(lo + nl)] = r
+        scratch[np.uint64(lo + nr)] = r
         nl += go
         nr += 1 - go
     for j in range(nr):
-        rows[lo + nl + j] = scratch[lo + j]
+        rows[np.uint64(lo + nl + j)] = scratch[np.uint64(lo + j)]
     return nl
 
 
@@ -401,7 +408,7 @@ def _add_leaf_values(raw, rows, seg_starts, seg_stops, values):
     k = values.shape[1]
     for s in range(seg_starts.shape[0]):
         for i in range(seg_starts[s], seg_stops[s]):
-            r = rows[i]
+            r = np.uint32(rows[i])
             for j in range(k):
                 raw[r, j] += values[s, j]
 
@@ -411,7 +418,7 @@ def _par_add_leaf_values(raw, rows, seg_starts, seg_stops, values):
     k = values.shape[1]
     for s in numba.prange(seg_starts.shape[0]):
         for i in range(seg_starts[s], seg_stops[s]):
-            r = rows[i]
+            r = np.uint32(rows[i])
             for j in range(k):
                 raw[r, j] += values[s, j]
 
