@@ -34,6 +34,7 @@ depend on the rank count.
 import warnings
 
 import numpy as np
+from scipy import sparse
 
 from native import collectives as col
 from native.comm import world
@@ -44,15 +45,15 @@ from forest.analysis.causal_survival import (TARGETS, adjusted_outcomes, horizon
                                              time_index)
 from forest.analysis.effect_rows import make_effect_rows
 from forest.analysis.inference import solve_theta
-from forest.analysis.local_linear import DEFAULT_LAMBDA
+from forest.analysis.local_linear import DEFAULT_LAMBDA, check_lambda_path, local_linear_causal_solve
 from forest.analysis.local_linear_leaves import (TABLE_CHUNK_CELLS, leaf_terms, local_linear_blb, local_linear_effect,
-                                                 table_width, value_node_sums)
+                                                 local_sums, table_width, value_node_sums)
 from forest.collective_checks import AgreedError, collective_checks, total
 from forest.criteria.survival import MAX_SPLIT_TIMES, failure_grid
 from forest.engine.clusters import layout_rows, observation_weights, resolve_clusters
 from forest.engine.honest_forest import fit_binning, global_ids
 from forest.engine.predictor import predict_leaves, predict_leaves_binned
-from forest.engine.subsample import BOTH, ESTIMATION, forest_row_codes
+from forest.engine.subsample import BOTH, ESTIMATION, OUT, forest_row_codes
 from forest.estimators.base import check_is_fitted
 from forest.estimators.causal_forest import CausalForest
 from forest.estimators.local_linear import check_ll_lambda
@@ -99,8 +100,9 @@ class CausalSurvivalForest(CausalForest):
         the regression's products (``ll_tables_``), so a model file predicts without its
         training rows. Read at prediction: ``set_params(local_linear=False)`` on a forest
         fitted with it gives the plain forest's estimates from the same trees. It needs
-        the features' values at fit (not binned codes alone, so not ``forest-train``) and
-        complete values in the correction variables. Off by default: on the simulated
+        the correction variables' values at fit (``X``, or ``correction_values`` beside
+        binned codes, as ``forest-train --local-linear`` passes them), complete there.
+        Off by default: on the simulated
         designs of ``benchmarks/bench_causal_survival.py`` (RESULTS.md, issue 33; 8
         training sets each) the correction on every feature raised the RMSE of
         ``tau(x)`` on all four designs (by 16 to 26 %) and moved the 95 % intervals'
@@ -109,9 +111,20 @@ class CausalSurvivalForest(CausalForest):
     linear_correction_variables : sequence of int or str, optional
         The correction variables (grf's ``linear.correction.variables``): column indices
         or names, no categorical one; default every non-categorical column.
-    ll_lambda : float, default 0.1
+    ll_lambda : float or None, default 0.1
         Ridge penalty of the slopes (grf's ``ll.lambda``, standard penalty); read at
-        prediction, so it can be changed without refitting.
+        prediction, so it can be changed without refitting. None: chosen out of bag at
+        fit over grf's grid ``(0, 0.001, 0.01, 0.05, 0.1, 0.3, 0.5, 0.7, 1, 10)``, as
+        grf's ``tune_ll_causal_forest`` chooses it but on this forest's own scores: every
+        training row's local linear effect ``tau_oob(x_i)`` from the trees that left it
+        out (the mean of their leaf tables), and the criterion is the R-loss of the
+        forest's out-of-bag scores, ``sum_i g_i (Y~_i - m_i - (W_i - e_i) tau_oob(x_i))^2
+        / sum_i g_i``, with ``Y~`` the censoring-adjusted outcome and ``m``, ``e`` the
+        out-of-bag nuisances of the fit (the quantities whose estimating equation the
+        forest solves; a regression loss on the censored times would not measure the
+        effect). The first lambda of least loss is kept as ``ll_lambda_`` (the same on
+        every rank: the loss is summed over all ranks' rows), the path as
+        ``local_linear_tuning_``; predictions with ``ll_lambda=None`` use ``ll_lambda_``.
 
     Attributes
     ----------
@@ -129,6 +142,14 @@ class CausalSurvivalForest(CausalForest):
         With ``local_linear``: the correction variables' columns (p,), the training mean
         they are centred by (p,), and each leaf's table, shape (n_leaves,
         ``table_width(p)``), leaves in packed node order; None otherwise.
+    ll_lambda_ : float or None
+        With ``local_linear``: the fit's ridge penalty, chosen out of bag where
+        ``ll_lambda`` was None, else ``ll_lambda``; the penalty of predictions made with
+        ``ll_lambda=None``. None without ``local_linear``.
+    local_linear_tuning_ : forest.analysis.local_linear.LambdaPath
+        Where the fit chose ``ll_lambda``: the grid, the R-loss at each lambda, the choice
+        and this rank's training rows' out-of-bag effects at each lambda (``(n_local, L)``).
+        Kept by the fitting process only (not written to model files).
 
     Notes
     -----
@@ -205,12 +226,12 @@ class CausalSurvivalForest(CausalForest):
             raise ValueError(f"survival_estimators must be an int >= 1 or None, got {s!r}")
         if not isinstance(self.local_linear, (bool, np.bool_)):
             raise ValueError(f"local_linear must be True or False, got {self.local_linear!r}")
-        check_ll_lambda(self.ll_lambda, allow_none=False)
+        check_ll_lambda(self.ll_lambda)
         return seed
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, t, time, event, sample_weight=None, *, t_hat=None, comm=None, progress=None, binned=None,
-            feature_names=None, clusters=None, checkpoint=None):
+            feature_names=None, clusters=None, checkpoint=None, correction_values=None):
         """Fit on this rank's rows (collective under ``mpirun``).
 
         Parameters
@@ -236,6 +257,11 @@ class CausalSurvivalForest(CausalForest):
             analyses' standard errors are then cluster-robust.
         checkpoint : None
             Not offered (the nuisance survival forests do not checkpoint).
+        correction_values : array-like of float, shape (n_local, p), optional
+            With ``local_linear`` and ``X=None`` (binned codes alone): this rank's values of
+            the ``p`` correction variables, columns in the features' order (the
+            ``linear_correction_variables``, or every non-categorical feature of the bin
+            mapper). Not with ``X``, which holds them.
 
         Returns
         -------
@@ -256,7 +282,7 @@ class CausalSurvivalForest(CausalForest):
                 t_hat = check_target(t_hat, "t_hat", n, estimator=self, multi_output=False)
                 if np.any((t_hat <= 0) | (t_hat >= 1)):
                     raise ValueError("t_hat must hold propensities strictly between 0 and 1")
-            ll_columns = self._ll_fit_columns(X) if self.local_linear else None
+            ll_columns, ll_values = self._ll_fit_columns(X, binned, correction_values, n)
             checks.share(rows=n, failures=int(event.sum()), treated=int(W.sum()), weights=weight_range(g),
                          t_min=float(time.min()) if n else np.inf, t_max=float(time.max()) if n else -np.inf,
                          **feature_summary(self))
@@ -310,34 +336,71 @@ class CausalSurvivalForest(CausalForest):
                     binned=(mapper, codes), feature_names=names, clusters=layout)
         # restore what the causal fit set from its own arguments
         self.treatment_forest_ = prop
-        self.ll_columns_ = self.ll_center_ = self.ll_tables_ = None
+        self.ll_columns_ = self.ll_center_ = self.ll_tables_ = self.ll_lambda_ = None
+        if hasattr(self, "local_linear_tuning_"):
+            del self.local_linear_tuning_
         if self.local_linear:
             g_scaled = scaled_weights(g, n_global, float(col.allreduce(comm, np.array([g.sum()]))[0]),
                                       [s["weights"] for s in summaries])
-            self._fit_leaf_tables(ll_columns, X[:, ll_columns], codes, W - e, y_tilde - m, g_scaled, gids, layout,
-                                  comm)
+            packed = self.estimators_
+            roles = forest_row_codes(self.sampling_, len(packed["tree_offsets"]) - 1, gids, layout)   # (trees, n)
+            leaves = predict_leaves_binned(packed, codes, self.bin_mapper_.missing_bin_)            # (n, trees)
+            self._fit_leaf_tables(ll_columns, ll_values, W - e, y_tilde - m, g_scaled, roles, leaves, comm)
+            if self.ll_lambda is None:
+                self.ll_lambda_ = self._tune_leaf_tables(None, ll_values, W - e, y_tilde - m, g, roles, leaves,
+                                                         comm).ll_lambda
+            else:
+                self.ll_lambda_ = float(self.ll_lambda)
         self._record_training_rows(comm, gids, n_global, codes, [W[:, None], time[:, None],
                                                                  event[:, None].astype(np.float64)])
         return self
 
     # ------------------------------------------------------------------ local linear correction
-    def _ll_fit_columns(self, X):
-        """The correction variables' columns, checked against this rank's training rows (inside the checks)."""
-        if X is None:
-            raise ValueError("local_linear needs the features X (the correction variables' values), not binned "
-                             "codes alone")
-        columns = self._correction_columns(self.linear_correction_variables, "linear_correction_variables")
-        if np.isnan(X[:, columns]).any():
-            raise ValueError("X has missing values in the correction variables; local_linear needs complete values "
-                             "there (choose linear_correction_variables=)")
-        return columns
+    def _ll_fit_columns(self, X, binned, values, n):
+        """``(columns (p,), values (n, p))`` of the correction variables, checked (inside the checks).
 
-    def _fit_leaf_tables(self, columns, Z, codes, wc, yc, g, gids, layout, comm):
+        ``(None, None)`` without ``local_linear``. The values come from ``X``, or from
+        ``correction_values`` where the fit has binned codes alone.
+        """
+        if not self.local_linear:
+            if values is not None:
+                raise ValueError("correction_values are the local linear correction's: give them with "
+                                 "local_linear=True")
+            return None, None
+        if X is not None:
+            if values is not None:
+                raise ValueError("correction_values go with binned codes and X=None; X holds the correction "
+                                 "variables' values")
+            columns = self._correction_columns(self.linear_correction_variables, "linear_correction_variables")
+            Z, what = X[:, columns], "X"
+        else:
+            categorical = getattr(binned[0], "categorical_", None)
+            columns = self._correction_columns(self.linear_correction_variables, "linear_correction_variables",
+                                               categorical=categorical)
+            if values is None:
+                raise ValueError("local_linear with binned codes (X=None) needs correction_values: the correction "
+                                 "variables' values, which codes do not carry")
+            Z = np.asarray(values, dtype=np.float64)
+            if Z.ndim == 1 and len(columns) == 1:
+                Z = Z[:, None]
+            if Z.shape != (n, len(columns)):
+                raise ValueError(f"correction_values must have shape ({n}, {len(columns)}) (this rank's rows by the "
+                                 f"correction variables, in the features' order), got {Z.shape}")
+            if np.isinf(Z).any():
+                raise ValueError("correction_values has infinite values")
+            what = "correction_values"
+        if np.isnan(Z).any():
+            raise ValueError(f"{what} has missing values in the correction variables; local_linear needs complete "
+                             f"values there (choose linear_correction_variables=)")
+        return columns, np.ascontiguousarray(Z, dtype=np.float64)
+
+    def _fit_leaf_tables(self, columns, Z, wc, yc, g, roles, leaves, comm):
         """``ll_columns_``, ``ll_center_`` and ``ll_tables_`` from this rank's training rows (collective).
 
         Each leaf's table is the mean over its estimation rows (all ranks') of
         :func:`forest.analysis.local_linear_leaves.leaf_terms`, the rows found as
-        :meth:`get_forest_weights` finds them (their role in each tree, their leaf).
+        :meth:`get_forest_weights` finds them (their role in each tree, ``roles`` (trees, n)
+        from :func:`forest.engine.subsample.forest_row_codes`, their leaf, ``leaves`` (n, trees)).
         """
         packed = self.estimators_
         offsets = np.asarray(packed["tree_offsets"], dtype=np.int64)
@@ -347,8 +410,6 @@ class CausalSurvivalForest(CausalForest):
         center = sums[:p] / max(sums[p], 1.0)
         terms = leaf_terms(Z - center, wc, yc, g)
         width = terms.shape[1]
-        roles = forest_row_codes(self.sampling_, n_trees, gids, layout)            # (trees, n)
-        leaves = predict_leaves_binned(packed, codes, self.bin_mapper_.missing_bin_)  # (n, trees)
         node_sums = np.zeros((n_nodes, width + 1))
         step = max(1, TABLE_CHUNK_CELLS // max(n * width, 1))
         for lo in range(0, n_trees, step):
@@ -372,6 +433,62 @@ class CausalSurvivalForest(CausalForest):
         self.ll_columns_ = np.asarray(columns, dtype=np.int64)
         self.ll_center_ = center
         self.ll_tables_ = leaf_sums[:, :width] / count[:, None]
+
+    def _tune_leaf_tables(self, lambdas, Z, wc, yc, g, roles, leaves, comm):
+        """Choose ``ll_lambda`` out of bag on the fit's scores (the ``ll_lambda`` parameter); collective.
+
+        Row ``i``'s out-of-bag local linear effect at each lambda solves the ridge of
+        :func:`forest.analysis.local_linear_leaves.local_sums` on the mean of the leaf
+        tables of the trees that left it out (subsample code ``OUT``: never in their
+        estimation rows, so its own terms are in none of those tables), which is the
+        local linear regression on its out-of-bag forest weights
+        (:mod:`forest.engine.oob_forest_weights`). The R-loss residual is
+        ``yc - wc tau``; :meth:`_finish_path` sums it over all ranks and chooses. Each
+        row's sum runs over its trees in tree order, so it does not depend on the rank count.
+
+        Parameters
+        ----------
+        lambdas : sequence of float or None
+            The grid (None: grf's).
+        Z : ndarray of float64, shape (n, p)
+            The training rows' correction variables (not centred).
+        wc, yc : ndarray of float64, shape (n,)
+            ``W - e`` and ``Y~ - m``, out of bag.
+        g : ndarray of float64, shape (n,)
+            Sample weights (ones without).
+        roles : ndarray of int8, shape (n_trees, n)
+        leaves : ndarray of int, shape (n, n_trees)
+
+        Returns
+        -------
+        forest.analysis.local_linear.LambdaPath
+            Also ``local_linear_tuning_``; its ``oob_predictions`` are ``(n, L)``, NaN
+            for a row with no out-of-bag tree (left out of the loss).
+        """
+        grid = check_lambda_path(lambdas)
+        packed = self.estimators_
+        offsets = np.asarray(packed["tree_offsets"], dtype=np.int64)
+        n_trees = len(offsets) - 1
+        feature = np.asarray(packed["feature"])
+        row_of = np.full(len(feature), -1, dtype=np.int64)
+        row_of[feature < 0] = np.arange(int((feature < 0).sum()))
+        tables = self.ll_tables_
+        z = Z - self.ll_center_
+        n = len(z)
+        tau = np.full((n, len(grid)), np.nan)
+        step = max(1, TABLE_CHUNK_CELLS // max(n_trees, 1))
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            row, tree = np.nonzero(roles[:, lo:hi].T == OUT)
+            leaf = row_of[offsets[tree] + leaves[lo + row, tree]]
+            oob = sparse.csr_matrix((np.ones(len(row)), (row, leaf)), shape=(hi - lo, len(tables)))
+            count = np.bincount(row, minlength=hi - lo)
+            has = np.flatnonzero(count > 0)
+            if len(has):
+                M, b = local_sums((oob[has] @ tables) / count[has, None], z[lo + has])
+                tau[lo + has] = local_linear_causal_solve(M, b, grid)[:, :, 0]
+        residuals = (yc[:, None] - wc[:, None] * tau)[:, :, None]
+        return self._finish_path(grid, residuals, g, "R-loss", tau, comm)
 
     def _ll_chunks(self, X, chunk_rows=None):
         """``(rows slice, tree tables (m, B, width), centred x (m, p))`` over chunks of validated ``X``."""
@@ -402,8 +519,19 @@ class CausalSurvivalForest(CausalForest):
         if getattr(self, "ll_tables_", None) is None:
             raise ValueError("this forest was fitted without local_linear (it has no leaf tables): refit it with "
                              "local_linear=True")
-        check_ll_lambda(self.ll_lambda, allow_none=False)
+        self._ll_penalty()
         return True
+
+    def _ll_penalty(self):
+        """The ridge penalty of predictions: ``ll_lambda``, or the fit's ``ll_lambda_`` where it is None."""
+        given = check_ll_lambda(self.ll_lambda)
+        if given is not None:
+            return given
+        chosen = getattr(self, "ll_lambda_", None)
+        if chosen is None:
+            raise ValueError("ll_lambda=None takes the fit's penalty (ll_lambda_), which this model does not have: "
+                             "set ll_lambda to a number, or refit")
+        return chosen
 
     def predict(self, X):
         """Estimated effect ``tau(x)`` on the target (``(n,)``); local linear with ``local_linear``."""
@@ -412,7 +540,7 @@ class CausalSurvivalForest(CausalForest):
         X = validate_features(self, X, reset=False, min_samples=0)
         out = np.empty(len(X))
         for rows, tables, z in self._ll_chunks(X):
-            out[rows] = local_linear_effect(tables.mean(axis=1), z, self.ll_lambda)
+            out[rows] = local_linear_effect(tables.mean(axis=1), z, self._ll_penalty())
         return out
 
     def _theta_var(self, X, chunk_rows=None):
@@ -424,7 +552,7 @@ class CausalSurvivalForest(CausalForest):
         tau, var = np.empty(len(X)), np.empty(len(X))
         with phase("prediction"):
             for rows, tables, z in self._ll_chunks(X, chunk_rows):
-                tau[rows], var[rows] = local_linear_blb(tables, z, self.ll_lambda, False, self.ci_group_size)
+                tau[rows], var[rows] = local_linear_blb(tables, z, self._ll_penalty(), False, self.ci_group_size)
         return tau, var
 
     def _check_data(self, summaries, n_global, horizon):
@@ -626,6 +754,10 @@ def _check_ll_tables(est):
     """A restored forest's local linear tables: all three or none, shapes that fit the trees, finite values."""
     state = vars(est)
     parts = [state.get(k) for k in ("ll_columns_", "ll_center_", "ll_tables_")]
+    chosen = state.get("ll_lambda_")
+    if chosen is not None and (isinstance(chosen, bool) or not isinstance(chosen, float) or not np.isfinite(chosen)
+                               or chosen < 0 or parts[2] is None):
+        raise ValueError(f"ll_lambda_ must be a finite float >= 0 beside the leaf tables, got {chosen!r}")
     if all(v is None for v in parts) or "estimators_" not in state:
         return
     columns, center, tables = parts

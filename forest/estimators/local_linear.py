@@ -95,10 +95,17 @@ class _LocalLinearBase:
     #: A lambda choice describes training rows: never in model files.
     _model_io_exclude_ = ("local_linear_tuning_",)
 
-    def _correction_columns(self, variables, name="variables"):
-        """Column indices of the correction variables (default: the non-categorical ones)."""
+    def _correction_columns(self, variables, name="variables", categorical=None):
+        """Column indices of the correction variables (default: the non-categorical ones).
+
+        ``categorical`` (bool, shape (n_features,)) replaces ``is_categorical_`` where the
+        fit has only binned codes (the bin mapper's ``categorical_``, as ``forest-train``
+        passes them).
+        """
         n = self.n_features_in_
-        categorical = np.asarray(getattr(self, "is_categorical_", np.zeros(n, bool)), dtype=bool)
+        if categorical is None:
+            categorical = getattr(self, "is_categorical_", np.zeros(n, bool))
+        categorical = np.asarray(categorical, dtype=bool)
         if variables is None:
             cols = np.flatnonzero(~categorical)
             if not len(cols):
