@@ -69,7 +69,7 @@ def build_parser():
                "  forest-train train.csv --model gbdt-regressor --outcome y --n-estimators 200 --out gb.model\n"
                "  forest-train trial.parquet --model survival --time days --event died --out sf.model\n"
                "  forest-train trial.parquet --model causal-survival --treatment arm --time days --event died \\\n"
-               "      --horizon 365 --out csf.model\n"
+               "      --horizon 365 --local-linear --ll-lambda oob --out csf.model\n"
                "  mpirun -np 2 forest-train --demo --verbose --out /tmp/demo.model",
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
@@ -106,6 +106,17 @@ def build_parser():
                         "leaf values refit from full-precision sums")
     g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="any other estimator parameter, e.g. --param honest=false (repeatable)")
+    ll = p.add_argument_group("local linear correction (--model causal-survival)")
+    ll.add_argument("--local-linear", action="store_true",
+                    help="correct the effect forest's estimates and intervals by grf's local linear regression on "
+                         "the correction variables (CausalSurvivalForest(local_linear=True)); their values are "
+                         "read as float64 columns beside the binned features")
+    ll.add_argument("--ll-lambda", metavar="L",
+                    help="ridge penalty of the correction: a number >= 0, or 'oob' to choose it out of bag at fit "
+                         "(the R-loss of the forest's out-of-bag scores over grf's grid; default 0.1)")
+    ll.add_argument("--ll-variables", nargs="+", metavar="COL",
+                    help="the correction variables (numeric feature columns; default every non-categorical "
+                         "feature)")
     c = p.add_argument_group("checkpoints (a rerun of the same command resumes, on any number of ranks)")
     c.add_argument("--checkpoint", metavar="DIR",
                    help="rank 0 writes the trees and the state needed to continue into DIR after every batch "
@@ -171,6 +182,7 @@ def collect_params(args):
         given[dest] = f"{flag} {raw}"
     if args.quantized:
         params["quantized"], given["quantized"] = True, "--quantized"
+    _local_linear_params(args, params, given)
     for item in args.param:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
@@ -180,6 +192,63 @@ def collect_params(args):
         params[name] = parse_value(value)
         given[name] = f"--param {item}"
     return params, given
+
+
+def _local_linear_params(args, params, given):
+    """``--local-linear``, ``--ll-lambda``, ``--ll-variables`` as CausalSurvivalForest parameters."""
+    if not args.local_linear:
+        for flag, value in (("--ll-lambda", args.ll_lambda), ("--ll-variables", args.ll_variables)):
+            if value is not None:
+                raise CLIError(f"{flag} goes with --local-linear")
+        return
+    if args.model != "causal-survival":
+        raise CLIError(f"--local-linear is only used by the causal-survival model, not {args.model!r}")
+    params["local_linear"], given["local_linear"] = True, "--local-linear"
+    if args.ll_lambda is not None:
+        text = args.ll_lambda.strip()
+        if text.lower() == "oob":
+            params["ll_lambda"] = None
+        else:
+            try:
+                params["ll_lambda"] = float(text)
+            except ValueError:
+                raise CLIError(f"--ll-lambda expects a number >= 0 or 'oob', got {args.ll_lambda!r}") from None
+        given["ll_lambda"] = f"--ll-lambda {args.ll_lambda}"
+    if args.ll_variables is not None:
+        check_unique(args.ll_variables, "--ll-variables")
+        params["linear_correction_variables"] = list(args.ll_variables)
+        given["linear_correction_variables"] = "--ll-variables " + " ".join(args.ll_variables)
+
+
+def correction_columns(est, features, categorical):
+    """The columns whose float values a local linear fit reads (``[]`` without one), in the features' order.
+
+    Parameters
+    ----------
+    est : estimator
+        ``local_linear`` and ``linear_correction_variables`` are read (a CausalSurvivalForest's).
+    features : list of str
+    categorical : ndarray of bool, shape (len(features),)
+
+    Raises
+    ------
+    CLIError
+        A correction variable that is not a feature, or a categorical one.
+    """
+    if not getattr(est, "local_linear", False):
+        return []
+    named = est.linear_correction_variables
+    if named is None:
+        return [f for f, c in zip(features, categorical) if not c]
+    if isinstance(named, str) or not all(isinstance(c, str) for c in named):
+        raise CLIError("name the correction variables by column with --ll-variables COL ...")
+    kinds = dict(zip(features, categorical))
+    for name in named:
+        if name not in kinds:
+            raise CLIError(f"--ll-variables names {name!r}, which is not a feature column")
+        if kinds[name]:
+            raise CLIError(f"--ll-variables names {name!r}, a categorical feature: the correction needs numbers")
+    return [f for f in features if f in set(named)]
 
 
 def _param_name(text):
@@ -380,8 +449,13 @@ def bin_mapper_for(est, comm, checkpoint=None):
     return BinMapper(max_bins=int(est.max_bins), random_state=int(seed))
 
 
-def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_type=None, checkpoint=None):
-    """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` named ``features`` and the shard's targets."""
+def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_type=None, checkpoint=None,
+         correction=()):
+    """Fit ``est`` on pre-binned features ``binned = (mapper, codes)`` named ``features`` and the shard's targets.
+
+    ``correction``: the local linear correction variables' columns (:func:`correction_columns`),
+    read from the shard as float64 and passed as ``correction_values``.
+    """
     t = shard.columns[args.treatment] if args.treatment else None
     if t is not None and treatment_type is not None and treatment_type.startswith(("int", "uint", "bool")):
         # Integer treatments keep an integer dtype: the causal forest reads integer
@@ -393,6 +467,8 @@ def _fit(est, kind, binned, features, shard, args, comm, progress, treatment_typ
     extra = dict(feature_names=features)  # the model records its feature names (feature_names_in_)
     if args.cluster is not None:
         extra["clusters"] = shard.columns[args.cluster]
+    if correction:
+        extra["correction_values"] = np.column_stack([shard.columns[c] for c in correction])
     columns = {"treatment": t, "outcome": y}
     for role in ("instrument", "time", "event"):
         columns[role] = shard.columns[getattr(args, role)] if getattr(args, role) else None
@@ -567,6 +643,7 @@ def _body(argv):
                                                   keep=labels, out=args.out)
     choice = select(source)
     features = choice.features
+    correction = correction_columns(est, features, choice.categorical)
     if comm.rank == 0 and choice.left_out_line() is not None:
         print(f"{PROG}: {choice.left_out_line()}", file=sys.stderr, flush=True)
     from forest.cli.plan import plan_or_check  # --plan, and the memory check before reading
@@ -591,7 +668,7 @@ def _body(argv):
         fitter.add(block)
         rows_seen[0] += len(block)
 
-    shard, message = guarded(dataio.read_shard, source, run, numeric=numeric_targets, keep=labels,
+    shard, message = guarded(dataio.read_shard, source, run, numeric=numeric_targets + correction, keep=labels,
                              features=features, on_features=take_features, encoders=encoders)
     agree(comm, message)
     message, arms = _validate_shard(args, shard, offset, labels)
@@ -632,7 +709,7 @@ def _body(argv):
 
     try:
         _fit(est, args.model, (mapper, codes), features, shard, args, comm, progress,
-             source.types.get(args.treatment) if args.treatment else None, checkpoint)
+             source.types.get(args.treatment) if args.treatment else None, checkpoint, correction)
     except CheckpointError as exc:   # raised on every rank at once: safe to turn into the one-line error
         raise CLIError(str(exc)) from None
     except ValueError as exc:
