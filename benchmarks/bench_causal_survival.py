@@ -35,7 +35,8 @@ Scale: fit time at ``--speed-rows`` rows (simple1, 200 trees).
 
 Run: ``python benchmarks/bench_causal_survival.py [--n 2000] [--trees 2000] [--repeats 5]
 [--speed-rows 100000]`` (the AIDS part needs scikit-survival: the anchors' venv); ``--ll-compare``: only
-the local linear correction against the plain forest on the same fits. Writes the
+the local linear correction (lambda fixed at ``--ll-lambda`` and chosen out of bag) against the plain forest
+on the same fits. Writes the
 "CausalSurvivalForest (issue 33)" section of RESULTS.md unless ``--no-write``.
 """
 import argparse
@@ -223,40 +224,54 @@ def simulated(args):
 
 
 def local_linear_compare(args):
-    """Plain and local linear estimates of the same fits (``--ll-compare``): rows of the comparison table.
+    """Plain, fixed-lambda and out-of-bag-lambda local linear estimates of the same fits (``--ll-compare``).
 
-    Each training set is fitted once with ``local_linear=True``; ``set_params(local_linear=False)``
-    gives the plain forest's estimates and intervals from the same trees, so the two columns
-    differ only by the correction.
+    Each training set is fitted once with ``local_linear=True, ll_lambda=None`` (the
+    penalty chosen out of bag at fit by the R-loss of the forest's scores, kept as
+    ``ll_lambda_``); ``set_params`` then gives, from the same trees, the plain forest
+    (``local_linear=False``), the correction at the fixed ``--ll-lambda`` and the
+    correction at the chosen penalty (``ll_lambda=None``), so the columns differ only by
+    the correction and its penalty.
+
+    Returns
+    -------
+    list of list of str
+        One row per design: per variant RMSE, coverage, se / sd, bias / sd and the
+        re-centred coverage; the chosen penalties; the mean seconds of the OOB-lambda
+        intervals and of the fit.
     """
+    variants = (("plain", dict(local_linear=False)), ("fixed", dict(local_linear=True, ll_lambda=args.ll_lambda)),
+                ("oob", dict(local_linear=True, ll_lambda=None)))
     rows = []
     for name in ("simple1", "type1", "type2", "simple1-p"):
         Xq, _, _, _, tau_q, _, _ = design(name, args.test_points, np.random.default_rng(99))
-        out = {False: ([], [], [], []), True: ([], [], [], [])}     # preds, ses, per-set coverage, predict s
-        fit_s = []
+        out = {v: ([], [], [], []) for v, _ in variants}      # preds, ses, per-set coverage, interval s
+        fit_s, chosen = [], []
         for r in range(args.repeats):
             _, f, seconds = fit_training_set(name, args, r, local_linear=True,
-                                             linear_correction_variables=args.ll_variables, ll_lambda=args.ll_lambda)
+                                             linear_correction_variables=args.ll_variables, ll_lambda=None)
             fit_s.append(seconds)
-            for ll in (False, True):
-                f.set_params(local_linear=ll)
+            chosen.append(f.ll_lambda_)
+            for v, params in variants:
+                f.set_params(**params)
                 t0 = time.perf_counter()
                 lo, hi = f.predict_interval(Xq)
                 pred, se = (lo + hi) / 2, (hi - lo) / (2 * 1.959964)
                 elapsed = time.perf_counter() - t0
-                for store, value in zip(out[ll], (pred, se, np.mean((lo <= tau_q) & (tau_q <= hi)), elapsed)):
+                for store, value in zip(out[v], (pred, se, np.mean((lo <= tau_q) & (tau_q <= hi)), elapsed)):
                     store.append(value)
-            print(name, r, "plain", out[False][2][-1], "ll", out[True][2][-1],
-                  np.sqrt(np.mean((out[False][0][-1] - tau_q) ** 2)), np.sqrt(np.mean((out[True][0][-1] - tau_q) ** 2)),
+            print(name, r, "lambda", f.ll_lambda_, "coverage", *(f"{v} {out[v][2][-1]:.3f}" for v, _ in variants),
+                  "RMSE", *(f"{v} {np.sqrt(np.mean((out[v][0][-1] - tau_q) ** 2)):.4f}" for v, _ in variants),
                   flush=True)
         row = [name]
-        for ll in (False, True):
-            preds, ses, cover, secs = (np.array(v) for v in out[ll])
+        for v, _ in variants:
+            preds, ses, cover, secs = (np.array(x) for x in out[v])
             cov, se_sd, bias_sd, unbiased = split_miss(preds, ses, tau_q)
             rmse = np.sqrt(np.mean((preds - tau_q) ** 2, axis=1)).mean()
             row += [f"{rmse:.4f}", f"{cov:.3f} +- {cover.std(ddof=1) / np.sqrt(len(cover)):.3f}", f"{se_sd:.2f}",
-                    f"{bias_sd:.2f}", f"{unbiased:.3f}", f"{secs.mean():.2f}"]
-        rows.append(row + [f"{np.mean(fit_s):.1f}"])
+                    f"{bias_sd:.2f}", f"{unbiased:.3f}"]
+        rows.append(row + [" ".join(f"{c:g}" for c in chosen), f"{np.mean(out['oob'][3]):.2f}",
+                           f"{np.mean(fit_s):.1f}"])
     return rows
 
 
@@ -342,21 +357,24 @@ def main(argv=None):
                    help="only the local linear correction against the plain forest, on the same fits")
     p.add_argument("--ll-variables", type=int, nargs="+", default=None, metavar="J",
                    help="--ll-compare: the correction variables (default every feature)")
-    p.add_argument("--ll-lambda", type=float, default=0.1, help="--ll-compare: the ridge penalty")
+    p.add_argument("--ll-lambda", type=float, default=0.1,
+                   help="--ll-compare: the fixed ridge penalty set against the one chosen out of bag")
     args = p.parse_args(argv)
     os.environ.setdefault("NUMBA_NUM_THREADS", "2")
     if args.ll_compare:
         which = "every feature" if args.ll_variables is None else "x" + ", x".join(map(str, args.ll_variables))
-        text = (f"Local linear correction (`local_linear=True`, lambda {args.ll_lambda:g}, correction variables "
-                f"{which}) against the plain forest, "
-                f"on the same fits: {args.n} training rows, {args.trees} trees, {args.repeats} training sets per "
-                f"design (those of the tables above: same seeds), {args.test_points} fixed test points. Coverage "
-                f"+- the sd of the per-set coverage over sqrt(sets); se / sd, bias / sd and 'unbiased' as in the "
-                f"table above; 'interval s': seconds of `predict_interval` at the test points; 'fit s' includes "
-                f"the leaf tables.\n\n"
-                + markdown_table(["design", "RMSE plain", "coverage plain", "se / sd", "bias / sd", "unbiased",
-                                  "interval s", "RMSE local linear", "coverage local linear", "se / sd",
-                                  "bias / sd", "unbiased", "interval s", "fit s"], local_linear_compare(args)))
+        text = (f"Local linear correction (`local_linear=True`, correction variables {which}) against the plain "
+                f"forest, on the same fits: lambda fixed at {args.ll_lambda:g} and lambda chosen out of bag at fit "
+                f"(`ll_lambda=None`: the first of grf's grid of least R-loss on the forest's out-of-bag scores). "
+                f"{args.n} training rows, {args.trees} trees, {args.repeats} training sets per design (seeds as in "
+                f"the tables above), {args.test_points} fixed test points. Coverage +- the sd of the per-set "
+                f"coverage over sqrt(sets); se / sd, bias / sd and 'unbiased' (coverage re-centred by the bias) "
+                f"as in the table above; 'OOB lambdas': the penalty chosen on each training set; 'interval s': "
+                f"seconds of `predict_interval` at the test points with the chosen lambda; 'fit s' includes the "
+                f"leaf tables and the lambda choice.\n\n"
+                + markdown_table(["design"] + [f"{h} {v}" for v in ("plain", f"lambda {args.ll_lambda:g}", "OOB lambda")
+                                               for h in ("RMSE", "coverage", "se / sd", "bias / sd", "unbiased")]
+                                 + ["OOB lambdas", "interval s", "fit s"], local_linear_compare(args)))
         print(text)
         if not args.no_write:
             write_results_section(SECTION, text)
