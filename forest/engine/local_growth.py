@@ -30,7 +30,8 @@ The criterion
     forest's one-hot criterion; the row-class pieces of :mod:`forest.criteria.compiled`)
     scans by class instead (:func:`_class_scan`): per row a class count and two integer
     updates rather than ``C`` channel adds, per candidate two (rows, statistic) pairs
-    rather than ``2 C`` sums, the same trees bit for bit. Measured on the issue 34 fit
+    rather than ``2 C`` sums; its histograms count rows per (feature, code, class) and
+    form each bin's sums once (:func:`_class_hist`). The same trees bit for bit. Measured on the issue 34 fit
     (200k rows, one thread, interleaved in one process): benchmarks/RESULTS.md,
     "ProbabilityForest (issue 34)".
 Same split rule as the histogram path (:mod:`forest.engine.splitting`)
@@ -285,6 +286,52 @@ def _class_children_on(p, f, lo, end, hi, order, sc, cls, cnt, cmiss, missing_bi
         cmiss[cls[order[f, kv]]] += 1
     cc.class_sums(p, cnt, end + 1 - lo, cum)
     cc.class_sums(p, cmiss, hi - kv, miss)
+
+
+def _class_hist_on(p, hist, hcnt, tcb, tcls, hcls, pos, lo, hi):
+    # Rows per (feature, code, class), then each bin's count and (exact) channel sums: the
+    # bits _hist_add gives from zeroed slots, for one count per row and feature instead of
+    # C channel adds.
+    n_features = hcls.shape[0]
+    n_codes = hcls.shape[1]
+    n_g = hcls.shape[2]
+    for f in range(n_features):
+        for b in range(n_codes):
+            for g in range(n_g):
+                hcls[f, b, g] = 0
+    for i in range(lo, hi):
+        q = pos[i]
+        g = tcls[q]
+        for f in range(n_features):
+            hcls[f, np.int64(tcb[q, f]), g] += 1
+    for f in range(n_features):
+        for b in range(n_codes):
+            n = 0
+            for g in range(n_g):
+                n += hcls[f, b, g]
+            hcnt[f, b] = n
+            if n == 0:
+                for k in range(hist.shape[2]):
+                    hist[f, b, k] = 0.0
+            else:
+                cc.class_sums(p, hcls[f, b], n, hist[f, b])
+
+
+def _class_hist_off(p, hist, hcnt, tcb, tcls, hcls, pos, lo, hi):
+    pass
+
+
+def _class_hist(p, hist, hcnt, tcb, tcls, hcls, pos, lo, hi):
+    """A histogram slot ``hist (F, B, C)`` / ``hcnt (F, B)`` of positions ``pos[lo:hi]`` from
+    their classes ``tcls``: rows counted per (feature, code, class) in ``hcls (F, B, G)``,
+    then each bin's sums by the criterion's ``class_sums`` (exact: what zeroing the slot and
+    :func:`_hist_add` give, bit for bit). Nothing for a criterion without row classes."""
+    (_class_hist_on if cc.has_row_classes(type(p)) else _class_hist_off)(p, hist, hcnt, tcb, tcls, hcls, pos, lo, hi)
+
+
+@overload(_class_hist, jit_options=cc._PIECE_OPTIONS)
+def _ov_class_hist(p, hist, hcnt, tcb, tcls, hcls, pos, lo, hi):
+    return _class_hist_on if _typed_has_classes(p) else _class_hist_off
 
 
 def _classes_off(p, ch, n, cls):
@@ -553,6 +600,10 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
             cmiss = empty(n_row_classes, np.int64)
             tot = empty(n_row_classes, np.int64)
             use_cls = False
+            # Histogram mode by class: the task's rows' classes and per-class bin counts.
+            tcls = empty(mh if n_row_classes > 0 else 0, np.int32)
+            hcls = empty((n_features if n_row_classes > 0 and hist_task else 0, n_codes, n_row_classes), np.int32)
+            hist_cls = n_row_classes > 0 and hist_task and _scan_classes(p, chl, mh, tcls)
             # Stack of nodes still to split: segment [lo, hi) of pos (histogram mode) or of
             # the scan orders (scan mode), node, depth, sums, histogram slot (-1: none).
             st_lo = empty(m + 1, np.int64)
@@ -656,9 +707,12 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                 if not in_scan and slot < 0:
                     n_free -= 1
                     slot = free[n_free]
-                    hist[slot] = 0.0
-                    hcnt[slot] = 0
-                    _hist_add(hist[slot], hcnt[slot], tcb, chl, pos, lo, hi, 1)
+                    if hist_cls:
+                        _class_hist(p, hist[slot], hcnt[slot], tcb, tcls, hcls, pos, lo, hi)
+                    else:
+                        hist[slot] = 0.0
+                        hcnt[slot] = 0
+                        _hist_add(hist[slot], hcnt[slot], tcb, chl, pos, lo, hi, 1)
                 for k in range(c):
                     parent[k] = st_stats[sp, k]
                 cc.prepare(p, parent, consts)
@@ -822,14 +876,17 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                         # Build the child with fewer rows; the parent's slot becomes its sibling.
                         n_free -= 1
                         s2 = free[n_free]
-                        hist[s2] = 0.0
-                        hcnt[s2] = 0
+                        b_lo, b_hi = (lo, mid) if mid - lo <= hi - mid else (mid, hi)
+                        if hist_cls:
+                            _class_hist(p, hist[s2], hcnt[s2], tcb, tcls, hcls, pos, b_lo, b_hi)
+                        else:
+                            hist[s2] = 0.0
+                            hcnt[s2] = 0
+                            _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, b_lo, b_hi, 1)
                         if mid - lo <= hi - mid:
-                            _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, lo, mid, 1)
                             slot_l = s2
                             slot_r = slot
                         else:
-                            _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, mid, hi, 1)
                             slot_l = slot
                             slot_r = s2
                         _hist_sub(hist, hcnt, slot, s2)

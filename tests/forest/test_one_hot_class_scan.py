@@ -1,9 +1,10 @@
 """The one-hot criterion's class-count scan (row-class pieces) against the channel scan.
 
 With the row-class pieces (:mod:`forest.criteria.compiled`) the subtree kernel scores
-scan-mode candidates from per-class row counts; the trees, split gains and children's sums
-must be bit for bit those of the channel scan the same kernel runs without them
-(``class_bound`` 0), and the pieces must equal the channel pieces on exact sums.
+scan-mode candidates from per-class row counts and builds histograms from per-class bin
+counts; the trees, split gains and children's sums must be bit for bit those of the
+channel sums the same kernel uses without them (``class_bound`` 0), and the pieces must
+equal the channel pieces on exact sums.
 """
 from collections import namedtuple
 
@@ -82,9 +83,10 @@ def test_class_scan_matches_the_slow_reference():
     np.testing.assert_allclose(got.floats[:, 0], ref.floats[:, 0], rtol=1e-12)
 
 
-def test_rows_without_a_class_fall_back_to_channels():
-    # A row that is no class vector (weight 2) sends its subtrees to the channel scan: the
-    # result is then the channel scan's, whatever the class pieces would have said.
+@pytest.mark.parametrize("hist_rows", [None, 64])
+def test_rows_without_a_class_fall_back_to_channels(hist_rows):
+    # A row that is no class vector (weight 2) sends its task's histograms and subtrees to
+    # channel sums: the result is then the channel scan's, whatever the class pieces would say.
     rng = np.random.default_rng(9)
     K, n_rows, missing_bin = 3, 500, 255
     binned = rng.integers(0, 255, size=(4, n_rows)).astype(np.uint8)
@@ -93,8 +95,9 @@ def test_rows_without_a_class_fall_back_to_channels():
     ch[7] *= 2.0
     args = random_tasks(rng, 2, n_rows, [400, 60], random_depth=False) + (np.array([0, 1]),)
     comp = hot.compiled()
-    _same(grow_subtrees(binned, ch, *args, comp, missing_bin), grow_subtrees(binned, ch, *args, _channel_scan(comp),
-                                                                            missing_bin))
+    got = grow_subtrees(binned, ch, *args, comp, missing_bin, hist_rows=hist_rows)
+    assert len(got.ints) > 50
+    _same(got, grow_subtrees(binned, ch, *args, _channel_scan(comp), missing_bin, hist_rows=hist_rows))
 
 
 @kernel
