@@ -28,7 +28,7 @@ The criterion
     ``right_exhausted`` count shortcuts while scanning. Growth settings travel as one
     record (:data:`GrowthRecord`). A criterion with row classes (the probability
     forest's one-hot criterion; the row-class pieces of :mod:`forest.criteria.compiled`)
-    scans by class instead (:func:`_class_scan`): per row a class count and two integer
+    scans by class instead (:func:`_class_node`): per row a class count and two integer
     updates rather than ``C`` channel adds, per candidate two (rows, statistic) pairs
     rather than ``2 C`` sums; its histograms count rows per (feature, code, class) and
     form each bin's sums once (:func:`_class_hist`). The same trees bit for bit. Measured on the issue 34 fit
@@ -191,86 +191,96 @@ def _classes_on(p, ch, n, cls):
     return True
 
 
-def _class_totals_on(p, order, lo, hi, cls, tot):
+def _class_node_on(p, allowed, is_cat, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, consts,
+                   cand_gain, cand_bin, cand_dir, cand_end, n_cand):
+    # The node's class totals, then per allowed numeric feature _scan_candidates's candidates
+    # in its order, each side (rows, class_side(q2, rows)), scored by class_gains; one call
+    # per node rather than one per (node, feature) (each call passes a dozen arrays).
     for g in range(tot.shape[0]):
         tot[g] = 0
     for i in range(lo, hi):
         tot[cls[order[0, i]]] += 1
-
-
-def _class_scan_on(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, cand_bin, cand_dir,
-                   cand_end):
-    # _scan_candidates's candidates in its order; a side is (rows, class_side(q2, rows)).
-    n_g = cnt.shape[0]
-    kv = hi
-    while kv > lo and np.int64(sc[f, kv - 1]) == missing_bin:
-        kv -= 1
-    if kv == lo:
-        return 0
-    n_miss = hi - kv
-    for g in range(n_g):
-        cnt[g] = 0
-        cmiss[g] = 0
-    for i in range(kv, hi):
-        cmiss[cls[order[f, i]]] += 1
-    q_tot = 0
-    for g in range(n_g):
-        q_tot += tot[g] * tot[g]
-    nc = 0
-    n_node = hi - lo
-    if n_miss > 0 and sc[f, lo] > 0 and n_miss >= min_rows and n_node - n_miss >= min_rows:
-        # threshold bin 0 with no row in bin 0: the missing rows alone go left
-        ql = 0
-        qr = 0
+    best = -np.inf
+    for f in range(order.shape[0]):
+        if not allowed[f] or is_cat[f]:
+            continue
+        n_cand[f] = 0
+        n_g = cnt.shape[0]
+        kv = hi
+        while kv > lo and np.int64(sc[f, kv - 1]) == missing_bin:
+            kv -= 1
+        if kv == lo:
+            continue
+        n_miss = hi - kv
         for g in range(n_g):
-            ql += cmiss[g] * cmiss[g]
-            qr += (tot[g] - cmiss[g]) * (tot[g] - cmiss[g])
-        st[0, nc] = np.float64(n_miss)
-        st[1, nc] = cc.class_side(p, ql, n_miss)
-        st[2, nc] = np.float64(n_node - n_miss)
-        st[3, nc] = cc.class_side(p, qr, n_node - n_miss)
-        cand_bin[f, nc] = 0
-        cand_dir[f, nc] = 1
-        cand_end[f, nc] = lo - 1
-        nc += 1
-    q_l = 0          # sum_g cnt_g**2 of the rows left of the boundary
-    cross = 0        # sum_g tot_g cnt_g: the right side's is q_tot - 2 cross + q_l
-    for i in range(lo, kv):
-        g = cls[order[f, i]]
-        a = cnt[g]
-        q_l += 2 * a + 1
-        cnt[g] = a + 1
-        cross += tot[g]
-        n_l = i + 1 - lo
-        code = sc[f, i]
-        if not (i + 1 < kv and sc[f, i + 1] == code):
-            if n_l >= min_rows and n_node - n_l >= min_rows:
-                st[0, nc] = np.float64(n_l)
-                st[1, nc] = cc.class_side(p, q_l, n_l)
-                st[2, nc] = np.float64(n_node - n_l)
-                st[3, nc] = cc.class_side(p, q_tot - 2 * cross + q_l, n_node - n_l)
-                cand_bin[f, nc] = code
-                cand_dir[f, nc] = 0
-                cand_end[f, nc] = i
-                nc += 1
-            if n_miss > 0 and i < kv - 1 and n_l + n_miss >= min_rows and n_node - n_l - n_miss >= min_rows:
-                ql = 0
-                qr = 0
-                for h in range(n_g):
-                    x = cnt[h] + cmiss[h]
-                    ql += x * x
-                    qr += (tot[h] - x) * (tot[h] - x)
-                st[0, nc] = np.float64(n_l + n_miss)
-                st[1, nc] = cc.class_side(p, ql, n_l + n_miss)
-                st[2, nc] = np.float64(n_node - n_l - n_miss)
-                st[3, nc] = cc.class_side(p, qr, n_node - n_l - n_miss)
-                cand_bin[f, nc] = code
-                cand_dir[f, nc] = 1
-                cand_end[f, nc] = i
-                nc += 1
-        if n_node - n_l < min_rows:
-            break
-    return nc
+            cnt[g] = 0
+            cmiss[g] = 0
+        for i in range(kv, hi):
+            cmiss[cls[order[f, i]]] += 1
+        q_tot = 0
+        for g in range(n_g):
+            q_tot += tot[g] * tot[g]
+        nc = 0
+        n_node = hi - lo
+        if n_miss > 0 and sc[f, lo] > 0 and n_miss >= min_rows and n_node - n_miss >= min_rows:
+            # threshold bin 0 with no row in bin 0: the missing rows alone go left
+            ql = 0
+            qr = 0
+            for g in range(n_g):
+                ql += cmiss[g] * cmiss[g]
+                qr += (tot[g] - cmiss[g]) * (tot[g] - cmiss[g])
+            st[0, nc] = np.float64(n_miss)
+            st[1, nc] = cc.class_side(p, ql, n_miss)
+            st[2, nc] = np.float64(n_node - n_miss)
+            st[3, nc] = cc.class_side(p, qr, n_node - n_miss)
+            cand_bin[f, nc] = 0
+            cand_dir[f, nc] = 1
+            cand_end[f, nc] = lo - 1
+            nc += 1
+        q_l = 0          # sum_g cnt_g**2 of the rows left of the boundary
+        cross = 0        # sum_g tot_g cnt_g: the right side's is q_tot - 2 cross + q_l
+        for i in range(lo, kv):
+            g = cls[order[f, i]]
+            a = cnt[g]
+            q_l += 2 * a + 1
+            cnt[g] = a + 1
+            cross += tot[g]
+            n_l = i + 1 - lo
+            code = sc[f, i]
+            if not (i + 1 < kv and sc[f, i + 1] == code):
+                if n_l >= min_rows and n_node - n_l >= min_rows:
+                    st[0, nc] = np.float64(n_l)
+                    st[1, nc] = cc.class_side(p, q_l, n_l)
+                    st[2, nc] = np.float64(n_node - n_l)
+                    st[3, nc] = cc.class_side(p, q_tot - 2 * cross + q_l, n_node - n_l)
+                    cand_bin[f, nc] = code
+                    cand_dir[f, nc] = 0
+                    cand_end[f, nc] = i
+                    nc += 1
+                if n_miss > 0 and i < kv - 1 and n_l + n_miss >= min_rows and n_node - n_l - n_miss >= min_rows:
+                    ql = 0
+                    qr = 0
+                    for h in range(n_g):
+                        x = cnt[h] + cmiss[h]
+                        ql += x * x
+                        qr += (tot[h] - x) * (tot[h] - x)
+                    st[0, nc] = np.float64(n_l + n_miss)
+                    st[1, nc] = cc.class_side(p, ql, n_l + n_miss)
+                    st[2, nc] = np.float64(n_node - n_l - n_miss)
+                    st[3, nc] = cc.class_side(p, qr, n_node - n_l - n_miss)
+                    cand_bin[f, nc] = code
+                    cand_dir[f, nc] = 1
+                    cand_end[f, nc] = i
+                    nc += 1
+            if n_node - n_l < min_rows:
+                break
+        n_cand[f] = nc
+        if nc > 0:
+            cc.class_gains(p, st, consts, cand_gain, f, nc)
+            for j in range(nc):
+                if cand_gain[f, j] > best:
+                    best = cand_gain[f, j]
+    return best
 
 
 def _class_children_on(p, f, lo, end, hi, order, sc, cls, cnt, cmiss, missing_bin, cum, miss):
@@ -338,13 +348,9 @@ def _classes_off(p, ch, n, cls):
     return False
 
 
-def _class_totals_off(p, order, lo, hi, cls, tot):
-    pass
-
-
-def _class_scan_off(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, cand_bin, cand_dir,
-                    cand_end):
-    return 0
+def _class_node_off(p, allowed, is_cat, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, consts,
+                    cand_gain, cand_bin, cand_dir, cand_end, n_cand):
+    return -np.inf
 
 
 def _class_children_off(p, f, lo, end, hi, order, sc, cls, cnt, cmiss, missing_bin, cum, miss):
@@ -358,19 +364,19 @@ def _scan_classes(p, ch, n, cls):
     return (_classes_on if cc.has_row_classes(type(p)) else _classes_off)(p, ch, n, cls)
 
 
-def _class_totals(p, order, lo, hi, cls, tot):
-    """A scan node's rows per class ``tot (G,)`` (any feature's order holds its rows)."""
-    (_class_totals_on if cc.has_row_classes(type(p)) else _class_totals_off)(p, order, lo, hi, cls, tot)
-
-
-def _class_scan(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, cand_bin, cand_dir,
-                cand_end):
-    """:func:`_scan_candidates` from the rows' classes ``cls`` (by scan position) and the node's
-    class totals ``tot``: the same candidates (bins, directions, ends) in the same order, the
-    sides' rows and ``class_side`` in rows 0-3 of ``st`` for the criterion's ``class_gains``; ``cnt`` / ``cmiss (G,)`` scratch. Never calls
-    ``sides_ok`` / ``right_exhausted`` (a criterion with row classes has neither)."""
-    fn = _class_scan_on if cc.has_row_classes(type(p)) else _class_scan_off
-    return fn(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, cand_bin, cand_dir, cand_end)
+def _class_node(p, allowed, is_cat, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, consts,
+                cand_gain, cand_bin, cand_dir, cand_end, n_cand):
+    """The candidates of a scan node's allowed numeric features from the rows' classes ``cls``
+    (by scan position): :func:`_scan_candidates`'s candidates (bins, directions, ends) in
+    its order per feature, each side's rows and ``class_side`` in rows 0-3 of ``st``, scored
+    into ``cand_gain[f]`` by the criterion's ``class_gains``; fills ``n_cand[f]`` of those
+    features and returns their best gain. ``tot``, ``cnt``, ``cmiss (G,)`` scratch (the
+    node's, the left side's and the missing rows' class counts). Never calls ``sides_ok`` /
+    ``right_exhausted`` (a criterion with row classes has neither); ``-inf`` and nothing
+    written for a criterion without row classes."""
+    fn = _class_node_on if cc.has_row_classes(type(p)) else _class_node_off
+    return fn(p, allowed, is_cat, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, consts, cand_gain,
+              cand_bin, cand_dir, cand_end, n_cand)
 
 
 def _class_children(p, f, lo, end, hi, order, sc, cls, cnt, cmiss, missing_bin, cum, miss):
@@ -389,15 +395,10 @@ def _ov_scan_classes(p, ch, n, cls):
     return _classes_on if _typed_has_classes(p) else _classes_off
 
 
-@overload(_class_totals, jit_options=cc._PIECE_OPTIONS)
-def _ov_class_totals(p, order, lo, hi, cls, tot):
-    return _class_totals_on if _typed_has_classes(p) else _class_totals_off
-
-
-@overload(_class_scan, jit_options=cc._PIECE_OPTIONS)
-def _ov_class_scan(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, cand_bin, cand_dir,
-                   cand_end):
-    return _class_scan_on if _typed_has_classes(p) else _class_scan_off
+@overload(_class_node, jit_options=cc._PIECE_OPTIONS)
+def _ov_class_node(p, allowed, is_cat, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, st, consts,
+                   cand_gain, cand_bin, cand_dir, cand_end, n_cand):
+    return _class_node_on if _typed_has_classes(p) else _class_node_off
 
 
 @overload(_class_children, jit_options=cc._PIECE_OPTIONS)
@@ -717,10 +718,13 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                     parent[k] = st_stats[sp, k]
                 cc.prepare(p, parent, consts)
                 node_mask(gp.key1, gp.key2, tree_idx, node, n_features, gp.mtry, allowed)
-                if in_scan and use_cls:
-                    _class_totals(p, order, lo, hi, cls, tot)
                 best = -np.inf
+                if in_scan and use_cls:
+                    best = _class_node(p, allowed, is_cat, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows,
+                                       missing_bin, cst, consts, cand_gain, cand_bin, cand_dir, cand_end, n_cand)
                 for f in range(n_features):
+                    if in_scan and use_cls and allowed[f] and not is_cat[f]:
+                        continue     # scored by _class_node
                     n_cand[f] = 0
                     if not allowed[f]:
                         continue
@@ -728,9 +732,6 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                         nc = _cat_candidates(p, f, in_scan, lo, hi, order, sc, ch, hist, hcnt, slot, n_node,
                                              missing_bin, min_rows, parent, consts, fh, fcnt, keys, perm, ph, pcnt,
                                              cum, miss, lefts, rights, cand_bin, cand_dir, cand_left)
-                    elif in_scan and use_cls:
-                        nc = _class_scan(p, f, lo, hi, order, sc, cls, cnt, cmiss, tot, min_rows, missing_bin, cst,
-                                         cand_bin, cand_dir, cand_end)
                     elif in_scan:
                         nc = _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin, cum, miss,
                                               lefts, rights, cand_bin, cand_dir, cand_end)
@@ -741,10 +742,7 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                     if nc > 0:
                         # Gains batched per (node, feature): computing each inside the scan
                         # loop was measured 1.8x slower (the scan loop no longer optimises well).
-                        if in_scan and use_cls and not is_cat[f]:
-                            cc.class_gains(p, cst, consts, cand_gain, f, nc)
-                        else:
-                            cc.gains(p, lefts, rights, consts, cand_gain, f, nc)
+                        cc.gains(p, lefts, rights, consts, cand_gain, f, nc)
                         for j in range(nc):
                             if cand_gain[f, j] > best:
                                 best = cand_gain[f, j]
