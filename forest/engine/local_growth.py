@@ -126,7 +126,7 @@ def _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin,
         miss[k] = 0.0
         cum[k] = 0.0
     for i in range(kv, hi):
-        q = order[f, i]
+        q = np.uint32(order[f, i])
         for k in range(c):
             miss[k] += ch[q, k]
     nc = 0
@@ -142,12 +142,12 @@ def _scan_candidates(p, f, lo, hi, order, sc, ch, parent, min_rows, missing_bin,
         cand_end[f, nc] = lo - 1
         nc += 1
     for i in range(lo, kv):
-        q = order[f, i]
+        q = np.uint32(order[f, i])
         for k in range(c):
             cum[k] += ch[q, k]
         n_l = i + 1 - lo
-        code = sc[f, i]
-        if not (i + 1 < kv and sc[f, i + 1] == code):
+        code = sc[f, np.uint64(i)]
+        if not (i + 1 < kv and sc[f, np.uint64(i + 1)] == code):
             if n_l >= min_rows and n_node - n_l >= min_rows \
                     and cc.sides_ok(p, n_l, n_node - n_l, cum, miss, False, parent):
                 for k in range(c):
@@ -199,7 +199,7 @@ def _class_node_on(p, allowed, is_cat, lo, hi, order, sc, cls, cnt, cmiss, tot, 
     for g in range(tot.shape[0]):
         tot[g] = 0
     for i in range(lo, hi):
-        tot[cls[order[0, i]]] += 1
+        tot[np.uint32(cls[np.uint32(order[0, i])])] += 1
     best = -np.inf
     for f in range(order.shape[0]):
         if not allowed[f] or is_cat[f]:
@@ -216,7 +216,7 @@ def _class_node_on(p, allowed, is_cat, lo, hi, order, sc, cls, cnt, cmiss, tot, 
             cnt[g] = 0
             cmiss[g] = 0
         for i in range(kv, hi):
-            cmiss[cls[order[f, i]]] += 1
+            cmiss[np.uint32(cls[np.uint32(order[f, i])])] += 1
         q_tot = 0
         for g in range(n_g):
             q_tot += tot[g] * tot[g]
@@ -240,14 +240,14 @@ def _class_node_on(p, allowed, is_cat, lo, hi, order, sc, cls, cnt, cmiss, tot, 
         q_l = 0          # sum_g cnt_g**2 of the rows left of the boundary
         cross = 0        # sum_g tot_g cnt_g: the right side's is q_tot - 2 cross + q_l
         for i in range(lo, kv):
-            g = cls[order[f, i]]
+            g = np.uint32(cls[np.uint32(order[f, i])])
             a = cnt[g]
             q_l += 2 * a + 1
             cnt[g] = a + 1
             cross += tot[g]
             n_l = i + 1 - lo
-            code = sc[f, i]
-            if not (i + 1 < kv and sc[f, i + 1] == code):
+            code = sc[f, np.uint64(i)]
+            if not (i + 1 < kv and sc[f, np.uint64(i + 1)] == code):
                 if n_l >= min_rows and n_node - n_l >= min_rows:
                     st[0, nc] = np.float64(n_l)
                     st[1, nc] = cc.class_side(p, q_l, n_l)
@@ -289,7 +289,7 @@ def _class_children_on(p, f, lo, end, hi, order, sc, cls, cnt, cmiss, missing_bi
         cnt[g] = 0
         cmiss[g] = 0
     for i in range(lo, end + 1):
-        cnt[cls[order[f, i]]] += 1
+        cnt[np.uint32(cls[np.uint32(order[f, i])])] += 1
     kv = hi
     while kv > lo and np.int64(sc[f, kv - 1]) == missing_bin:
         kv -= 1
@@ -310,10 +310,10 @@ def _class_hist_on(p, hist, hcnt, tcb, tcls, hcls, pos, lo, hi):
             for g in range(n_g):
                 hcls[f, b, g] = 0
     for i in range(lo, hi):
-        q = pos[i]
-        g = tcls[q]
+        q = np.uint64(pos[i])
+        g = np.uint32(tcls[q])
         for f in range(n_features):
-            hcls[f, np.int64(tcb[q, f]), g] += 1
+            hcls[f, np.uint64(tcb[q, f]), g] += 1
     for f in range(n_features):
         for b in range(n_codes):
             n = 0
@@ -434,8 +434,8 @@ def _cat_candidates(p, f, in_scan, lo, hi, order, sc, ch, hist, hcnt, slot, n_no
             fh[b, k] = 0.0
     if in_scan:
         for i in range(lo, hi):
-            q = order[f, i]
-            code = np.int64(sc[f, i])
+            q = np.uint32(order[f, i])
+            code = np.uint64(sc[f, np.uint64(i)])
             fcnt[code] += 1
             for k in range(c):
                 fh[code, k] += ch[q, k]
@@ -483,9 +483,10 @@ def _sort_scan(tc, order, sc, m):
         for b in range(256):
             counts[b + 1] += counts[b]
         for i in range(m):
-            code = np.int64(tc[f, i])
-            order[f, counts[code]] = i
-            sc[f, counts[code]] = code
+            code = np.uint64(tc[f, i])
+            at = np.uint64(counts[code])
+            order[f, at] = i
+            sc[f, at] = code
             counts[code] += 1
 
 
@@ -495,9 +496,9 @@ def _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, sign):
     n_features = tcb.shape[1]
     c = chl.shape[1]
     for i in range(lo, hi):
-        q = pos[i]
+        q = np.uint64(pos[i])
         for f in range(n_features):
-            code = np.int64(tcb[q, f])
+            code = np.uint64(tcb[q, f])
             hcnt[f, code] += sign
             for k in range(c):
                 hist[f, code, k] += sign * chl[q, k]
@@ -576,7 +577,7 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
             tcb = empty((mh, n_features), np.uint8)
             chl = empty((mh, c), np.float64)
             for i in range(mh):
-                r = rows[s + i]
+                r = np.uint32(rows[s + i])
                 for k in range(c):
                     chl[i, k] = channels[r, k]
                 for f in range(n_features):
@@ -678,19 +679,19 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                         tc, ch, order, sc, goes_left, scratch, scratch_c = _scan_buffers(n_features, ms, c)
                     if hist_task:
                         for i in range(n_node):
-                            q = pos[lo + i]
+                            q = np.uint64(pos[lo + i])
                             for k in range(c):
                                 ch[i, k] = chl[q, k]
                             for f in range(n_features):
                                 tc[f, i] = tcb[q, f]
                     else:  # the task's root: its rows straight from the arguments
                         for i in range(n_node):
-                            r = rows[s + i]
+                            r = np.uint32(rows[s + i])
                             for k in range(c):
                                 ch[i, k] = channels[r, k]
                         for f in range(n_features):
                             for i in range(n_node):
-                                tc[f, i] = binned[f, rows[s + i]]
+                                tc[f, i] = binned[f, np.uint32(rows[s + i])]
                     _sort_scan(tc, order, sc, n_node)
                     use_cls = n_row_classes > 0 and _scan_classes(p, ch, n_node, cls)
                     lo = 0
@@ -775,12 +776,12 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                             cum[k] = 0.0
                             miss[k] = 0.0
                         for i in range(lo, cand_end[bf, bj] + 1):
-                            q = order[bf, i]
+                            q = np.uint32(order[bf, i])
                             for k in range(c):
                                 cum[k] += ch[q, k]
                         for i in range(lo, hi):
-                            q = order[bf, i]
-                            if np.int64(sc[bf, i]) == missing_bin:
+                            q = np.uint32(order[bf, i])
+                            if np.int64(sc[bf, np.uint64(i)]) == missing_bin:
                                 for k in range(c):
                                     miss[k] += ch[q, k]
                     for k in range(c):
@@ -800,7 +801,7 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                     ml = left[wch] >= right[wch]
                 if in_scan:
                     for i in range(lo, hi):
-                        q = order[bf, i]
+                        q = np.uint32(order[bf, np.uint64(i)])
                         if split_cat:
                             goes_left[q] = _in_set(bits, np.int64(tc[bf, q]), ml, missing_bin)
                         else:
@@ -815,26 +816,27 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                         nl = 0
                         nr = 0
                         for i in range(lo, hi):
-                            q = order[f, i]
-                            code = sc[f, i]
-                            gl = np.int64(goes_left[q])
-                            order[f, lo + nl] = q
-                            sc[f, lo + nl] = code
-                            scratch[nr] = q
-                            scratch_c[nr] = code
+                            ui = np.uint64(i)
+                            q = order[f, ui]
+                            code = sc[f, ui]
+                            gl = np.int64(goes_left[np.uint32(q)])
+                            order[f, np.uint64(lo + nl)] = q
+                            sc[f, np.uint64(lo + nl)] = code
+                            scratch[np.uint64(nr)] = q
+                            scratch_c[np.uint64(nr)] = code
                             nl += gl
                             nr += 1 - gl
                         for j in range(nr):
-                            order[f, lo + nl + j] = scratch[j]
-                            sc[f, lo + nl + j] = scratch_c[j]
+                            order[f, np.uint64(lo + nl + j)] = scratch[j]
+                            sc[f, np.uint64(lo + nl + j)] = scratch_c[j]
                         n_left = nl
                 else:
                     # Stable partition of the node's positions (gid order kept on both sides).
                     nl = 0
                     nr = 0
                     for i in range(lo, hi):
-                        q = pos[i]
-                        code = np.int64(tcb[q, bf])
+                        q = pos[np.uint64(i)]
+                        code = np.int64(tcb[np.uint64(q), bf])
                         if _in_set(bits, code, ml, missing_bin) if split_cat else goes_left_code(code, b, ml,
                                                                                                  missing_bin):
                             pos[lo + nl] = q
