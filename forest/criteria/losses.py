@@ -32,14 +32,16 @@ _PARALLEL_MIN_ROWS = 16384
 
 @kernel
 def _squared_grad(y, raw, w, out, a, b):
-    for i in range(a, b):
+    for ii in range(a, b):
+        i = np.uint64(ii)  # unsigned: no negative-index wraparound (forest.engine.partition)
         out[i, 0] = w[i] * (raw[i, 0] - y[i])
         out[i, 1] = w[i]
 
 
 @kernel
 def _logistic_grad(y, raw, w, out, a, b):
-    for i in range(a, b):
+    for ii in range(a, b):
+        i = np.uint64(ii)
         p = 1.0 / (1.0 + np.exp(-raw[i, 0]))
         out[i, 0] = w[i] * (p - y[i])
         out[i, 1] = w[i] * p * (1.0 - p)
