@@ -547,6 +547,20 @@ class CausalSurvivalForest(CausalForest):
             out[rows] = local_linear_effect(tables.mean(axis=1), z, self._ll_penalty())
         return out
 
+    def predict_local_linear(self, *args, **kwargs):
+        """Refused: the causal forest's local linear prediction regresses a training outcome
+        ``y_train`` on the forest weights, which censored times do not give. A causal survival
+        forest fitted with ``local_linear=True`` applies its correction in :meth:`predict` and
+        :meth:`predict_interval`, from the censoring-adjusted scores kept at fit."""
+        raise TypeError("CausalSurvivalForest has no predict_local_linear: fit with local_linear=True, then "
+                        "predict(X) and predict_interval(X) give the locally linear effects")
+
+    def tune_local_linear(self, *args, **kwargs):
+        """Refused: a causal survival forest chooses its penalty at fit (``ll_lambda=None``, the
+        out-of-bag R-loss of its own scores), where the censoring-adjusted outcomes exist."""
+        raise TypeError("CausalSurvivalForest has no tune_local_linear: fit with local_linear=True, "
+                        "ll_lambda=None to choose the penalty out of bag (the choice is ll_lambda_)")
+
     def _theta_var(self, X, chunk_rows=None):
         if not self._ll_active():
             return super()._theta_var(X, chunk_rows)

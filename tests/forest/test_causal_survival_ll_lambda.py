@@ -186,3 +186,12 @@ def test_the_chosen_lambda_is_the_same_at_any_rank_count(comm):
     np.testing.assert_allclose(a.errors, b.errors, rtol=1e-10, atol=0)
     np.testing.assert_allclose(a.oob_predictions, b.oob_predictions[lo:hi], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(dist.predict(Xq), ref.predict(Xq), rtol=0, atol=1e-9)
+
+
+def test_the_causal_forests_local_linear_methods_are_refused_with_a_pointer(weighted):
+    """Inherited from CausalForest, they would regress a ``y_train`` the censored data do not have."""
+    f, X, _ = weighted
+    with pytest.raises(TypeError, match="predict\\(X\\)"):
+        f.predict_local_linear(X[:5], X, np.zeros(len(X)), np.zeros(len(X)))
+    with pytest.raises(TypeError, match="ll_lambda=None"):
+        f.tune_local_linear(X, np.zeros(len(X)), np.zeros(len(X)))
