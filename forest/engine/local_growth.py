@@ -505,6 +505,19 @@ def _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, sign):
 
 
 @compiled_only
+def _hist_fill(p, hist, hcnt, by_class, tcb, chl, tcls, hcls, pos, lo, hi):
+    """One histogram slot ``hist (F, B, C)`` / ``hcnt (F, B)`` from positions ``pos[lo:hi]``:
+    by class (:func:`_class_hist`) when the task's rows have classes, else zeroed and
+    summed by :func:`_hist_add`."""
+    if by_class:
+        _class_hist(p, hist, hcnt, tcb, tcls, hcls, pos, lo, hi)
+    else:
+        hist[:] = 0.0
+        hcnt[:] = 0
+        _hist_add(hist, hcnt, tcb, chl, pos, lo, hi, 1)
+
+
+@compiled_only
 def _hist_sub(hist, hcnt, slot, s2):
     """``hist[slot] -= hist[s2]`` and ``hcnt[slot] -= hcnt[s2]`` as plain loops (the array
     expressions compiled a broadcasting kernel and its error formatting: ~3 s cold). The
@@ -709,12 +722,7 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                 if not in_scan and slot < 0:
                     n_free -= 1
                     slot = free[n_free]
-                    if hist_cls:
-                        _class_hist(p, hist[slot], hcnt[slot], tcb, tcls, hcls, pos, lo, hi)
-                    else:
-                        hist[slot] = 0.0
-                        hcnt[slot] = 0
-                        _hist_add(hist[slot], hcnt[slot], tcb, chl, pos, lo, hi, 1)
+                    _hist_fill(p, hist[slot], hcnt[slot], hist_cls, tcb, chl, tcls, hcls, pos, lo, hi)
                 for k in range(c):
                     parent[k] = st_stats[sp, k]
                 cc.prepare(p, parent, consts)
@@ -877,12 +885,7 @@ def _grow_trees(t_lo, t_hi, binned, is_cat, channels, rows, task_starts, tree_ta
                         n_free -= 1
                         s2 = free[n_free]
                         b_lo, b_hi = (lo, mid) if mid - lo <= hi - mid else (mid, hi)
-                        if hist_cls:
-                            _class_hist(p, hist[s2], hcnt[s2], tcb, tcls, hcls, pos, b_lo, b_hi)
-                        else:
-                            hist[s2] = 0.0
-                            hcnt[s2] = 0
-                            _hist_add(hist[s2], hcnt[s2], tcb, chl, pos, b_lo, b_hi, 1)
+                        _hist_fill(p, hist[s2], hcnt[s2], hist_cls, tcb, chl, tcls, hcls, pos, b_lo, b_hi)
                         if mid - lo <= hi - mid:
                             slot_l = s2
                             slot_r = slot

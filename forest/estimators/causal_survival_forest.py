@@ -470,12 +470,8 @@ class CausalSurvivalForest(CausalForest):
             for a row with no out-of-bag tree (left out of the loss).
         """
         grid = check_lambda_path(lambdas)
-        packed = self.estimators_
-        offsets = np.asarray(packed["tree_offsets"], dtype=np.int64)
+        offsets, row_of = self._leaf_table_rows()
         n_trees = len(offsets) - 1
-        feature = np.asarray(packed["feature"])
-        row_of = np.full(len(feature), -1, dtype=np.int64)
-        row_of[feature < 0] = np.arange(int((feature < 0).sum()))
         tables = self.ll_tables_
         z = Z - self.ll_center_
         n = len(z)
@@ -494,14 +490,21 @@ class CausalSurvivalForest(CausalForest):
         residuals = (yc[:, None] - wc[:, None] * tau)[:, :, None]
         return self._finish_path(grid, residuals, g, "R-loss", tau, comm)
 
-    def _ll_chunks(self, X, chunk_rows=None):
-        """``(rows slice, tree tables (m, B, width), centred x (m, p))`` over chunks of validated ``X``."""
+    def _leaf_table_rows(self):
+        """Where each packed node's leaf table is: ``(tree offsets (T + 1,), row (n_nodes,))``,
+        ``row[v]`` the row of ``ll_tables_`` of leaf ``v`` (leaves in packed node order), -1 for
+        inner nodes."""
         packed = self.estimators_
-        offsets = np.asarray(packed["tree_offsets"], dtype=np.int64)
-        n_trees = len(offsets) - 1
         feature = np.asarray(packed["feature"])
         row_of = np.full(len(feature), -1, dtype=np.int64)
         row_of[feature < 0] = np.arange(int((feature < 0).sum()))
+        return np.asarray(packed["tree_offsets"], dtype=np.int64), row_of
+
+    def _ll_chunks(self, X, chunk_rows=None):
+        """``(rows slice, tree tables (m, B, width), centred x (m, p))`` over chunks of validated ``X``."""
+        packed = self.estimators_
+        offsets, row_of = self._leaf_table_rows()
+        n_trees = len(offsets) - 1
         Z = X[:, self.ll_columns_]
         if np.isnan(Z).any():
             raise ValueError("X has missing values in the correction variables of this forest's local linear "
