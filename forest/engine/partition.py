@@ -22,10 +22,9 @@ from forest.engine.tree import CATEGORICAL_SPLIT, bitset_bins
 
 #: Work (rows over all segments) from which several segments are partitioned in parallel.
 _PARALLEL_MIN_ROWS = 1 << 18
-#: One segment is split across threads (two passes) only from this many rows. The serial
-#: branch-free loop does ~3.5 ns/row, so below this a tree's root partition costs a few
-#: ms; the two-pass parallel version read every code twice and, on a loaded machine
-#: (Numba's OpenMP layer spins at barriers), measured 77 vs 7 ns/row wall at 1M rows.
+#: partition_rows splits one segment across threads (:func:`_partition_blocks_parallel`)
+#: only from this many rows: the serial branch-free loop does ~1.4 ns/row, so below this a
+#: tree's root partition costs a few ms.
 _PARALLEL_ONE_SEGMENT_MIN_ROWS = 1 << 21
 #: partition_segment splits one segment across threads by per-thread blocks (codes read
 #: once, :func:`_partition_blocks_parallel`) from this many rows. Main-thread CPU time per
@@ -78,62 +77,6 @@ def _par_partition_segments(rows, scratch, starts, stops, binned, features, thre
     for s in numba.prange(starts.shape[0]):
         n_left[s] = _partition_one(rows, scratch, starts[s], stops[s], binned, features[s], thresholds[s],
                                    missing_left[s], missing_bin)
-
-
-@compiled_only
-def _count_left(rows, a, b, binned, f, thr, ml, missing_bin):
-    k = 0
-    codes = binned[f]
-    for i in range(a, b):
-        code = np.int32(codes[np.uint32(rows[i])])
-        k += np.int64(goes_left_code(code, thr, ml, missing_bin))
-    return k
-
-
-@compiled_only
-def _scatter(rows, scratch, a, b, pl, pr, binned, f, thr, ml, missing_bin):
-    # Destination chosen by a select, not a branch (see _partition_one).
-    codes = binned[f]
-    for i in range(a, b):
-        r = rows[i]
-        code = np.int32(codes[np.uint32(r)])
-        go = goes_left_code(code, thr, ml, missing_bin)
-        scratch[np.uint64(pl if go else pr)] = r
-        pl += np.int64(go)
-        pr += 1 - np.int64(go)
-
-
-@kernel(parallel=True)
-def _partition_one_parallel(rows, scratch, lo, hi, binned, f, thr, ml, missing_bin, n_chunks):
-    # Pass 1: per-chunk left counts; pass 2: each chunk writes its rows at its offsets.
-    # The chunk bodies are separate serial functions: written inline, Numba's parfor
-    # pass turned the row loops into something ~40x slower than the serial loop.
-    n = hi - lo
-    chunk = (n + n_chunks - 1) // n_chunks
-    counts = zeros(n_chunks, np.int64)
-    for c in numba.prange(n_chunks):
-        a = min(hi, lo + c * chunk)
-        counts[c] = _count_left(rows, a, min(hi, a + chunk), binned, f, thr, ml, missing_bin)
-    left_off = zeros(n_chunks, np.int64)
-    right_off = zeros(n_chunks, np.int64)
-    total_left = 0
-    acc_right = 0
-    for c in range(n_chunks):
-        a = min(hi, lo + c * chunk)
-        b = min(hi, a + chunk)
-        left_off[c] = total_left
-        total_left += counts[c]
-        right_off[c] = acc_right
-        acc_right += (b - a) - counts[c]
-    for c in numba.prange(n_chunks):
-        a = min(hi, lo + c * chunk)
-        _scatter(rows, scratch, a, min(hi, a + chunk), lo + left_off[c], lo + total_left + right_off[c], binned, f,
-                 thr, ml, missing_bin)
-    for c in numba.prange(n_chunks):
-        a = min(hi, lo + c * chunk)
-        b = min(hi, a + chunk)
-        rows[a:b] = scratch[a:b]
-    return total_left
 
 
 @compiled_only
@@ -305,9 +248,11 @@ def partition_rows(rows, scratch, starts, stops, binned, features, bin_threshold
         _partition_segments(rows, scratch, starts, stops, binned, features, bin_thresholds, missing_left,
                             int(missing_bin), n_left)
     elif len(starts) == 1:
-        # One long segment (boosting's usual case): split it across threads.
-        n_left[0] = _partition_one_parallel(rows, scratch, starts[0], stops[0], binned, features[0],
-                                            bin_thresholds[0], missing_left[0], int(missing_bin), 4 * threads)
+        # One long segment: split it across threads by blocks (codes read once). A stable
+        # partition is unique, so this is the serial loop's result.
+        table = numeric_side_table(int(bin_thresholds[0]), int(missing_left[0]), int(missing_bin))
+        n_left[0] = _partition_blocks_parallel(rows, scratch, int(starts[0]), int(stops[0]), binned,
+                                               int(features[0]), table, threads)
     else:
         _par_partition_segments(rows, scratch, starts, stops, binned, features, bin_thresholds, missing_left,
                                 int(missing_bin), n_left)
