@@ -246,12 +246,13 @@ def local_linear_compare(args):
     for name in ("simple1", "type1", "type2", "simple1-p"):
         Xq, _, _, _, tau_q, _, _ = design(name, args.test_points, np.random.default_rng(99))
         out = {v: ([], [], [], []) for v, _ in variants}      # preds, ses, per-set coverage, interval s
-        fit_s, chosen = [], []
+        fit_s, chosen, kept = [], [], []
         for r in range(args.repeats):
             _, f, seconds = fit_training_set(name, args, r, local_linear=True,
                                              linear_correction_variables=args.ll_variables, ll_lambda=None)
             fit_s.append(seconds)
             chosen.append(f.ll_lambda_)
+            kept.append("".join(map(str, f.ll_columns_)))
             for v, params in variants:
                 f.set_params(**params)
                 t0 = time.perf_counter()
@@ -260,7 +261,7 @@ def local_linear_compare(args):
                 elapsed = time.perf_counter() - t0
                 for store, value in zip(out[v], (pred, se, np.mean((lo <= tau_q) & (tau_q <= hi)), elapsed)):
                     store.append(value)
-            print(name, r, "lambda", f.ll_lambda_, "coverage", *(f"{v} {out[v][2][-1]:.3f}" for v, _ in variants),
+            print(name, r, "variables", kept[-1], "lambda", f.ll_lambda_, "coverage", *(f"{v} {out[v][2][-1]:.3f}" for v, _ in variants),
                   "RMSE", *(f"{v} {np.sqrt(np.mean((out[v][0][-1] - tau_q) ** 2)):.4f}" for v, _ in variants),
                   flush=True)
         row = [name]
@@ -270,7 +271,7 @@ def local_linear_compare(args):
             rmse = np.sqrt(np.mean((preds - tau_q) ** 2, axis=1)).mean()
             row += [f"{rmse:.4f}", f"{cov:.3f} +- {cover.std(ddof=1) / np.sqrt(len(cover)):.3f}", f"{se_sd:.2f}",
                     f"{bias_sd:.2f}", f"{unbiased:.3f}"]
-        rows.append(row + [" ".join(f"{c:g}" for c in chosen), f"{np.mean(out['oob'][3]):.2f}",
+        rows.append(row + [" ".join(kept), " ".join(f"{c:g}" for c in chosen), f"{np.mean(out['oob'][3]):.2f}",
                            f"{np.mean(fit_s):.1f}"])
     return rows
 
@@ -355,26 +356,35 @@ def main(argv=None):
                    help="only the ATE's calibration: z-scores over N simple1 training sets, grids of 128 and 255")
     p.add_argument("--ll-compare", action="store_true",
                    help="only the local linear correction against the plain forest, on the same fits")
-    p.add_argument("--ll-variables", type=int, nargs="+", default=None, metavar="J",
-                   help="--ll-compare: the correction variables (default every feature)")
+    p.add_argument("--ll-variables", nargs="+", default=None, metavar="J",
+                   help="--ll-compare: the correction variables, column indices or 'importance' (chosen at fit "
+                        "by the effect forest's split frequencies); default every feature")
     p.add_argument("--ll-lambda", type=float, default=0.1,
                    help="--ll-compare: the fixed ridge penalty set against the one chosen out of bag")
     args = p.parse_args(argv)
     os.environ.setdefault("NUMBA_NUM_THREADS", "2")
+    if args.ll_variables == ["importance"]:
+        args.ll_variables = "importance"
+    elif args.ll_variables is not None:
+        args.ll_variables = [int(j) for j in args.ll_variables]
     if args.ll_compare:
-        which = "every feature" if args.ll_variables is None else "x" + ", x".join(map(str, args.ll_variables))
+        which = ("every feature" if args.ll_variables is None else
+                 "chosen at fit by the effect forest's split frequencies, `linear_correction_variables="
+                 "\"importance\"`" if args.ll_variables == "importance" else
+                 "x" + ", x".join(map(str, args.ll_variables)))
         text = (f"Local linear correction (`local_linear=True`, correction variables {which}) against the plain "
                 f"forest, on the same fits: lambda fixed at {args.ll_lambda:g} and lambda chosen out of bag at fit "
                 f"(`ll_lambda=None`: the first of grf's grid of least R-loss on the forest's out-of-bag scores). "
                 f"{args.n} training rows, {args.trees} trees, {args.repeats} training sets per design (seeds as in "
                 f"the tables above), {args.test_points} fixed test points. Coverage +- the sd of the per-set "
                 f"coverage over sqrt(sets); se / sd, bias / sd and 'unbiased' (coverage re-centred by the bias) "
-                f"as in the table above; 'OOB lambdas': the penalty chosen on each training set; 'interval s': "
+                f"as in the table above; 'variables': the correction variables of each training set (01: x0 "
+                f"and x1); 'OOB lambdas': the penalty chosen on each training set; 'interval s': "
                 f"seconds of `predict_interval` at the test points with the chosen lambda; 'fit s' includes the "
                 f"leaf tables and the lambda choice.\n\n"
                 + markdown_table(["design"] + [f"{h} {v}" for v in ("plain", f"lambda {args.ll_lambda:g}", "OOB lambda")
                                                for h in ("RMSE", "coverage", "se / sd", "bias / sd", "unbiased")]
-                                 + ["OOB lambdas", "interval s", "fit s"], local_linear_compare(args)))
+                                 + ["variables", "OOB lambdas", "interval s", "fit s"], local_linear_compare(args)))
         print(text)
         if not args.no_write:
             write_results_section(SECTION, text)

@@ -57,6 +57,34 @@ def table_width(p):
     return D * (D + 1) // 2 + D
 
 
+def table_columns(p, keep):
+    """The columns of a ``p``-variable leaf table that make the table of the variables ``keep``.
+
+    A table's entries are products of ``u = [1, Z, wc, wc Z]`` (:func:`leaf_terms`); those
+    of a subset of the variables are the products of the sub-vector of ``u``, whose
+    positions keep their order, so the smaller table is a column selection of the larger.
+
+    Parameters
+    ----------
+    p : int
+        Variables of the full table.
+    keep : sequence of int
+        Increasing positions (in ``0 .. p - 1``) of the variables kept.
+
+    Returns
+    -------
+    ndarray of int64, shape (table_width(len(keep)),)
+    """
+    keep = [int(j) for j in keep]
+    if not keep or sorted(set(keep)) != keep or keep[0] < 0 or keep[-1] >= p:
+        raise ValueError(f"keep must be increasing distinct positions in [0, {p}), got {keep}")
+    D = 2 * int(p) + 2
+    sub = [0] + [1 + j for j in keep] + [p + 1] + [p + 2 + j for j in keep]
+    row = np.concatenate([[0], np.cumsum(np.arange(D, 1, -1))])    # where row a of the upper triangle starts
+    tri = [row[a] + (b - a) for i, a in enumerate(sub) for b in sub[i:]]
+    return np.asarray(tri + [D * (D + 1) // 2 + a for a in sub], dtype=np.int64)
+
+
 def leaf_terms(Z, wc, yc, g):
     """Per-row terms whose leaf means make a leaf table.
 

@@ -47,7 +47,7 @@ from forest.analysis.effect_rows import make_effect_rows
 from forest.analysis.inference import solve_theta
 from forest.analysis.local_linear import DEFAULT_LAMBDA, check_lambda_path, local_linear_causal_solve
 from forest.analysis.local_linear_leaves import (TABLE_CHUNK_CELLS, leaf_terms, local_linear_blb, local_linear_effect,
-                                                 local_sums, table_width, value_node_sums)
+                                                 local_sums, table_columns, table_width, value_node_sums)
 from forest.collective_checks import AgreedError, collective_checks, total
 from forest.criteria.survival import MAX_SPLIT_TIMES, failure_grid
 from forest.engine.clusters import layout_rows, observation_weights, resolve_clusters
@@ -70,6 +70,8 @@ DEFAULT_GRID_TIMES = 128
 SURVIVAL_SEED, CENSORING_SEED, PROPENSITY_SEED = 15485863, 32452843, 104729
 #: Query rows per chunk of nuisance curves (bounds the (rows, grid) buffers).
 CHUNK_CELLS = 4_000_000
+#: ``linear_correction_variables`` value that chooses the correction variables from the effect forest.
+BY_IMPORTANCE = "importance"
 
 
 class CausalSurvivalForest(CausalForest):
@@ -112,9 +114,19 @@ class CausalSurvivalForest(CausalForest):
         0-12 % of the plain forest's and coverage at its level (0.84-0.89: lambda 10 was
         chosen on 24 of 32 training sets); on the effect's own variables coverage was
         0.86-0.91.
-    linear_correction_variables : sequence of int or str, optional
+    linear_correction_variables : sequence of int or str, None or "importance", optional
         The correction variables (grf's ``linear.correction.variables``): column indices
         or names, no categorical one; default every non-categorical column.
+        ``"importance"`` chooses them at fit, without the truth: the non-categorical
+        columns on which the effect forest splits at least an even share of the time
+        (depth-weighted split frequency, grf's ``variable_importance``, kept as
+        ``feature_importances_``, at least ``1 / n_features``; at least the most important
+        one). The correction is then fitted on those alone (``ll_columns_``), and an
+        ``ll_lambda=None`` penalty is chosen for them. The fit reads the values of every
+        non-categorical column (the candidates; ``correction_values`` holds them all
+        beside binned codes). On the simulated designs (RESULTS.md, issue 33) it kept the
+        effect's own variables and lowered the RMSE against correcting on every feature;
+        see there for the coverage.
     ll_lambda : float or None, default 0.1
         Ridge penalty of the slopes (grf's ``ll.lambda``, standard penalty); read at
         prediction, so it can be changed without refitting. None: chosen out of bag at
@@ -350,6 +362,8 @@ class CausalSurvivalForest(CausalForest):
             roles = forest_row_codes(self.sampling_, len(packed["tree_offsets"]) - 1, gids, layout)   # (trees, n)
             leaves = predict_leaves_binned(packed, codes, self.bin_mapper_.missing_bin_)            # (n, trees)
             self._fit_leaf_tables(ll_columns, ll_values, W - e, y_tilde - m, g_scaled, roles, leaves, comm)
+            if isinstance(self.linear_correction_variables, str):     # BY_IMPORTANCE (checked above)
+                ll_values = ll_values[:, self._keep_important_tables()]
             if self.ll_lambda is None:
                 self.ll_lambda_ = self._tune_leaf_tables(None, ll_values, W - e, y_tilde - m, g, roles, leaves,
                                                          comm).ll_lambda
@@ -375,11 +389,11 @@ class CausalSurvivalForest(CausalForest):
             if values is not None:
                 raise ValueError("correction_values go with binned codes and X=None; X holds the correction "
                                  "variables' values")
-            columns = self._correction_columns(self.linear_correction_variables, "linear_correction_variables")
+            columns = self._correction_columns(self._named_correction(), "linear_correction_variables")
             Z, what = X[:, columns], "X"
         else:
             categorical = getattr(binned[0], "categorical_", None)
-            columns = self._correction_columns(self.linear_correction_variables, "linear_correction_variables",
+            columns = self._correction_columns(self._named_correction(), "linear_correction_variables",
                                                categorical=categorical)
             if values is None:
                 raise ValueError("local_linear with binned codes (X=None) needs correction_values: the correction "
@@ -397,6 +411,40 @@ class CausalSurvivalForest(CausalForest):
             raise ValueError(f"{what} has missing values in the correction variables; local_linear needs complete "
                              f"values there (choose linear_correction_variables=)")
         return columns, np.ascontiguousarray(Z, dtype=np.float64)
+
+    def _named_correction(self):
+        """The correction variables named by the user, None for every non-categorical one (also the
+        candidates of ``"importance"``)."""
+        named = self.linear_correction_variables
+        if isinstance(named, str) and named == BY_IMPORTANCE:
+            return None
+        if isinstance(named, str):
+            raise ValueError(f"linear_correction_variables must be a sequence of columns, None or "
+                             f"{BY_IMPORTANCE!r}, got {named!r}")
+        return named
+
+    def _keep_important_tables(self):
+        """Narrow the leaf tables to the correction variables the effect forest splits on most.
+
+        The variables kept are the candidates (``ll_columns_``) whose depth-weighted split
+        frequency (grf's ``variable_importance``, ``feature_importances_``) is at least an
+        even share, ``1 / n_features``; at least the most important candidate. The effect
+        forest's trees are the same on every rank, so is the choice. Narrowing selects
+        columns of the tables (:func:`forest.analysis.local_linear_leaves.table_columns`):
+        the same tables as a fit on those variables alone.
+
+        Returns
+        -------
+        ndarray of int64
+            Positions of the kept variables among the candidates (increasing).
+        """
+        importance = np.asarray(self.feature_importances_, dtype=np.float64)[self.ll_columns_]
+        keep = np.flatnonzero(importance >= 1.0 / self.n_features_in_)
+        if not len(keep):
+            keep = np.array([int(np.argmax(importance))])
+        self.ll_tables_ = np.ascontiguousarray(self.ll_tables_[:, table_columns(len(self.ll_columns_), keep)])
+        self.ll_columns_, self.ll_center_ = self.ll_columns_[keep], self.ll_center_[keep]
+        return keep
 
     def _fit_leaf_tables(self, columns, Z, wc, yc, g, roles, leaves, comm):
         """``ll_columns_``, ``ll_center_`` and ``ll_tables_`` from this rank's training rows (collective).
