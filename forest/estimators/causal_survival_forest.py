@@ -129,9 +129,10 @@ class CausalSurvivalForest(CausalForest):
         one). The correction is then fitted on those alone (``ll_columns_``), and an
         ``ll_lambda=None`` penalty is chosen for them. The fit reads the values of every
         non-categorical column (the candidates; ``correction_values`` holds them all
-        beside binned codes). On the simulated designs (RESULTS.md, issue 33) it kept the
-        effect's own variables on 30 of 32 training sets (one more on the other two); the
-        figures are under ``local_linear``.
+        beside binned codes). On the simulated designs (RESULTS.md, issue 33) it kept only
+        variables the effect depends on, in all 32 training sets (the effect's one variable
+        where it has one; one or both of its two otherwise); the figures are under
+        ``local_linear``.
     ll_lambda : float or None, default 0.1
         Ridge penalty of the slopes (grf's ``ll.lambda``, standard penalty); read at
         prediction, so it can be changed without refitting. None: chosen out of bag at
