@@ -148,6 +148,7 @@ def run_gbdt(n, threads, repeats=3, seed=0):
                            params={"max_bin": params["max_bin"], "verbosity": -1}, free_raw_data=True)
         booster = lgb.train(params, data, num_boost_round=n_trees)
         lgb_t.append(time.perf_counter() - start)
+        print(f"  fit {len(lgb_t)}: ours {ours_t[-1]:.2f} s, LightGBM {lgb_t[-1]:.2f} s", flush=True)
     auc_ours = float(roc_auc_score(y[te], ours.predict_proba(frame.iloc[te])[:, 1]))
     auc_lgb = float(roc_auc_score(y[te], booster.predict(codes[te])))
     # LightGBM on the 1,000-level column folded to 255 codes (254 most frequent + "other", our

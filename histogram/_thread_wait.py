@@ -1,0 +1,65 @@
+"""How Numba's idle worker threads wait between parallel regions.
+
+Numba runs our parallel kernels on its OpenMP threading layer (GNU libgomp where no
+TBB is installed). Between two parallel regions libgomp keeps each idle worker
+spinning for ``GOMP_SPINCOUNT`` iterations (300,000 by default, a millisecond or so)
+before it sleeps. A boosting fit enters a parallel region several times per split
+step, a fraction of a millisecond apart, so its workers spin nearly all the time the
+main thread runs Python. On cores of their own that costs nothing; on cores that
+other processes want (a shared server, a notebook beside a browser, two pytest
+workers, MPI ranks with threads on fewer cores) the spinning worker takes the core
+the main thread or the other process needs, and a fit slows down many times over.
+Measured on the 2-core machine with two other processes busy (load 4-6): the
+categorical GBDT fit of ``benchmarks/bench_categorical.py`` at 200,000 rows took
+15-38 s with libgomp's default, 51-66 s with ``OMP_WAIT_POLICY=active``, 5-7 s with
+``GOMP_SPINCOUNT=20000``, 2.6-2.7 s with ``GOMP_SPINCOUNT=2000`` and 3.1-4.6 s with
+``OMP_WAIT_POLICY=passive`` (benchmarks/RESULTS.md, "Threads that wait", has these and
+the quiet machine's figures).
+
+So, unless the user chose a policy (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``; or
+``HISTFOREST_SPINCOUNT``, ours, which ``default`` turns off), importing
+:mod:`histogram` sets ``GOMP_SPINCOUNT`` to :data:`SPIN_COUNT` in the environment:
+libgomp reads it once, when it is loaded, which Numba does at the first parallel
+kernel call. It is process-wide: another library in the same process that loads the
+same libgomp later (LightGBM, XGBoost) waits the same way, and a libgomp already
+loaded keeps its setting. Child processes inherit it.
+"""
+import os
+
+#: Spins before an idle libgomp worker sleeps. Short enough that a worker gives its
+#: core back within some microseconds, long enough to catch the next region of a split
+#: step without a sleep and wake-up.
+SPIN_COUNT = 2000
+
+#: Environment variables by which a user has already chosen how threads wait.
+USER_CHOICES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def configure_thread_wait(environ=None):
+    """Set ``GOMP_SPINCOUNT`` unless a wait policy was chosen (idempotent).
+
+    Parameters
+    ----------
+    environ : MutableMapping, optional
+        The environment to read and change (``os.environ`` by default; tests pass a dict).
+
+    Returns
+    -------
+    str or None
+        The spin count now set by this call, or None when the user's choice (or
+        ``HISTFOREST_SPINCOUNT=default``) stands.
+    """
+    env = os.environ if environ is None else environ
+    if any(env.get(name) for name in USER_CHOICES):
+        return None
+    ours = env.get("HISTFOREST_SPINCOUNT", "").strip()
+    if ours.lower() == "default":
+        return None
+    if ours:
+        if not ours.isdigit():
+            raise ValueError(f"HISTFOREST_SPINCOUNT must be a count of spins or 'default', got {ours!r}")
+        value = ours
+    else:
+        value = str(SPIN_COUNT)
+    env["GOMP_SPINCOUNT"] = value
+    return value
