@@ -26,9 +26,11 @@ def _route_sum_tree(t, binned, channels, rows, row_starts, feature, bin_thr, mis
     # Sums tree t's rows into the leaf each reaches (rows in the given order);
     # ``left`` / ``right`` are packed ids (tree offset added), as walk_binned expects.
     c = channels.shape[1]
+    # Unsigned row and node ids: no negative-index wraparound per access (walk_binned).
     for i in range(row_starts[t], row_starts[t + 1]):
-        r = rows[i]
-        node = walk_binned(binned, r, offsets[t], feature, bin_thr, missing_left, left, right, missing_bin, cat_bits)
+        r = np.uint64(rows[i])
+        node = np.uint64(walk_binned(binned, r, offsets[t], feature, bin_thr, missing_left, left, right, missing_bin,
+                                     cat_bits))
         for k in range(c):
             out[node, k] += channels[r, k]
 

@@ -74,14 +74,22 @@ def walk_binned(binned, i, node, feature, bin_threshold, missing_left, left, rig
 
     ``left`` / ``right`` hold ids into the same arrays as ``node`` (the packed
     layout of :func:`forest.engine.tree.pack_trees`); leaves have ``feature < 0``.
+
+    Node ids, row ids and features are indexed as unsigned (they are never negative):
+    with a signed index Numba emits a negative-index wraparound at every access, which
+    cost more than the walk itself (see :mod:`forest.engine.partition`).
     """
-    while feature[node] >= 0:
-        code = np.int32(binned[feature[node], i])
-        if goes_left_split(code, node, bin_threshold, missing_left, cat_bits, missing_bin):
-            node = left[node]
+    ui = np.uint64(i)
+    nd = np.uint64(node)
+    f = feature[nd]
+    while f >= 0:
+        code = np.int32(binned[np.uint64(f), ui])
+        if goes_left_split(code, nd, bin_threshold, missing_left, cat_bits, missing_bin):
+            nd = np.uint64(left[nd])
         else:
-            node = right[node]
-    return node
+            nd = np.uint64(right[nd])
+        f = feature[nd]
+    return np.int64(nd)
 
 
 @kernel(inline="always")
