@@ -9,7 +9,10 @@ count for both, on:
   probabilities give the floor (the "oracle" row).
 * ``breast_cancer`` (binary, 569 rows, 30 features) and ``digits`` (10 classes, 1,797
   rows, 64 features), the classification data sets scikit-learn ships without a
-  download: repeated stratified 2:1 splits (``--splits``), figures averaged over them.
+  download: repeated stratified 2:1 splits (``--splits``), figures averaged over them;
+  likewise ``wine``, ``iris`` and the small designs of :data:`SMALL` (the simulated design at
+  2,000 rows, three ``make_classification`` designs), where ``honest="auto"`` chooses
+  (``forest.estimators.probability_choice``; the tables say which candidate each split got).
 
 RandomForestClassifier runs with its defaults and ``n_jobs=--threads``; ProbabilityForest
 with its defaults on Numba's ``--threads`` threads, after one small warm-up fit in the
@@ -47,6 +50,7 @@ SECTION = "ProbabilityForest (issue 34)"
 #: ProbabilityForest settings measured with --alternatives (the defaults first).
 ALTERNATIVES = {
     "defaults": {},
+    "honest=True (the default before honest='auto')": {"honest": True},
     "oob_score=True": {"oob_score": True},
     "max_samples=0.5 (RegressionForest's and grf's)": {"max_samples": 0.5},
     "max_samples=0.9, min_samples_leaf=3": {"max_samples": 0.9, "min_samples_leaf": 3},
@@ -80,6 +84,10 @@ def scores(y, proba, classes):
     return float(log_loss(y, proba, labels=classes)), float(np.mean(np.sum((proba - onehot) ** 2, axis=1)))
 
 
+#: The candidate each fit of ours chose under honest="auto" (``tuning_["chosen"]``), for the tables.
+CHOICES = []
+
+
 def fit_ours(X, y, Xt, trees, threads, seed, **params):
     from forest import ProbabilityForest
     from native.comm import SelfCommunicator
@@ -87,6 +95,7 @@ def fit_ours(X, y, Xt, trees, threads, seed, **params):
     start = time.perf_counter()
     model = ProbabilityForest(n_estimators=trees, random_state=seed, **params).fit(X, y, comm=SelfCommunicator())
     fit_s = time.perf_counter() - start
+    CHOICES.append(getattr(model, "tuning_", {}).get("chosen", "-"))
     start = time.perf_counter()
     proba = model.predict_proba(Xt)
     return proba, model.classes_, fit_s, time.perf_counter() - start
@@ -153,22 +162,53 @@ def run_simulated(rows, trees, threads, alternatives, seed=0, repeats=1):
     return table
 
 
-def run_real(name, trees, threads, splits, alternatives):
+#: Small designs of ``--datasets`` besides scikit-learn's data sets: (title, loader).
+SMALL = {
+    "sim2000": ("the simulated design, 2,000 rows", lambda: simulated(2000, 7)[:2]),
+    "mc_binary": ("make_classification(1000, 20, n_informative=5, random_state=0)",
+                  lambda: _make_classification(1000, 20, n_informative=5, random_state=0)),
+    "mc_3class": ("make_classification(1500, 20, n_informative=6, n_classes=3, flip_y=0.1, random_state=1)",
+                  lambda: _make_classification(1500, 20, n_informative=6, n_classes=3, flip_y=0.1, random_state=1)),
+    "mc_noisy": ("make_classification(3000, 10, n_informative=4, flip_y=0.3, class_sep=0.5, random_state=2)",
+                 lambda: _make_classification(3000, 10, n_informative=4, flip_y=0.3, class_sep=0.5,
+                                              random_state=2)),
+}
+
+
+def _make_classification(*args, **kwargs):
+    from sklearn.datasets import make_classification
+
+    return make_classification(*args, **kwargs)
+
+
+def small_data(name):
+    """``(title, X, y)`` of a small data set: scikit-learn's ``load_<name>`` or one of :data:`SMALL`."""
     from sklearn import datasets
+
+    if name in SMALL:
+        title, load = SMALL[name]
+        X, y = load()
+        return title, np.asarray(X, dtype=np.float64), y
+    data = getattr(datasets, f"load_{name}")()
+    return f"{name} (scikit-learn)", data.data.astype(np.float64), data.target
+
+
+def run_real(name, trees, threads, splits, alternatives):
     from sklearn.model_selection import StratifiedShuffleSplit
 
-    data = getattr(datasets, f"load_{name}")()
-    X, y = data.data.astype(np.float64), data.target
+    _, X, y = small_data(name)
     cut = StratifiedShuffleSplit(n_splits=splits, test_size=1 / 3, random_state=0)
     table = []
     for model, fn, params in contenders(alternatives):
         got = []
+        CHOICES.clear()
         for seed, (train, test) in enumerate(cut.split(X, y)):
             proba, classes, fit_s, pred_s = fn(X[train], y[train], X[test], trees, threads, seed, **params)
             got.append(scores(y[test], proba, classes) + (fit_s, pred_s))
         ll, brier, fit_s, pred_s = np.mean(got, axis=0)
+        chose = ", ".join(f"{c} {CHOICES.count(c)}" for c in dict.fromkeys(CHOICES) if c != "-")
         table.append({"model": model, "log loss": f"{ll:.4f}", "Brier": f"{brier:.4f}", "fit s": f"{fit_s:.2f}",
-                      "predict s": f"{pred_s:.3f}"})
+                      "predict s": f"{pred_s:.3f}", "honest='auto' chose": chose})
         print(f"{name}: {table[-1]}", file=sys.stderr, flush=True)
     return table
 
@@ -199,7 +239,7 @@ def main(argv=None):
             title = f"Simulated, 4 classes, {args.rows:,} training rows, 50,000 test rows"
         else:
             table = run_real(name, args.trees, args.threads, args.splits, args.alternatives)
-            title = f"{name} (scikit-learn), {args.splits} stratified 2:1 splits, means"
+            title = f"{small_data(name)[0]}, {args.splits} stratified 2:1 splits, means"
         headers = list(table[0])
         blocks.append(f"{title}:\n\n" + markdown_table(headers, [[r[h] for h in headers] for r in table]))
     text = "\n\n".join(blocks)

@@ -445,7 +445,8 @@ def bin_mapper_for(est, comm, checkpoint=None):
     else:
         from forest.estimators.regression_forest import check_forest_params
 
-        seed = check_forest_params(est)
+        # honest="auto" (ProbabilityForest) is checked by the estimator's own checks
+        seed = est._check_params() if isinstance(getattr(est, "honest", None), str) else check_forest_params(est)
     return BinMapper(max_bins=int(est.max_bins), random_state=int(seed))
 
 

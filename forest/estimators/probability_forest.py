@@ -24,6 +24,8 @@ per side. Trees, leaves and probabilities stay the regression forest's bit for b
 stored split gains (``gain_importances_``) are the correctly rounded ones, within 1e-12
 of the regression forest's.
 """
+import copy
+
 import numpy as np
 
 from native import collectives as col
@@ -33,6 +35,7 @@ from forest._validation import agreed_classes, check_labels, validate_features
 from forest.collective_checks import AgreedError
 from forest.criteria.one_hot import OneHotCriterion
 from forest.estimators.base import ClassifierMixin, check_is_fitted
+from forest.estimators.probability_choice import fit_auto
 from forest.estimators.regression_forest import RegressionForest, target_standardisation
 from forest.io import model_checks, model_io
 
@@ -89,7 +92,22 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
         row through the trees it was left out of (200k rows, 200 trees: 46.4 s against
         43.4 s without, RESULTS.md). :meth:`oob_predict_proba` with the training rows
         computes the same probabilities later, either way.
-    honest, honesty_fraction, min_samples_leaf, min_node_size, alpha, imbalance_penalty, max_depth, max_features,
+    honest : bool or "auto", default "auto"
+        True: grf's honest trees (split on one half of each tree's subsample, leaf frequencies
+        from the other). False: adaptive trees (both from the whole subsample). ``"auto"``:
+        honest on more than 5,000 rows over all ranks (``probability_choice.AUTO_MAX_ROWS``),
+        where it fits exactly what ``honest=True`` fits and nothing more; on at most 5,000 rows
+        the honest forest and two adaptive forests grown as scikit-learn's
+        ``RandomForestClassifier`` (``max_features="sqrt"``; ``min_samples_leaf=1`` at
+        ``max_samples=0.8``, or ``min_samples_leaf=2`` at ``max_samples=0.632``; only for those
+        of the three left at their defaults) are each fitted with ``n_estimators`` trees and the
+        one of lowest debiased out-of-bag Brier score is kept (about three fits' time; honest on ties, and
+        always with ``ci_group_size > 1``). The same choice on every rank and rank count.
+        Why and how: :mod:`forest.estimators.probability_choice`. Measured (RESULTS.md,
+        "ProbabilityForest (issue 34)"): honest trees win at scale (200,000 simulated rows) and
+        lose on small nearly separable sets (breast_cancer, digits), where the adaptive forests
+        win.
+    honesty_fraction, min_samples_leaf, min_node_size, alpha, imbalance_penalty, max_depth, max_features,
     max_bins, honesty_prune_leaves
         As in :class:`RegressionForest`, with its defaults.
     ci_group_size, batch_size, categorical_features, random_state, equalize_cluster_weights, warm_start
@@ -113,6 +131,15 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
     oob_score_ : float
         With ``oob_score=True``: the out-of-bag accuracy over all ranks' rows
         (unweighted, as scikit-learn's).
+    honest_ : bool
+        Whether the fitted trees are honest (``honest`` itself, or what ``"auto"`` chose).
+    tuned_params_ : dict
+        With ``honest="auto"``: the parameters the chosen forest changed, e.g. ``{"honest": True}``
+        or ``{"honest": False, "max_features": "sqrt", "min_samples_leaf": 1, "max_samples": 0.8}``.
+    tuning_ : dict
+        With ``honest="auto"``: ``rule``, ``rows`` (over all ranks), ``max_rows``, ``status``,
+        ``chosen`` and ``candidates`` (each ``name``, ``params`` and ``oob_brier``, None where not
+        compared). Both are kept in model files; a warm start continues the chosen forest.
     bin_mapper_, n_features_in_, feature_names_in_, feature_importances_, gain_importances_, sampling_
         As in :class:`RegressionForest`.
 
@@ -125,7 +152,7 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
     forest on one-hot targets.
     """
 
-    def __init__(self, n_estimators=200, *, max_samples=0.8, honest=True, honesty_fraction=0.5, min_samples_leaf=None,
+    def __init__(self, n_estimators=200, *, max_samples=0.8, honest="auto", honesty_fraction=0.5, min_samples_leaf=None,
                  min_node_size=None, alpha=None, imbalance_penalty=0.0, max_depth=None, max_features=None,
                  max_bins=255, ci_group_size=None, batch_size=None, random_state=None, equalize_cluster_weights=False,
                  warm_start=False, categorical_features="from_dtype", oob_score=False, honesty_prune_leaves=True):
@@ -148,9 +175,19 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
     def _model_io_restore_(self):
         super()._model_io_restore_()
         self.__dict__.setdefault("oob_score", False)
+        sampling = self.__dict__.get("sampling_")
+        if isinstance(sampling, dict) and "honest" in sampling:   # files written before honest="auto"
+            self.__dict__.setdefault("honest_", bool(sampling["honest"]))
 
     def _check_params(self):
-        seed = super()._check_params()
+        target = self
+        if isinstance(self.honest, str):
+            if self.honest != "auto":
+                raise ValueError(f"honest must be a bool or 'auto', got {self.honest!r}")
+            # the other parameters are checked as for the honest forest, the first candidate
+            target = copy.copy(self)
+            target.honest = True
+        seed = super(ProbabilityForest, target)._check_params()
         if not isinstance(self.oob_score, (bool, np.bool_)):
             raise TypeError(f"oob_score must be a bool, got {self.oob_score!r}")
         return seed
@@ -187,8 +224,16 @@ class ProbabilityForest(ClassifierMixin, RegressionForest):
         self
         """
         comm = world() if comm is None else comm
+        if isinstance(self.honest, str):
+            # honest="auto": forest.estimators.probability_choice fits the candidates (each through here)
+            return fit_auto(self, dict(X=X, y=y, sample_weight=sample_weight, binned=binned,
+                                       feature_names=feature_names, clusters=clusters, checkpoint=checkpoint),
+                            comm, progress)
         super().fit(X, y, sample_weight, comm=comm, progress=progress, binned=binned, feature_names=feature_names,
                     clusters=clusters, checkpoint=checkpoint)
+        self.honest_ = bool(self.honest)
+        for key in ("tuned_params_", "tuning_"):       # an earlier honest="auto" fit's
+            self.__dict__.pop(key, None)
         self.__dict__.pop("oob_score_", None)
         if self.oob_score:
             # y passed fit's checks; the accuracy's two counts are summed over the ranks

@@ -82,7 +82,7 @@ def test_bitwise_the_regression_forest_on_one_hot_targets(weighted):
     X, y, P = three_class_design(1500, seed=2)
     w = np.random.default_rng(5).uniform(0.2, 3.0, size=len(y)) if weighted else None
     kw = dict(n_estimators=12, random_state=11, min_samples_leaf=3, max_samples=0.7)
-    prob = ProbabilityForest(oob_score=True, **kw).fit(X, y, sample_weight=w, comm=SELF)
+    prob = ProbabilityForest(oob_score=True, honest=True, **kw).fit(X, y, sample_weight=w, comm=SELF)
     reg = RegressionForest(**kw).fit(X, one_hot(y, np.unique(y)), sample_weight=w, comm=SELF)
     for key in prob.estimators_:
         if key == "gain" and not weighted:
@@ -97,10 +97,12 @@ def test_bitwise_the_regression_forest_on_one_hot_targets(weighted):
     np.testing.assert_allclose(prob.gain_importances_, reg.gain_importances_, rtol=1e-12)
 
 
-def test_defaults_are_the_regression_forests_but_max_samples():
+def test_defaults_are_the_regression_forests_but_max_samples_and_honest():
     prob, reg = ProbabilityForest().get_params(), RegressionForest().get_params()
     assert prob.pop("max_samples") == 0.8 and reg.pop("max_samples") == 0.5
     assert prob.pop("oob_score") is False
+    # honest="auto": the honest forest but on small data (forest.estimators.probability_choice)
+    assert prob.pop("honest") == "auto" and reg.pop("honest") is True
     # grf's probability_forest has neither tune.parameters nor local linear splits
     for name in list(reg):
         if name.startswith(("tune_", "ll_split_")) or name == "enable_ll_split":
