@@ -329,19 +329,22 @@ class NewtonCriterion(Criterion):
         this criterion: keys of :meth:`category_keys`, the subset scan at ``cat_l2`` more
         regularisation (:meth:`categorical_criterion`), bitsets of the left categories.
         """
-        from forest.engine.splitting import _newton_categorical_kernel
+        import numba
+
+        from forest.engine.splitting import _newton_categorical_kernel, _newton_categorical_nodes_parallel
 
         cat_index, cat_pos = _categorical_positions(np.asarray(categorical, dtype=bool).tobytes())
         mask = _NO_MASK if feature_mask is None else feature_mask.astype(np.bool_)
         count = np.zeros(1) if parent_count is None else parent_count
-        _newton_categorical_kernel(hist, np.ascontiguousarray(parent, dtype=np.float64),
-                                   np.asarray(nb, dtype=np.int64), missing_bin, mask, feature_mask is not None, count,
-                                   parent_count is not None, cat_index, cat_pos, self.n_outputs,
-                                   self.l2_regularization, self.cat_l2 != 0.0, self.l2_regularization + self.cat_l2,
-                                   self.cat_smooth, self.min_data_per_group, float(self.min_samples_leaf),
-                                   self.min_child_weight, min_gain, rel_tol, result.feature, result.bin,
-                                   result.missing_left, result.gain, result.left_stats, result.right_stats,
-                                   result.cat_bits)
+        # Nodes on separate threads when there are two or more (a split step's children).
+        search = _newton_categorical_nodes_parallel if hist.shape[0] > 1 and numba.get_num_threads() > 1 \
+            else _newton_categorical_kernel
+        search(hist, np.ascontiguousarray(parent, dtype=np.float64), np.asarray(nb, dtype=np.int64), missing_bin,
+               mask, feature_mask is not None, count, parent_count is not None, cat_index, cat_pos, self.n_outputs,
+               self.l2_regularization, self.cat_l2 != 0.0, self.l2_regularization + self.cat_l2, self.cat_smooth,
+               self.min_data_per_group, float(self.min_samples_leaf), self.min_child_weight, min_gain, rel_tol,
+               result.feature, result.bin, result.missing_left, result.gain, result.left_stats, result.right_stats,
+               result.cat_bits)
 
     def node_objective(self, stats):
         return -self._score(self._check_stats(stats))

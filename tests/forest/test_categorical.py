@@ -257,6 +257,45 @@ def test_compiled_newton_categorical_search_on_a_wide_bin_axis(use_count):
         assert ((rows > 0) & (rows < 60)).any() and (rows >= 60).any()
 
 
+def test_categorical_search_of_several_nodes_is_the_same_on_one_and_two_threads():
+    """Two or more nodes are searched one per thread (_newton_categorical_nodes_parallel):
+    each node's result is the serial kernel's, bit for bit."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two Numba threads")
+    rng = np.random.default_rng(11)
+    missing_bin, n_nodes, n_features = 300, 5, 3
+    nb = np.array([300, 50, 200])
+    categorical = np.array([True, False, True])
+    hist = np.zeros((n_nodes, n_features, missing_bin + 1, 2))
+    for f in range(n_features):
+        present = rng.random((n_nodes, nb[f])) < 0.7
+        m = rng.integers(1, 100, (n_nodes, nb[f])) * present
+        hist[:, f, :nb[f], 0] = rng.normal(size=(n_nodes, nb[f])) * m
+        hist[:, f, :nb[f], 1] = rng.uniform(0.1, 0.3, size=(n_nodes, nb[f])) * m
+    parent = hist[:, 0].sum(axis=1)
+    for f in range(1, n_features):
+        hist[:, f, missing_bin] = np.maximum(parent - hist[:, f].sum(axis=1), 0.0)
+    parent = hist[:, 0].sum(axis=1)
+    crit = NewtonCriterion(1, l2_regularization=0.5, min_samples_leaf=3, cat_smooth=2.0, cat_l2=10.0,
+                           min_data_per_group=30)
+    count = hist[:, 0, :, 1].sum(axis=1) * 3.0
+    mask = rng.random((n_nodes, n_features)) < 0.8
+    before = numba.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            results.append(find_best_splits(hist, parent, crit, nb, missing_bin, feature_mask=mask,
+                                            parent_count=count, categorical=categorical))
+    finally:
+        numba.set_num_threads(before)
+    for name in ("feature", "bin", "missing_left", "gain", "left_stats", "right_stats", "cat_bits"):
+        np.testing.assert_array_equal(getattr(results[0], name), getattr(results[1], name), err_msg=name)
+    assert (results[0].bin == CATEGORICAL_SPLIT).any()
+
+
 @pytest.mark.parametrize("missing_bin", [40, 400])
 def test_permute_kernel_orders_equal_category_orders(missing_bin):
     """The compiled order and gather (insertion sort up to 256 bins, else the sort of the finite
