@@ -76,7 +76,53 @@ def world():
     except ValueError as exc:  # a bad HISTFOREST_* setting: the same on every rank
         raise CLIError(str(exc)) from None
     abort_on_uncaught(comm)
+    share_cores(comm)
     return comm
+
+
+def usable_cores():
+    """Cores this process may run on (its CPU affinity where the OS reports one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def share_cores(comm, environ=None):
+    """Give each rank its share of the node's cores as Numba threads.
+
+    Numba starts as many threads per process as the machine has cores, so ``k`` ranks
+    on one node would run ``k`` times too many threads, each rank's work fighting the
+    others' for cores (and a collective waits for the slowest). Unless the user set
+    ``NUMBA_NUM_THREADS``, each rank uses ``max(1, usable cores // ranks on its node)``
+    threads; the ranks of a node are those that share memory (the communicator's
+    ``node_keys``; ``HISTFOREST_RANKS_PER_NODE`` does not change it). A rank whose
+    launcher bound it to fewer cores than the machine has (Slurm's ``--cpus-per-task``,
+    ``mpirun --bind-to``) already holds its share: it uses all of its cores.
+
+    Parameters
+    ----------
+    comm : native.comm.Communicator
+    environ : Mapping, optional
+        Where ``NUMBA_NUM_THREADS`` is looked up (``os.environ`` by default).
+
+    Returns
+    -------
+    int or None
+        The threads set, or None when left alone (one rank, or the user's setting).
+    """
+    env = os.environ if environ is None else environ
+    if comm.size == 1 or env.get("NUMBA_NUM_THREADS"):
+        return None
+    keys = comm.node_keys()
+    on_node = sum(1 for k in keys if k == keys[comm.rank])
+    import numba
+
+    cores = usable_cores()
+    share = cores if cores < (os.cpu_count() or cores) else cores // on_node
+    threads = max(1, min(share, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(threads)
+    return threads
 
 
 def agree(comm, message):
