@@ -69,6 +69,11 @@ def _check_compatible(forests):
             k = differ[0]
             raise ValueError(f"forests 0 and {i} differ in {k} ({params0[k]!r} vs {params[k]!r}); only "
                              f"{', '.join(FREE_PARAMS)} may differ")
+        # parameters chosen at fit (tune_parameters, ProbabilityForest's honest="auto") must agree too
+        chosen0, chosen = getattr(first, "tuned_params_", None), getattr(other, "tuned_params_", None)
+        if chosen0 != chosen:
+            raise ValueError(f"forests 0 and {i} were grown with different fitted choices (tuned_params_ {chosen0!r} "
+                             f"vs {chosen!r}); refit one with the other's values to merge them")
         for attr in SHAPE_ATTRIBUTES[kind]:
             if not _same(getattr(first, attr), getattr(other, attr)):
                 raise ValueError(f"forests 0 and {i} were fitted on different data ({attr}: "

@@ -152,3 +152,19 @@ def test_same_choice_and_model_at_any_rank_count(comm, design):
     assert same_forest(dist, ref)
     assert np.array_equal(dist.predict_proba(X), ref.predict_proba(X))
     assert np.array_equal(dist.oob_decision_function_, ref.oob_decision_function_[lo:hi])
+
+
+def test_merge_refuses_forests_of_different_choices():
+    from forest.io.merge import merge_forests
+
+    X, y = breast_cancer()
+    auto = ProbabilityForest(n_estimators=6, random_state=1).fit(X, y, comm=SELF)
+    assert auto.tuned_params_["honest"] is False
+    same = ProbabilityForest(n_estimators=4, random_state=2).fit(X, y, comm=SELF)
+    honest = ProbabilityForest(n_estimators=4, random_state=3).fit(X, y, comm=SELF)
+    honest.tuned_params_ = {"honest": True}      # as a fit that chose the honest forest records it
+    if same.tuned_params_ == auto.tuned_params_:
+        merged = merge_forests([auto, same])
+        assert len(merged.estimators_["tree_offsets"]) == 11 and merged.tuned_params_ == auto.tuned_params_
+    with pytest.raises(ValueError, match="different fitted choices"):
+        merge_forests([auto, honest])

@@ -205,15 +205,18 @@ def test_rows_every_tree_drew_take_the_whole_forest_out_of_bag():
 
 def test_merged_forests_are_one_forest():
     X, y, _ = three_class_design(800)
-    a = ProbabilityForest(n_estimators=6, random_state=1).fit(X, y, comm=SELF)
-    b = ProbabilityForest(n_estimators=4, random_state=2).fit(X, y, comm=SELF)
+    # honest=True: under "auto" each fit makes its own choice, and forests of different
+    # choices are refused (tests/forest/test_probability_choice.py)
+    a = ProbabilityForest(n_estimators=6, random_state=1, honest=True).fit(X, y, comm=SELF)
+    b = ProbabilityForest(n_estimators=4, random_state=2, honest=True).fit(X, y, comm=SELF)
     merged = merge_forests([a, b])
     assert merged.classes_.tolist() == a.classes_.tolist() and "oob_decision_function_" not in vars(merged)
     proba = merged.predict_proba(X)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=0, atol=1e-12)
     np.testing.assert_allclose(proba, (6 * a.predict_proba(X) + 4 * b.predict_proba(X)) / 10, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(model_io.loads(model_io.dumps(merged)).predict_proba(X), proba)
-    other = ProbabilityForest(n_estimators=4, random_state=3).fit(X, np.where(y == "red", "pink", y), comm=SELF)
+    other = ProbabilityForest(n_estimators=4, random_state=3, honest=True).fit(X, np.where(y == "red", "pink", y),
+                                                                              comm=SELF)
     with pytest.raises(ValueError, match="classes_"):
         merge_forests([a, other])
 
