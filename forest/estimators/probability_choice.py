@@ -63,7 +63,7 @@ import numpy as np
 
 from native import collectives as col
 
-from forest._validation import check_labels, check_weight
+from forest._validation import check_weight
 from forest.engine.quantized import exact_sum
 
 #: Most rows (over all ranks) at which ``honest="auto"`` compares candidates; above it the
@@ -140,10 +140,8 @@ def oob_brier(forest, y, sample_weight, comm, n_global):
         ``sum_i w_i e_i / sum_i w_i`` over the rows whose ``e_i`` is finite (rows left out by
         fewer than two trees have none); NaN if no row has one.
     """
-    from forest.estimators.probability_forest import one_hot
-
     n = len(forest._weights_source_.gids)
-    target = one_hot(check_labels(y, n, estimator=forest), forest.classes_)
+    target = forest._row_columns(y, n=n)[0]        # the one-hot labels, as fit coded them
     debiased, _ = forest.oob_error_estimates(target, comm=comm)
     per_row = np.asarray(debiased, dtype=np.float64).reshape(n, -1).sum(axis=1)
     w = check_weight(sample_weight, n)
