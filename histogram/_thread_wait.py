@@ -9,12 +9,22 @@ main thread runs Python. On cores of their own that costs nothing; on cores that
 other processes want (a shared server, a notebook beside a browser, two pytest
 workers, MPI ranks with threads on fewer cores) the spinning worker takes the core
 the main thread or the other process needs, and a fit slows down many times over.
-Measured on the 2-core machine with two other processes busy (load 4-6): the
-categorical GBDT fit of ``benchmarks/bench_categorical.py`` at 200,000 rows took
-15-38 s with libgomp's default, 51-66 s with ``OMP_WAIT_POLICY=active``, 5-7 s with
-``GOMP_SPINCOUNT=20000``, 2.6-2.7 s with ``GOMP_SPINCOUNT=2000`` and 3.1-4.6 s with
-``OMP_WAIT_POLICY=passive`` (benchmarks/RESULTS.md, "Threads that wait", has these and
-the quiet machine's figures).
+Measured on the 2-core machine (benchmarks/RESULTS.md, "Threads that wait"), the
+categorical GBDT fit of ``benchmarks/bench_categorical.py`` at 200,000 rows, 2 threads:
+
+* with two other processes busy (load 4-6): 15-38 s with libgomp's default, 51-66 s
+  with ``OMP_WAIT_POLICY=active``, 5-7 s with ``GOMP_SPINCOUNT=20000``, 2.6-2.7 s with
+  ``GOMP_SPINCOUNT=2000``, 3.1-4.6 s with ``OMP_WAIT_POLICY=passive``;
+* on the quiet machine (medians of 3 fits, separate processes, alternating): 1.29-1.46 s
+  with the default, 1.33-1.6 s with 20,000 spins (the same within the machine's drift),
+  1.45-1.56 s with 2,000 (about 15 % slower: a worker that sleeps between a split step's
+  regions must be woken), 1.9-2.1 s passive. LightGBM's own fit of the same data, which
+  shares the process's libgomp when both are loaded: 1.25-1.35 s with the default or
+  20,000 spins, 1.36-1.61 s with 2,000.
+
+20,000 spins (tens of microseconds) cost nothing measurable on a quiet machine and cut
+the loaded fit 3-5x; ``HISTFOREST_SPINCOUNT=2000`` halves it again on a machine known to
+be crowded, at the quiet machine's 15 %.
 
 So, unless the user chose a policy (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``; or
 ``HISTFOREST_SPINCOUNT``, ours, which ``default`` turns off), importing
@@ -26,10 +36,10 @@ loaded keeps its setting. Child processes inherit it.
 """
 import os
 
-#: Spins before an idle libgomp worker sleeps. Short enough that a worker gives its
-#: core back within some microseconds, long enough to catch the next region of a split
-#: step without a sleep and wake-up.
-SPIN_COUNT = 2000
+#: Spins before an idle libgomp worker sleeps: long enough to catch the next region of a
+#: split step without a sleep and wake-up, short enough that a worker gives its core back
+#: within tens of microseconds (the measurements above).
+SPIN_COUNT = 20000
 
 #: Environment variables by which a user has already chosen how threads wait.
 USER_CHOICES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
