@@ -117,6 +117,11 @@ def build_parser():
     ll.add_argument("--ll-variables", nargs="+", metavar="COL",
                     help="the correction variables (numeric feature columns; default every non-categorical "
                          "feature)")
+    ll.add_argument("--ll-importance", action="store_true",
+                    help="choose the correction variables at fit: the non-categorical features the effect "
+                         "forest splits on at least an even share of the time "
+                         "(linear_correction_variables='importance'; with --ll-lambda oob the penalty is chosen "
+                         "on them)")
     c = p.add_argument_group("checkpoints (a rerun of the same command resumes, on any number of ranks)")
     c.add_argument("--checkpoint", metavar="DIR",
                    help="rank 0 writes the trees and the state needed to continue into DIR after every batch "
@@ -197,7 +202,8 @@ def collect_params(args):
 def _local_linear_params(args, params, given):
     """``--local-linear``, ``--ll-lambda``, ``--ll-variables`` as CausalSurvivalForest parameters."""
     if not args.local_linear:
-        for flag, value in (("--ll-lambda", args.ll_lambda), ("--ll-variables", args.ll_variables)):
+        for flag, value in (("--ll-lambda", args.ll_lambda), ("--ll-variables", args.ll_variables),
+                            ("--ll-importance", args.ll_importance or None)):
             if value is not None:
                 raise CLIError(f"{flag} goes with --local-linear")
         return
@@ -214,10 +220,17 @@ def _local_linear_params(args, params, given):
             except ValueError:
                 raise CLIError(f"--ll-lambda expects a number >= 0 or 'oob', got {args.ll_lambda!r}") from None
         given["ll_lambda"] = f"--ll-lambda {args.ll_lambda}"
+    if args.ll_variables is not None and args.ll_importance:
+        raise CLIError("--ll-variables names the correction variables, --ll-importance chooses them: give one")
     if args.ll_variables is not None:
         check_unique(args.ll_variables, "--ll-variables")
         params["linear_correction_variables"] = list(args.ll_variables)
         given["linear_correction_variables"] = "--ll-variables " + " ".join(args.ll_variables)
+    if args.ll_importance:
+        from forest.estimators.causal_survival_forest import BY_IMPORTANCE
+
+        params["linear_correction_variables"] = BY_IMPORTANCE
+        given["linear_correction_variables"] = "--ll-importance"
 
 
 def correction_columns(est, features, categorical):
@@ -237,8 +250,10 @@ def correction_columns(est, features, categorical):
     """
     if not getattr(est, "local_linear", False):
         return []
+    from forest.estimators.causal_survival_forest import BY_IMPORTANCE
+
     named = est.linear_correction_variables
-    if named is None:
+    if named is None or (isinstance(named, str) and named == BY_IMPORTANCE):   # every candidate is read
         return [f for f, c in zip(features, categorical) if not c]
     if isinstance(named, str) or not all(isinstance(c, str) for c in named):
         raise CLIError("name the correction variables by column with --ll-variables COL ...")

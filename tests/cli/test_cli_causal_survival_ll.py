@@ -69,11 +69,34 @@ def test_out_of_bag_penalty_in_the_model_file_equals_the_in_memory_fit(data, tmp
     (["--local-linear", "--ll-variables", "zz"], "--ll-variables names 'zz', which is not a feature column"),
     (["--local-linear", "--ll-variables", "a", "a"], "--ll-variables"),
     (["--local-linear", "--param", "local_linear=false"], "given twice"),
+    (["--ll-importance"], "--ll-importance goes with --local-linear"),
+    (["--local-linear", "--ll-importance", "--ll-variables", "a"], "give one"),
 ])
 def test_bad_options_get_one_clear_line(data, tmp_path, capsys, extra, message):
     assert train.main([data] + ARGS + extra + ["--out", str(tmp_path / "m")]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_correction_variables_chosen_by_importance_equal_the_in_memory_fit(data, tmp_path):
+    """--ll-importance reads every numeric feature as a candidate and keeps what the effect forest's
+    split frequencies keep, as CausalSurvivalForest(linear_correction_variables="importance") does."""
+    model = str(tmp_path / "imp.model")
+    assert _quiet(train.main, [data] + ARGS + SMALL + ["--local-linear", "--ll-importance", "--ll-lambda", "oob",
+                                                       "--out", model]) == 0
+    est = model_io.load(model)
+    assert est.linear_correction_variables == "importance" and est.ll_lambda_ in LAMBDA_PATH
+    table = _table()
+    X = table.select(["a", "b", "c"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = CausalSurvivalForest(horizon=1.5, n_estimators=40, survival_estimators=20, nuisance_estimators=20,
+                                   max_grid_times=24, local_linear=True, ll_lambda=None,
+                                   linear_correction_variables="importance").fit(
+            X, table.column("arm").to_numpy(), table.column("days").to_numpy(), table.column("died").to_numpy())
+    assert est.ll_columns_.tolist() == ref.ll_columns_.tolist() and 1 <= len(est.ll_columns_) <= 3
+    assert est.ll_lambda_ == ref.ll_lambda_
+    np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=0, atol=1e-9)
 
 
 def test_local_linear_is_the_causal_survival_forests(data, tmp_path, capsys):
