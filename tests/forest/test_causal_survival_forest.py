@@ -13,20 +13,12 @@ from forest.analysis.causal_survival import (adjusted_outcomes, adjusted_outcome
 from forest.io.training_rows import TrainingRowsNotice
 from histogram.binning import BinMapper, append_indicator
 
+from survival_helpers import simple1  # (conftest path)
+
 SELF = SelfCommunicator()
 
 
-def _design(n, seed, p=4, horizon=1.0, X=None):
-    """grf's "simple1": T = Exp(1) x0 + W (capped at the horizon), C ~ U(0, 2); the RMST effect by Monte Carlo."""
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(size=(n, p)) if X is None else X
-    n = len(X)
-    W = rng.binomial(1, 0.5, n).astype(float)
-    failure = np.minimum(rng.exponential(size=n) * X[:, 0] + W, horizon)
-    censor = 2 * rng.uniform(size=n)
-    eps = np.random.default_rng(seed + 1).exponential(size=4000)
-    cate = np.array([np.mean(np.minimum(eps * x + 1, horizon) - np.minimum(eps * x, horizon)) for x in X[:, 0]])
-    return X, W, np.minimum(failure, censor), (failure <= censor).astype(int), cate
+_design = simple1
 
 
 def _curves(rng, n, G):

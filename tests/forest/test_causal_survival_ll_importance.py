@@ -11,19 +11,16 @@ from forest import CausalSurvivalForest, model_io
 from forest.analysis.local_linear_leaves import leaf_terms, table_columns, table_width
 from native.comm import SelfCommunicator
 
+from survival_helpers import simple1 as simple1_design  # (conftest path)
+
 SELF = SelfCommunicator()
 KW = dict(horizon=1.0, n_estimators=60, nuisance_estimators=20, survival_estimators=20, random_state=2,
           max_grid_times=24, local_linear=True, linear_correction_variables="importance")
 
 
 def _design(n, seed, p=5):
-    """grf's "simple1": T = Exp(1) x0 + W capped at 1, C ~ U(0, 2); the effect depends on x0 alone."""
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(size=(n, p))
-    W = rng.binomial(1, 0.5, n).astype(float)
-    failure = np.minimum(rng.exponential(size=n) * X[:, 0] + W, 1.0)
-    censor = 2 * rng.uniform(size=n)
-    return X, W, np.minimum(failure, censor), (failure <= censor).astype(int)
+    """grf's "simple1" (survival_helpers.simple1) without the effect."""
+    return simple1_design(n, seed, p=p, with_effect=False)
 
 
 def _fit(X, W, time, event, comm=SELF, **kw):

@@ -15,6 +15,8 @@ from forest.engine.predictor import predict_leaves_binned
 from forest.engine.subsample import forest_row_codes
 from native.comm import SelfCommunicator
 
+from survival_helpers import simple1  # (conftest path)
+
 SELF = SelfCommunicator()
 KW = dict(horizon=1.0, n_estimators=20, nuisance_estimators=10, survival_estimators=10, random_state=1,
           max_grid_times=24, min_samples_leaf=2, local_linear=True, linear_correction_variables=[0, 2],
@@ -22,13 +24,8 @@ KW = dict(horizon=1.0, n_estimators=20, nuisance_estimators=10, survival_estimat
 
 
 def _design(n, seed, p=4):
-    """grf's "simple1" (T = Exp(1) x0 + W capped at 1, C ~ U(0, 2)), as the forest's own tests draw it."""
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(size=(n, p))
-    W = rng.binomial(1, 0.5, n).astype(float)
-    failure = np.minimum(rng.exponential(size=n) * X[:, 0] + W, 1.0)
-    censor = 2 * rng.uniform(size=n)
-    return X, W, np.minimum(failure, censor), (failure <= censor).astype(int)
+    """grf's "simple1" (survival_helpers.simple1) without the effect."""
+    return simple1(n, seed, p=p, with_effect=False)
 
 
 def _fit(X, W, time, event, comm=SELF, **kw):
