@@ -50,10 +50,15 @@ def test_one_rank_or_the_users_setting_is_left_alone(restore_threads):
 def test_ranks_under_mpirun(user):
     """On a machine of 2 or more cores two unbound ranks take half each (1 thread on 2 cores,
     where Numba alone would start 2); the user's NUMBA_NUM_THREADS stands."""
+    # rank 0 prints every rank's line (two ranks printing at once can interleave on mpirun's stdout)
     code = ("import numba\n"
             "from forest.cli.common import world\n"
+            "from native import collectives as col\n"
             "comm = world()\n"
-            "print(comm.rank, numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS, flush=True)\n")
+            "mine = (comm.rank, numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS)\n"
+            "rows = col.allgather_object(comm, mine)\n"
+            "if comm.rank == 0:\n"
+            "    print('\\n'.join(' '.join(map(str, r)) for r in rows), flush=True)\n")
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
     if user is not None:
         env["NUMBA_NUM_THREADS"] = user
