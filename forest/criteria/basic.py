@@ -309,16 +309,19 @@ class NewtonCriterion(Criterion):
         Fills ``result`` (a ``SplitResult`` of ``hist.shape[0]`` nodes) in place with
         what the vectorised search would return.
         """
-        from forest.engine.splitting import _newton_search_kernel
+        import numba
+
+        from forest.engine.splitting import _newton_nodes_parallel, _newton_search_kernel
 
         n_nodes, n_features = hist.shape[:2]
         mask = _NO_MASK if feature_mask is None else feature_mask.astype(np.bool_)
         count = np.zeros(1) if parent_count is None else parent_count
-        _newton_search_kernel(hist, np.ascontiguousarray(parent, dtype=np.float64), np.asarray(nb, dtype=np.int64),
-                              missing_bin, mask, feature_mask is not None, count, parent_count is not None,
-                              self.n_outputs, self.l2_regularization, float(self.min_samples_leaf),
-                              self.min_child_weight, min_gain, rel_tol, result.feature, result.bin,
-                              result.missing_left, result.gain, result.left_stats, result.right_stats)
+        # Nodes on separate threads when there are two or more (a split step's children).
+        search = _newton_nodes_parallel if n_nodes > 1 and numba.get_num_threads() > 1 else _newton_search_kernel
+        search(hist, np.ascontiguousarray(parent, dtype=np.float64), np.asarray(nb, dtype=np.int64), missing_bin,
+               mask, feature_mask is not None, count, parent_count is not None, self.n_outputs,
+               self.l2_regularization, float(self.min_samples_leaf), self.min_child_weight, min_gain, rel_tol,
+               result.feature, result.bin, result.missing_left, result.gain, result.left_stats, result.right_stats)
 
     def numba_categorical_search(self, hist, parent, nb, missing_bin, feature_mask, parent_count, min_gain, rel_tol,
                                  result, categorical):

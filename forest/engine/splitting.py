@@ -809,6 +809,23 @@ def _newton_categorical_kernel(hist, parent, nb, missing_bin, mask, use_mask, pa
 
 
 @kernel(parallel=True)
+def _newton_nodes_parallel(hist, parent, nb, missing_bin, mask, use_mask, parent_count, use_count, k, lam, min_leaf,
+                           min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_left, out_right):
+    """:func:`_newton_search_kernel` with one node per thread (the nodes are independent).
+
+    Boosting searches a split step's two children in one call; a node's scan costs the same
+    at any row count (features x bins), so on two threads the pair takes about one node's
+    time. Each node's result is what the serial kernel computes for it.
+    """
+    for n in prange(hist.shape[0]):
+        m = mask[n:n + 1] if use_mask else mask
+        pc = parent_count[n:n + 1] if use_count else parent_count
+        _newton_search_kernel(hist[n:n + 1], parent[n:n + 1], nb, missing_bin, m, use_mask, pc, use_count, k, lam,
+                              min_leaf, min_hess, min_gain, rel_tol, out_f[n:n + 1], out_b[n:n + 1],
+                              out_ml[n:n + 1], out_gain[n:n + 1], out_left[n:n + 1], out_right[n:n + 1])
+
+
+@kernel(parallel=True)
 def _newton_categorical_nodes_parallel(hist, parent, nb, missing_bin, mask, use_mask, parent_count, use_count,
                                        cat_index, cat_pos, k, lam, two_lambdas, cat_lam, cat_smooth,
                                        min_data_per_group, min_leaf, min_hess, min_gain, rel_tol, out_f, out_b,

@@ -56,8 +56,23 @@ class _NumpyNewton(NewtonCriterion):
     numba_search = None  # force the generic vectorised search
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("k", [1, 3])
-def test_newton_numba_search_matches_vectorised(rng, k):
+def test_newton_numba_search_matches_vectorised(rng, k, threads):
+    """The compiled search (nodes one per thread at 2 threads) against the vectorised one."""
+    import numba
+
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("needs two Numba threads")
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        _newton_numba_search_matches_vectorised(rng, k)
+    finally:
+        numba.set_num_threads(before)
+
+
+def _newton_numba_search_matches_vectorised(rng, k):
     crit = NewtonCriterion(n_outputs=k, l2_regularization=0.3, min_samples_leaf=5, min_child_weight=0.2)
     plain = _NumpyNewton(n_outputs=k, l2_regularization=0.3, min_samples_leaf=5, min_child_weight=0.2)
     hist, parent = _random_hist(rng, 9, 5, 12, crit)
