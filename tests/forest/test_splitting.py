@@ -58,12 +58,15 @@ class _NumpyNewton(NewtonCriterion):
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("k", [1, 3])
-def test_newton_numba_search_matches_vectorised(rng, k, threads):
-    """The compiled search (nodes one per thread at 2 threads) against the vectorised one."""
+def test_newton_numba_search_matches_vectorised(rng, k, threads, monkeypatch):
+    """The compiled search (nodes one per thread at 2 threads, at any size) against the vectorised one."""
     import numba
+
+    from forest.criteria import basic
 
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("needs two Numba threads")
+    monkeypatch.setattr(basic, "PARALLEL_SEARCH_BINS", 0)
     before = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
