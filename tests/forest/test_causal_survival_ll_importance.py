@@ -11,7 +11,7 @@ from forest import CausalSurvivalForest, model_io
 from forest.analysis.local_linear_leaves import leaf_terms, table_columns, table_width
 from native.comm import SelfCommunicator
 
-from survival_helpers import simple1 as simple1_design  # (conftest path)
+from survival_helpers import simple1 as simple1_design, fit_causal_survival  # (conftest path)
 
 SELF = SelfCommunicator()
 KW = dict(horizon=1.0, n_estimators=60, nuisance_estimators=20, survival_estimators=20, random_state=2,
@@ -24,9 +24,7 @@ def _design(n, seed, p=5):
 
 
 def _fit(X, W, time, event, comm=SELF, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return CausalSurvivalForest(**dict(KW, **kw)).fit(X, W, time, event, comm=comm)
+    return fit_causal_survival(dict(KW, **kw), X, W, time, event, comm)
 
 
 @pytest.fixture(scope="module")

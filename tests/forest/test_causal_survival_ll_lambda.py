@@ -15,7 +15,7 @@ from forest.engine.predictor import predict_leaves_binned
 from forest.engine.subsample import forest_row_codes
 from native.comm import SelfCommunicator
 
-from survival_helpers import simple1  # (conftest path)
+from survival_helpers import simple1, fit_causal_survival  # (conftest path)
 
 SELF = SelfCommunicator()
 KW = dict(horizon=1.0, n_estimators=20, nuisance_estimators=10, survival_estimators=10, random_state=1,
@@ -29,9 +29,7 @@ def _design(n, seed, p=4):
 
 
 def _fit(X, W, time, event, comm=SELF, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return CausalSurvivalForest(**dict(KW, **kw)).fit(X, W, time, event, comm=comm)
+    return fit_causal_survival(dict(KW, **kw), X, W, time, event, comm)
 
 
 @pytest.fixture(scope="module")
