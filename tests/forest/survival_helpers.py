@@ -43,13 +43,15 @@ def simple1(n, seed, p=4, horizon=1.0, X=None, with_effect=True):
     return out + (cate,)
 
 
-def fit_causal_survival(params, X, W, time, event, comm):
-    """``CausalSurvivalForest(**params).fit(X, W, time, event, comm=comm)`` without its warnings
-    (small test designs trip the overlap and censoring notices)."""
+def fit_causal_survival(params, X, W, time, event, comm=None, **overrides):
+    """``CausalSurvivalForest(**params, **overrides).fit(X, W, time, event, comm=comm)`` without its
+    warnings (small test designs trip the overlap and censoring notices); one process by default."""
     import warnings
 
     from forest import CausalSurvivalForest
+    from native.comm import SelfCommunicator
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return CausalSurvivalForest(**params).fit(X, W, time, event, comm=comm)
+        return CausalSurvivalForest(**dict(params, **overrides)).fit(
+            X, W, time, event, comm=SelfCommunicator() if comm is None else comm)

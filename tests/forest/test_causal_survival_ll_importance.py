@@ -2,6 +2,7 @@
 (``linear_correction_variables="importance"``, issue 33): the leaf tables' column selection, the
 choice on a design whose effect depends on x0 alone, the same forest as naming the chosen
 variables, model files, binned fits, bad input, and the same choice at any rank count."""
+import functools
 import warnings
 
 import numpy as np
@@ -18,13 +19,8 @@ KW = dict(horizon=1.0, n_estimators=60, nuisance_estimators=20, survival_estimat
           max_grid_times=24, local_linear=True, linear_correction_variables="importance")
 
 
-def _design(n, seed, p=5):
-    """grf's "simple1" (survival_helpers.simple1) without the effect."""
-    return simple1_design(n, seed, p=p, with_effect=False)
-
-
-def _fit(X, W, time, event, comm=SELF, **kw):
-    return fit_causal_survival(dict(KW, **kw), X, W, time, event, comm)
+_design = functools.partial(simple1_design, p=5, with_effect=False)   # grf's "simple1", no effect
+_fit = functools.partial(fit_causal_survival, KW)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 the out-of-bag path against dense out-of-bag forest weights, the R-loss, a known answer (an effect
 linear in x0), model files, binned fits with ``correction_values``, bad input, and the same
 choice at any rank count."""
+import functools
 import warnings
 
 import numpy as np
@@ -23,13 +24,8 @@ KW = dict(horizon=1.0, n_estimators=20, nuisance_estimators=10, survival_estimat
           ll_lambda=None)
 
 
-def _design(n, seed, p=4):
-    """grf's "simple1" (survival_helpers.simple1) without the effect."""
-    return simple1(n, seed, p=p, with_effect=False)
-
-
-def _fit(X, W, time, event, comm=SELF, **kw):
-    return fit_causal_survival(dict(KW, **kw), X, W, time, event, comm)
+_design = functools.partial(simple1, p=4, with_effect=False)   # grf's "simple1", no effect
+_fit = functools.partial(fit_causal_survival, KW)
 
 
 @pytest.fixture(scope="module")
