@@ -67,7 +67,12 @@ def configure_thread_wait(environ=None):
         return None
     if ours:
         if not ours.isdigit():
-            raise ValueError(f"HISTFOREST_SPINCOUNT must be a count of spins or 'default', got {ours!r}")
+            # read at import: a bad value must not make every tool fail with a traceback
+            import warnings
+
+            warnings.warn(f"HISTFOREST_SPINCOUNT must be a count of spins or 'default', got {ours!r}: "
+                          f"using {SPIN_COUNT}", stacklevel=2)
+            ours = str(SPIN_COUNT)
         value = ours
     else:
         value = str(SPIN_COUNT)
