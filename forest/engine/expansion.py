@@ -39,6 +39,7 @@ from native.comm import world
 from histogram.dtypes import bin_dtype
 
 from forest._validation import check_codes
+from forest.engine.best_first import grow_tree
 from forest.engine.bin_info import BinInfo
 from forest.engine.categorical_split import drop_stray_categories
 from forest.engine.growth_options import TreeParams, current_engine_options
@@ -47,7 +48,7 @@ from forest.engine.int_packing import WireLayout
 from forest.engine.mtry import mtry_feature_mask
 from forest.engine.node_records import add_roots, record_splits
 from forest.engine.partition import partition_rows, partition_segment, sum_channels_by_node
-from forest.profiling import phase
+from forest.profiling import TIMER, phase
 from forest.engine.reducers import make_reducer
 from forest.engine.splitting import REL_TOL, SplitResult, tie_threshold
 from forest.engine.tree import CAT_BITS_DTYPE, CATEGORICAL_SPLIT, Tree
@@ -287,6 +288,12 @@ class LeafwiseGrower:
     quantized : bool, default False
         Prepare for :meth:`grow` with ``quantized=`` (integer histograms; a
         :class:`forest.criteria.basic.NewtonCriterion` and ``split_mode="allreduce"``).
+
+    Notes
+    -----
+    On one process with numeric features and scalar leaves, :meth:`grow` runs the loop below
+    in one compiled call (:mod:`forest.engine.best_first`; the same trees), unless
+    ``EngineOptions.compiled_best_first`` is False or a ``FitTrace`` is recording.
     """
 
     def __init__(self, binned, bin_mapper, criterion, *, max_leaf_nodes=31, max_depth=None, min_gain=0.0,
@@ -338,6 +345,7 @@ class LeafwiseGrower:
         # a subtracted sibling's rounding-only categories are dropped (drop_stray_categories:
         # otherwise the bitsets of boosting depend on the rank count).
         from forest.criteria.basic import NewtonCriterion
+        from forest.engine.reducers import LocalReducer
 
         cats = np.flatnonzero(self.bin_info.categorical[red.f0:red.f1])
         k = getattr(criterion, "n_outputs", 0)
@@ -345,6 +353,15 @@ class LeafwiseGrower:
             if len(cats) and isinstance(criterion, NewtonCriterion) else None
         # Fewest rows a splittable leaf holds (both children need min_samples_leaf).
         self._split_rows = 2 * getattr(criterion, "min_samples_leaf", 1)
+        # The compiled loop (forest.engine.best_first) grows the float path's trees when one
+        # process holds every row and feature, the features are numeric, the leaves scalar and
+        # the histograms the CPU's (g, h) ones; a leaf budget bounds its node arrays.
+        self._compiled = (self._fused is not None and not self.bin_info.any_categorical and self.comm.size == 1
+                          and type(red) is LocalReducer and self.builder.gh
+                          and isinstance(criterion, NewtonCriterion) and criterion.n_outputs == 1
+                          and max_leaf_nodes is not None and self.engine.compiled_best_first)
+        self._cbuf = None
+        self._cpartial = None
 
     def _global_bin_rows(self):
         """Training rows per (feature, bin) over all ranks, int64 (n_features * n_bins,): the
@@ -434,6 +451,8 @@ class LeafwiseGrower:
             local_tot = local[0, 0].sum(axis=0) if binned.shape[0] else np.zeros(channels.shape[1])
             hist, extra = red.reduce(local, np.concatenate([local_tot, [n_local]]))
             root_stats, root_count = extra[:-1], extra[-1]
+            if self._compiled and TIMER.trace is None:
+                return self._grow_compiled(channels, rows, scratch, hist[0], root_stats, root_count, shrinkage)
         tree = Tree(crit.n_outputs)
         weight, value, objective = crit.node_summary(root_stats, shrinkage)
         tree.add_node(0, weight, value, objective, count=root_count)
@@ -519,6 +538,44 @@ class LeafwiseGrower:
         leaf_starts = np.array([leaves[i][0] for i in leaf_nodes], dtype=np.int64)
         leaf_stops = np.array([leaves[i][1] for i in leaf_nodes], dtype=np.int64)
         return GrownTree(tree, rows, leaf_nodes, leaf_starts, leaf_stops)
+
+    def _grow_compiled(self, channels, rows, scratch, root_hist, root_stats, root_count, shrinkage):
+        """The rest of :meth:`_grow` in :func:`forest.engine.best_first.grow_tree` (the same tree).
+
+        Its time is one ``"local"`` phase; a traced fit (whose phases price the cost model)
+        takes the Python loop instead.
+        """
+        import numba
+
+        from forest.criteria.basic import PARALLEL_SEARCH_BINS
+
+        info, crit = self.bin_info, self.criterion
+        n_features, n_bins = root_hist.shape[:2]
+        threads = numba.get_num_threads()
+        if self._cbuf is None or len(self._cbuf) < 2 * len(rows):
+            self._cbuf = np.empty(2 * len(rows))
+        if self._cpartial is None or self._cpartial.shape[0] != max(threads - 1, 0):
+            self._cpartial = np.empty((max(threads - 1, 0), n_features, n_bins, 2))
+        with phase("local"):
+            rec = grow_tree(self.binned, channels, rows, scratch, self._cbuf, self._cpartial, root_hist, root_stats,
+                            root_count, nb=self._nb, missing_bin=info.missing_bin, max_leaves=self.max_leaf_nodes,
+                            max_depth=self.max_depth, split_rows=self._split_rows, criterion=crit,
+                            min_gain=self.min_gain, rel_tol=REL_TOL, shrinkage=shrinkage, n_threads=threads,
+                            gh_parallel_rows=self.engine.gh_parallel_rows,
+                            split_by_rows=self.engine.gh_hist_split == "rows",
+                            blocks_min_rows=self.engine.partition_blocks_min_rows,
+                            parallel_search=threads > 1 and n_features * info.missing_bin >= PARALLEL_SEARCH_BINS)
+        n = len(rec["feature"])
+        tree = Tree(crit.n_outputs, capacity=n)
+        tree.append_leaves(rec["weight"], rec["count"], rec["value"].reshape(n, 1), rec["objective"], rec["depth"])
+        inner = np.flatnonzero(rec["feature"] >= 0)
+        if len(inner):
+            features, bins = rec["feature"][inner], rec["bin"][inner]
+            thresholds = np.array([info.threshold(int(f), int(b)) for f, b in zip(features, bins)], dtype=np.float64)
+            tree.set_splits(inner, features, bins, thresholds, rec["missing_left"][inner], rec["gain"][inner],
+                            rec["left"][inner])
+        leaf_nodes = np.flatnonzero(rec["feature"] < 0).astype(np.int64)
+        return GrownTree(tree, rows, leaf_nodes, rec["seg"][leaf_nodes, 0].copy(), rec["seg"][leaf_nodes, 1].copy())
 
     def _find(self, hists, stats, counts):
         """Best split of each node: ``hists`` a list of (n_features, n_bins, C) histograms or

@@ -125,6 +125,11 @@ class EngineOptions:
         partial histogram, then added) or by features. Process CPU per build (1M x 28
         HIGGS codes, 2 threads, minima of 25): half the rows 14.1 (features) vs 13.4 ms
         (rows; 1 thread 13.3), root 19.3 vs 17.1 (1 thread 16.8).
+    compiled_best_first : bool
+        Boosting on one process grows each tree in one compiled loop
+        (:mod:`forest.engine.best_first`, where it applies and what it measured); False
+        keeps the Python loop of :class:`forest.engine.expansion.LeafwiseGrower` (the same
+        trees, slower: the reference the tests compare it with).
     """
 
     backend: str = "auto"
@@ -138,6 +143,7 @@ class EngineOptions:
     gh_parallel_rows: int = 4096
     partition_blocks_min_rows: int = PARALLEL_BLOCKS_MIN_ROWS
     gh_hist_split: str = "rows"
+    compiled_best_first: bool = True
 
     def __post_init__(self):
         if self.split_mode not in SPLIT_MODES:
