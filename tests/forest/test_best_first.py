@@ -139,3 +139,39 @@ def test_traced_fits_take_the_python_loop():
     assert {"histogram", "split", "partition"} <= set(trace.phase_seconds())
     assert "local" not in trace.phase_seconds()
     _assert_same_grown(untraced, traced)
+
+
+def _categorical_design(rng, n, n_cats=(12, 300)):
+    """Two numeric columns and categorical ones of ``n_cats`` categories (the wide one past 256
+    codes, so uint16 codes), missing values in both kinds."""
+    cols = [rng.normal(size=n), rng.normal(size=n)] + [rng.integers(0, k, size=n).astype(float) for k in n_cats]
+    X = np.column_stack(cols)
+    X[rng.random(X.shape) < 0.05] = np.nan
+    effect = {j: rng.normal(size=k) for j, k in enumerate(n_cats)}
+    z = np.nan_to_num(X[:, 0]) + sum(effect[j][np.nan_to_num(X[:, 2 + j]).astype(int)] for j in effect)
+    mask = np.array([False, False] + [True] * len(n_cats))
+    mapper = BinMapper(max_bins=255).fit(X, categorical=mask, n_codes=np.array([0, 0] + list(n_cats)))
+    return mapper, mapper.transform(X), np.column_stack([-(z + rng.normal(size=n)), rng.uniform(0.2, 1.0, size=n)])
+
+
+@pytest.mark.parametrize("n, n_cats", [(3000, (12, 40)), (6000, (12, 300))])
+def test_categorical_features_in_the_compiled_loop(two_threads, n, n_cats):
+    mapper, binned, channels = _categorical_design(np.random.default_rng(12), n, n_cats)
+    crit = NewtonCriterion(min_samples_leaf=10, cat_smooth=5.0, cat_l2=2.0, min_data_per_group=20)
+    a, b = _grow_both(mapper, binned, channels, max_leaf_nodes=31, criterion=crit)
+    _assert_same_grown(a, b)
+    np.testing.assert_array_equal(a.tree.cat_bits, b.tree.cat_bits)
+    assert (b.tree.bin_threshold[:b.tree.node_count] == -1).any()  # categorical splits were chosen
+
+
+def test_categorical_gbdt_fits_are_equal():
+    rng = np.random.default_rng(13)
+    n = 4000
+    X = np.column_stack([rng.normal(size=n), rng.integers(0, 30, size=n).astype(float), rng.normal(size=n)])
+    y = (np.sin(X[:, 1]) + X[:, 0] + rng.normal(size=n) > 0).astype(int)
+    preds = []
+    for compiled in (False, True):
+        with engine_options(compiled_best_first=compiled):
+            model = GBDTClassifier(n_estimators=20, categorical_features=[1], random_state=0).fit(X, y, comm=SELF)
+        preds.append(model.predict_proba(X))
+    np.testing.assert_array_equal(preds[0], preds[1])
