@@ -96,16 +96,23 @@ def _fit_variant(variant):
     import numpy as np
 
     from forest import CausalForest, GBDTClassifier, GBDTRegressor, InstrumentalForest, RegressionForest
+    from forest.engine.growth_options import engine_options
     from native.comm import SelfCommunicator
 
     # This process alone (under mpirun the other ranks wait, outside any collective).
     comm = SelfCommunicator()
     rng, X, y = _data()
     quantized = variant.endswith("-quantized")
-    if variant.startswith("gbdt-classifier"):
-        GBDTClassifier(n_estimators=2, random_state=0, quantized=quantized).fit(X, (y > 0).astype(int), comm=comm)
-    elif variant.startswith("gbdt-regressor"):
-        GBDTRegressor(n_estimators=2, random_state=0, quantized=quantized).fit(X, y, comm=comm)
+    if variant.startswith("gbdt"):
+        # Both best-first loops: one process grows its trees in the compiled loop, several
+        # ranks in the Python one (forest.engine.best_first), and the stamp serves both.
+        for compiled in (False,) if quantized else (True, False):
+            with engine_options(compiled_best_first=compiled):
+                if variant.startswith("gbdt-classifier"):
+                    GBDTClassifier(n_estimators=2, random_state=0, quantized=quantized).fit(
+                        X, (y > 0).astype(int), comm=comm)
+                else:
+                    GBDTRegressor(n_estimators=2, random_state=0, quantized=quantized).fit(X, y, comm=comm)
     elif variant == "instrumental":
         z = (rng.uniform(size=len(y)) < 0.5).astype(float)
         t = z * (rng.uniform(size=len(y)) < 0.8)
