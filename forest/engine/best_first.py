@@ -84,20 +84,21 @@ def _search(hist, parent, pcount, nb, missing_bin, mask, lam, min_leaf, min_hess
     """The criterion's compiled search of ``hist.shape[0]`` nodes, as ``LeafwiseGrower._find`` calls it:
     :meth:`~forest.criteria.basic.NewtonCriterion.numba_search` without categorical features,
     :meth:`~forest.criteria.basic.NewtonCriterion.numba_categorical_search` with them (``cat``:
-    ``(any, cat_index, cat_pos, two_lambdas, cat_lam, cat_smooth, min_data_per_group)``), the
+    ``(any, cat_index, cat_pos, two_lambdas, cat_lam, cat_smooth, max_cat, min_data_per_group)``), the
     nodes on two threads when ``parallel``."""
-    any_cat, cat_index, cat_pos, two_lambdas, cat_lam, cat_smooth, min_data_per_group = cat
+    any_cat, cat_index, cat_pos, two_lambdas, cat_lam, cat_smooth, max_cat, min_data_per_group = cat
     if any_cat:
         out_bits[:, :] = 0  # the categorical kernels expect zero bitsets
         if parallel:
             _newton_categorical_nodes_parallel(hist, parent, nb, missing_bin, mask, False, pcount, True, cat_index,
-                                               cat_pos, 1, lam, two_lambdas, cat_lam, cat_smooth, min_data_per_group,
-                                               min_leaf, min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain,
-                                               out_l, out_r, out_bits)
+                                               cat_pos, 1, lam, two_lambdas, cat_lam, cat_smooth, max_cat,
+                                               min_data_per_group, min_leaf, min_hess, min_gain, rel_tol, out_f,
+                                               out_b, out_ml, out_gain, out_l, out_r, out_bits)
         else:
             _newton_categorical_kernel(hist, parent, nb, missing_bin, mask, False, pcount, True, cat_index, cat_pos, 1,
-                                       lam, two_lambdas, cat_lam, cat_smooth, min_data_per_group, min_leaf, min_hess,
-                                       min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_l, out_r, out_bits)
+                                       lam, two_lambdas, cat_lam, cat_smooth, max_cat, min_data_per_group, min_leaf,
+                                       min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_l, out_r,
+                                       out_bits)
     elif parallel:
         _newton_nodes_parallel(hist, parent, nb, missing_bin, mask, False, pcount, True, 1, lam, min_leaf, min_hess,
                                min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_l, out_r)
@@ -403,7 +404,7 @@ def grow_tree(binned, channels, rows, scratch, buf, partial, root_hist, root_sta
     else:
         cat_index, cat_pos = _NO_CATS, _NO_CATS
     cat = (any_cat, cat_index, cat_pos, criterion.cat_l2 != 0.0, criterion.l2_regularization + criterion.cat_l2,
-           criterion.cat_smooth, criterion.min_data_per_group)
+           criterion.cat_smooth, criterion.max_cat_threshold, criterion.min_data_per_group)
     max_nodes = 2 * int(max_leaves) - 1
     feature = np.empty(max_nodes, dtype=np.int32)
     bin_ = np.empty(max_nodes, dtype=np.int32)

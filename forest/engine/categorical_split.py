@@ -17,7 +17,10 @@ The rule
     binary outcome) the best subset is a prefix of the mean order (Fisher 1958), so the
     search is exact; for the causal criteria it is exact for the regression on the
     pseudo-outcome the gain scores; otherwise (several outputs, boosting's Newton
-    gain) it is LightGBM's sorted scan.
+    gain) it is LightGBM's sorted scan, and for boosting LightGBM's candidates only: the
+    bins are regrouped first (:func:`group_categories_kernel`: at most ``max_cat_threshold``
+    categories from either end of the order on the small side, steps of
+    ``min_data_per_group`` rows).
 Writing it down
     The subset becomes a bitset over value bins (:func:`forest.engine.tree.cat_bitset`)
     and the node's ``bin_threshold`` :data:`forest.engine.tree.CATEGORICAL_SPLIT`.
@@ -74,7 +77,7 @@ def _sort_present(hist, n, f, nbf, keys, kk, order, spare):
     Returns ``npres``.
 
     Only the categories of finite key are sorted; those of non-finite key (every one that
-    counts as infinite: boosting's categories under ``min_data_per_group`` rows) follow in
+    counts as infinite: boosting's categories under ``cat_smooth`` rows) follow in
     code order, which is where the stable sort of the keys with them as ``inf`` put them.
     At a deep node most of a wide column's present categories are such (issue 32's design:
     ~570 present, ~40 finite at 1,000 levels), so the sort shrinks ~14x. ``spare`` is an
@@ -165,6 +168,201 @@ def _permute_kernel(hist, cat_index, keys, out, orders, nb):
                 b = orders[n, j, i]
                 for k in range(c):
                     out[n, f, i, k] = hist[n, f, b, k]
+
+
+@kernel
+def group_categories_kernel(hist, permuted, orders, cat_index, keys, nb, parent, parent_count, use_count, k, max_cat,
+                            min_group, ends, n_used):
+    """Boosting's candidate layout of each categorical feature (LightGBM's categorical scan).
+
+    After :func:`_permute_kernel` a categorical feature's bins hold its categories in key
+    order (judged ones, of finite key, ascending; then those of infinite key; then the
+    empty ones). LightGBM does not scan all prefixes of that order: it tries the ``i``
+    lowest and the ``i`` highest judged categories on one side, ``i`` up to ``max_cat``
+    and half the judged ones, and only where the categories added since the last candidate
+    hold ``min_group`` rows or more. Each categorical feature's bins are rewritten here so
+    that the ordinary prefix scan sees exactly those candidates:
+
+    * the forward groups: the first judged categories, closed whenever a group reaches
+      ``min_group`` rows (a row count estimated from the hessian, as ``min_samples_leaf``
+      is; the hessian itself without ``use_count``), within the first ``m = min(max_cat,
+      (judged + 1) // 2)``;
+    * one middle bin: every category in no closed group (judged, of infinite key, empty),
+      when there is one;
+    * the backward groups, in ascending order: closed the same way from the highest
+      judged category down, within the top ``m`` and above the forward groups.
+
+    A threshold after a forward group sends its lowest categories left (LightGBM's
+    forward candidate); one after the middle bin or a backward group sends the highest
+    right (LightGBM's backward candidate, sides mirrored: the gain is symmetric). Bins past
+    the layout are zero, so the scan skips them. ``orders[n, j]`` is rewritten into the
+    layout's category order and ``ends[n, j, b]`` is the number of its categories in bins
+    ``0..b``, so a split at bin ``b`` sends ``orders[n, j, :ends[n, j, b]]`` left. A bin's
+    channels are summed over its categories in that order.
+
+    Parameters
+    ----------
+    hist : ndarray of float64, shape (N, F, B + 1, C)
+        The unpermuted histograms.
+    permuted : ndarray of float64, shape (N, F, >= B + 1, C)
+        :func:`_permute_kernel`'s output; its categorical features' value bins are rewritten.
+    orders : ndarray of int64, shape (N, Fc, B)
+    cat_index : ndarray of int64, shape (Fc,)
+    keys : ndarray of float64, shape (N, Fc, B)
+        The keys the order was sorted by (non-finite: not judged).
+    nb : ndarray of int64, shape (F,)
+    parent : ndarray of float64, shape (N, C)
+    parent_count : ndarray of float64, shape (N,) (read when ``use_count``)
+    use_count : bool
+    k : int
+        Outputs (hessians in channels ``k:2k``).
+    max_cat : int
+    min_group : float
+    ends : ndarray of int64, shape (N, Fc, B)
+        Written.
+    n_used : ndarray of int64, shape (N, Fc)
+        Written: the layout's bins (the scan may stop there).
+    """
+    n_nodes = hist.shape[0]
+    nv = hist.shape[2] - 1
+    c = hist.shape[3]
+    starts = np.empty(nv, np.int64)  # backward groups' first positions, from the top down
+    copy = np.empty(nv, np.int64)
+    for n in range(n_nodes):
+        per_hess = 1.0
+        if use_count:
+            hp = 0.0
+            for j in range(k):
+                hp += parent[n, k + j]
+            per_hess = parent_count[n] / hp if hp > 0 else 0.0
+        for jf in range(cat_index.shape[0]):
+            f = cat_index[jf]
+            nbf = min(nb[f], nv)
+            judged = 0
+            while judged < nbf:
+                code = orders[n, jf, judged]
+                present = False
+                for ch in range(c):
+                    if hist[n, f, code, ch] != 0.0:
+                        present = True
+                if not (present and np.isfinite(keys[n, jf, code])):
+                    break
+                judged += 1
+            m = min(max_cat, (judged + 1) // 2)
+            n_bins_used = 0
+            # forward groups over orders[0 : m]
+            fwd = 0
+            rows = 0.0
+            for i in range(m):
+                code = orders[n, jf, i]
+                h = 0.0
+                for j in range(k):
+                    h += hist[n, f, code, k + j]
+                rows += h * per_hess
+                if rows >= min_group:
+                    ends[n, jf, n_bins_used] = i + 1
+                    n_bins_used += 1
+                    fwd = i + 1
+                    rows = 0.0
+            # backward groups over orders[judged - 1] downwards, within the top m, above fwd
+            low = judged
+            rows = 0.0
+            n_back = 0
+            for i in range(m):
+                pos = judged - 1 - i
+                if pos < fwd:
+                    break
+                code = orders[n, jf, pos]
+                h = 0.0
+                for j in range(k):
+                    h += hist[n, f, code, k + j]
+                rows += h * per_hess
+                if rows >= min_group:
+                    starts[n_back] = pos
+                    n_back += 1
+                    low = pos
+                    rows = 0.0
+            # the layout's order: forward categories, the middle ones (judged, unjudged,
+            # empty), the backward ones ascending
+            middle = (low - fwd) + (nbf - judged)
+            for i in range(nbf):
+                copy[i] = orders[n, jf, i]
+            for i in range(judged, nbf):
+                orders[n, jf, low + (i - judged)] = copy[i]
+            for i in range(low, judged):
+                orders[n, jf, fwd + middle + (i - low)] = copy[i]
+            # bins: forward groups (ends already written), middle, backward groups ascending
+            if middle > 0:  # (without it the layout still fits the feature's nbf bins)
+                ends[n, jf, n_bins_used] = fwd + middle
+                n_bins_used += 1
+            for g in range(n_back - 1, -1, -1):
+                stop = starts[g - 1] if g > 0 else judged  # the group [starts[g], stop)
+                ends[n, jf, n_bins_used] = fwd + middle + (stop - low)
+                n_bins_used += 1
+            n_used[n, jf] = n_bins_used
+            for b in range(n_bins_used, nbf):
+                ends[n, jf, b] = nbf
+            start = 0
+            for b in range(nbf):
+                for ch in range(c):
+                    permuted[n, f, b, ch] = 0.0
+                if b < n_bins_used:
+                    for i in range(start, ends[n, jf, b]):
+                        code = orders[n, jf, i]
+                        for ch in range(c):
+                            permuted[n, f, b, ch] += hist[n, f, code, ch]
+                    start = ends[n, jf, b]
+
+
+def group_categories_reference(stats, keys, parent_rows_per_hess, k, max_cat, min_group):
+    """Slow reference of :func:`group_categories_kernel` for one node and feature.
+
+    Parameters
+    ----------
+    stats : ndarray of float64, shape (B, C)
+        The feature's per-category sums at the node.
+    keys : ndarray of float64, shape (B,)
+    parent_rows_per_hess : float
+        Rows per unit of hessian at the node (1.0 without row counts).
+    k : int
+    max_cat : int
+    min_group : float
+
+    Returns
+    -------
+    list of list of int
+        The bins' categories, in scan order (forward groups, the middle if any, backward groups).
+    """
+    present = [b for b in range(stats.shape[0]) if np.any(stats[b] != 0.0)]
+    judged = sorted((b for b in present if np.isfinite(keys[b])), key=lambda b: (keys[b], b))
+    unjudged = [b for b in present if not np.isfinite(keys[b])]
+    empty = [b for b in range(stats.shape[0]) if b not in set(present)]
+    m = min(max_cat, (len(judged) + 1) // 2)
+
+    def rows(b):
+        return float(np.sum(stats[b, k:2 * k])) * parent_rows_per_hess
+
+    forward, group, acc = [], [], 0.0
+    for b in judged[:m]:
+        group.append(b)
+        acc += rows(b)
+        if acc >= min_group:
+            forward.append(group)
+            group, acc = [], 0.0
+    fwd = sum(len(g) for g in forward)
+    backward, group, acc = [], [], 0.0
+    for i in range(m):
+        pos = len(judged) - 1 - i
+        if pos < fwd:
+            break
+        group.insert(0, judged[pos])
+        acc += rows(judged[pos])
+        if acc >= min_group:
+            backward.insert(0, group)
+            group, acc = [], 0.0
+    low = len(judged) - sum(len(g) for g in backward)
+    middle = judged[fwd:low] + unjudged + empty
+    return forward + ([middle] if middle else []) + backward
 
 
 def permute_categories(hist, categorical, keys_fn):

@@ -32,7 +32,8 @@ from numba import prange
 
 from histogram.jit import kernel, compiled_only, empty, zeros
 from forest.criteria import compiled as cc
-from forest.engine.categorical_split import _permute_kernel, left_bitsets, left_bitsets_kernel, permute_categories
+from forest.engine.categorical_split import (_permute_kernel, group_categories_kernel, group_categories_reference,
+                                            left_bitsets, left_bitsets_kernel, permute_categories)
 from forest.engine.tree import CAT_BITS_DTYPE, CAT_WORDS, cat_words
 
 #: Upper bound on the float64 elements of one candidate block (per chunk of nodes),
@@ -367,6 +368,20 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
         permuted, orders, cat_index = permute_categories(
             hist[:, :, :missing_bin + 1], categorical,
             lambda stats: criterion.category_keys(stats, parent, parent_count=parent_count))
+        scan = getattr(criterion, "categorical_scan", None)
+        ends = None
+        if scan is not None and len(cat_index):
+            # boosting's candidate layout (LightGBM's scan): regroup the permuted bins
+            max_cat, min_group = scan()
+            keys = np.ascontiguousarray(criterion.category_keys(hist[:, cat_index, :missing_bin], parent,
+                                                                parent_count=parent_count), dtype=np.float64)
+            ends = np.empty(orders.shape, dtype=np.int64)
+            use_count = parent_count is not None
+            pc = np.ascontiguousarray(parent_count, dtype=np.float64) if use_count else np.zeros(1)
+            group_categories_kernel(hist[:, :, :missing_bin + 1], permuted, orders, cat_index.astype(np.int64), keys,
+                                    np.ascontiguousarray(nb, dtype=np.int64), np.ascontiguousarray(parent),
+                                    pc, use_count, int(criterion.n_outputs), int(max_cat), float(min_group), ends,
+                                    np.empty(orders.shape[:2], dtype=np.int64))
         if permuted.shape[2] != n_bins:
             permuted = np.concatenate([permuted, hist[:, :, missing_bin + 1:]], axis=2)
         cat_criterion = criterion.categorical_criterion() if hasattr(criterion, "categorical_criterion") \
@@ -377,6 +392,12 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
         else:
             result = _two_criteria_search(permuted, parent, criterion, cat_criterion, nb, missing_bin, feature_mask,
                                           parent_count, min_gain, rel_tol, np.asarray(categorical, dtype=bool))
+        if ends is not None:  # a bin of the layout -> the last category it sends left
+            position = {int(f): j for j, f in enumerate(cat_index)}
+            for node in range(n_nodes):
+                j = position.get(int(result.feature[node]))
+                if j is not None:
+                    result.bin[node] = ends[node, j, result.bin[node]] - 1
         result.cat_bits, result.bin = left_bitsets(orders, cat_index, result.feature, result.bin)
         result.feature[result.feature >= 0] += feature_offset
         return result
@@ -678,7 +699,7 @@ def _newton_search_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_
 
 
 @kernel
-def _newton_category_keys(hist, parent, parent_count, use_count, cat_index, nb, k, cat_smooth, min_data_per_group,
+def _newton_category_keys(hist, parent, parent_count, use_count, cat_index, nb, k, cat_smooth, min_category_rows,
                           keys):
     """:meth:`NewtonCriterion.category_keys` of the value bins of features ``cat_index`` (its
     NumPy form is the reference): ``keys[n, j, b]`` for feature ``cat_index[j]``, bin ``b``,
@@ -690,7 +711,7 @@ def _newton_category_keys(hist, parent, parent_count, use_count, cat_index, nb, 
     """
     n_nodes = hist.shape[0]
     nv = keys.shape[2]
-    check = use_count and min_data_per_group > 1.0
+    check = use_count and min_category_rows > 1.0
     for n in range(n_nodes):
         per_hess = 0.0
         if check:
@@ -716,7 +737,7 @@ def _newton_category_keys(hist, parent, parent_count, use_count, cat_index, nb, 
                     h = hist[n, f, b, k]
                     for j in range(1, k):
                         h += hist[n, f, b, k + j]
-                    if h * per_hess < min_data_per_group:
+                    if h * per_hess < min_category_rows:
                         key = np.inf
                 keys[n, jf, b] = key
 
@@ -747,13 +768,15 @@ def _search_copy(hist, nb, missing_bin, cat_pos):
 
 @kernel
 def _newton_categorical_kernel(hist, parent, nb, missing_bin, mask, use_mask, parent_count, use_count, cat_index,
-                               cat_pos, k, lam, two_lambdas, cat_lam, cat_smooth, min_data_per_group, min_leaf,
+                               cat_pos, k, lam, two_lambdas, cat_lam, cat_smooth, max_cat, min_group, min_leaf,
                                min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_left, out_right,
                                out_bits):
     """The categorical branch of :func:`find_best_splits` for the Newton criterion, compiled.
 
-    Keys (:func:`_newton_category_keys`), order and permutation
-    (:func:`forest.engine.categorical_split._permute_kernel`), the search of numeric features
+    Keys (:func:`_newton_category_keys`: categories under ``cat_smooth`` rows unjudged), order
+    and permutation (:func:`forest.engine.categorical_split._permute_kernel`), LightGBM's
+    candidate layout (:func:`forest.engine.categorical_split.group_categories_kernel`:
+    ``max_cat``, ``min_group``), the search of numeric features
     at ``lam`` and of categorical ones at ``cat_lam`` (``two_lambdas``; else one search at
     ``lam``), the better of the two per node with the split rule's tie to the lower feature,
     then the left categories as bitsets: what the NumPy branch does through
@@ -764,11 +787,24 @@ def _newton_categorical_kernel(hist, parent, nb, missing_bin, mask, use_mask, pa
     nv = missing_bin
     n_cat = cat_index.shape[0]
     keys = empty((n_nodes, n_cat, nv), np.float64)
-    _newton_category_keys(hist, parent, parent_count, use_count, cat_index, nb, k, cat_smooth, min_data_per_group,
-                          keys)
+    _newton_category_keys(hist, parent, parent_count, use_count, cat_index, nb, k, cat_smooth, cat_smooth, keys)
     permuted = _search_copy(hist, nb, missing_bin, cat_pos)
     orders = empty((n_nodes, n_cat, nv), np.int64)
     _permute_kernel(hist[:, :, :nv + 1], cat_index, keys, permuted[:, :, :nv + 1], orders, nb)
+    ends = empty((n_nodes, n_cat, nv), np.int64)
+    n_used = empty((n_nodes, n_cat), np.int64)
+    group_categories_kernel(hist[:, :, :nv + 1], permuted[:, :, :nv + 1], orders, cat_index, keys, nb, parent,
+                            parent_count, use_count, k, max_cat, min_group, ends, n_used)
+    # A categorical feature's scan stops at its longest layout over the nodes: the bins
+    # after a layout are zero (skipped candidates that change no sum), and a 1,000-level
+    # column's layout is a few dozen bins.
+    nb_scan = nb.copy()
+    for j in range(n_cat):
+        longest = 1
+        for n in range(n_nodes):
+            longest = max(longest, n_used[n, j])
+        nb_scan[cat_index[j]] = min(nb[cat_index[j]], longest)
+    nb = nb_scan
     if not two_lambdas:
         _newton_search_kernel(permuted, parent, nb, missing_bin, mask, use_mask, parent_count, use_count, k, lam,
                               min_leaf, min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_left,
@@ -805,6 +841,10 @@ def _newton_categorical_kernel(hist, parent, nb, missing_bin, mask, use_mask, pa
                 for ch in range(c):
                     out_left[n, ch] = c_left[n, ch]
                     out_right[n, ch] = c_right[n, ch]
+    for n in range(n_nodes):  # a bin of the layout -> the last category it sends left
+        f = out_f[n]
+        if f >= 0 and cat_pos[f] >= 0:
+            out_b[n] = ends[n, cat_pos[f], out_b[n]] - 1
     left_bitsets_kernel(orders, cat_pos, out_f, out_b, out_bits)
 
 
@@ -827,8 +867,8 @@ def _newton_nodes_parallel(hist, parent, nb, missing_bin, mask, use_mask, parent
 
 @kernel(parallel=True)
 def _newton_categorical_nodes_parallel(hist, parent, nb, missing_bin, mask, use_mask, parent_count, use_count,
-                                       cat_index, cat_pos, k, lam, two_lambdas, cat_lam, cat_smooth,
-                                       min_data_per_group, min_leaf, min_hess, min_gain, rel_tol, out_f, out_b,
+                                       cat_index, cat_pos, k, lam, two_lambdas, cat_lam, cat_smooth, max_cat,
+                                       min_group, min_leaf, min_hess, min_gain, rel_tol, out_f, out_b,
                                        out_ml, out_gain, out_left, out_right, out_bits):
     """:func:`_newton_categorical_kernel` with one node per thread (the nodes are independent).
 
@@ -841,7 +881,7 @@ def _newton_categorical_nodes_parallel(hist, parent, nb, missing_bin, mask, use_
         m = mask[n:n + 1] if use_mask else mask
         pc = parent_count[n:n + 1] if use_count else parent_count
         _newton_categorical_kernel(hist[n:n + 1], parent[n:n + 1], nb, missing_bin, m, use_mask, pc, use_count,
-                                   cat_index, cat_pos, k, lam, two_lambdas, cat_lam, cat_smooth, min_data_per_group,
+                                   cat_index, cat_pos, k, lam, two_lambdas, cat_lam, cat_smooth, max_cat, min_group,
                                    min_leaf, min_hess, min_gain, rel_tol, out_f[n:n + 1], out_b[n:n + 1],
                                    out_ml[n:n + 1], out_gain[n:n + 1], out_left[n:n + 1], out_right[n:n + 1],
                                    out_bits[n:n + 1])
@@ -866,6 +906,7 @@ def find_best_splits_reference(hist, parent, criterion, n_bins_non_missing, miss
                 continue
             miss = hist[n, f, missing_bin]
             order = np.arange(missing_bin)
+            groups = None
             if categorical[f]:
                 stats = hist[n, f, :missing_bin]
                 pc = None if parent_count is None else np.asarray(parent_count, dtype=np.float64)[n:n + 1]
@@ -873,12 +914,21 @@ def find_best_splits_reference(hist, parent, criterion, n_bins_non_missing, miss
                 present = [b for b in range(missing_bin) if np.any(stats[b] != 0.0)]
                 absent = [b for b in range(missing_bin) if not np.any(stats[b] != 0.0)]
                 order = np.array(sorted(present, key=lambda b: (keys[b], b)) + absent, dtype=np.int64)
-            for b in range(int(nb[f])):
+                if hasattr(criterion, "categorical_scan"):  # boosting: LightGBM's candidates
+                    k = criterion.n_outputs
+                    hp = float(np.sum(parent[n, k:2 * k]))
+                    per_hess = 1.0 if parent_count is None else (float(parent_count[n]) / hp if hp > 0 else 0.0)
+                    groups = group_categories_reference(stats[:int(nb[f])], keys[:int(nb[f])], per_hess, k,
+                                                        *criterion.categorical_scan())
+                    order = np.array([b for g in groups for b in g] + list(range(int(nb[f]), missing_bin)),
+                                     dtype=np.int64)
+            for b in range(int(nb[f]) if groups is None else len(groups)):
                 for d in (0, 1):
-                    if d == 1 and b == nb[f] - 1:
+                    if d == 1 and b == (nb[f] if groups is None else len(groups)) - 1:
                         continue
-                    lset = order[: b + 1]
-                    rset = order[b + 1: missing_bin]
+                    n_left = b + 1 if groups is None else sum(len(g) for g in groups[:b + 1])
+                    lset = order[:n_left]
+                    rset = order[n_left: missing_bin]
                     left = hist[n, f, lset].sum(axis=0) + (miss if d == 1 else 0.0)
                     right = hist[n, f, rset].sum(axis=0) + (miss if d == 0 else 0.0)
                     kw = {} if parent_count is None else {"parent_count": float(parent_count[n])}

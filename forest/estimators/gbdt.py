@@ -105,11 +105,12 @@ class _BaseGBDT(ShapMixin, EstimatorBase):
                  max_bins=255, early_stopping="auto", validation_fraction=0.1, n_iter_no_change=10, tol=1e-7,
                  random_state=None, n_threads=None, backend="auto", split_mode="allreduce", warm_start=False,
                  quantized=False, quantized_bins=4, categorical_features="from_dtype", cat_smooth=10.0,
-                 cat_l2=10.0, min_data_per_group=100):
+                 cat_l2=10.0, min_data_per_group=100, max_cat_threshold=32):
         self.categorical_features = categorical_features
         self.cat_smooth = cat_smooth
         self.cat_l2 = cat_l2
         self.min_data_per_group = min_data_per_group
+        self.max_cat_threshold = max_cat_threshold
         self.learning_rate = learning_rate
         self.n_estimators = n_estimators
         self.max_leaf_nodes = max_leaf_nodes
@@ -169,7 +170,7 @@ class _BaseGBDT(ShapMixin, EstimatorBase):
                 raise ValueError(msg)
 
         check_param_types(self, ints=("n_estimators", "min_samples_leaf", "max_bins", "n_iter_no_change",
-                                      "quantized_bins", "min_data_per_group"),
+                                      "quantized_bins", "min_data_per_group", "max_cat_threshold"),
                           optional_ints=("max_leaf_nodes", "max_depth", "n_threads"),
                           reals=("learning_rate", "l2_regularization", "min_child_weight", "min_gain_to_split",
                                  "validation_fraction", "tol", "cat_smooth", "cat_l2"))
@@ -177,6 +178,7 @@ class _BaseGBDT(ShapMixin, EstimatorBase):
             value = getattr(self, name)
             need(np.isfinite(value) and value >= 0, f"{name} must be a finite number >= 0, got {value!r}")
         need(self.min_data_per_group >= 1, f"min_data_per_group must be >= 1, got {self.min_data_per_group!r}")
+        need(self.max_cat_threshold >= 1, f"max_cat_threshold must be >= 1, got {self.max_cat_threshold!r}")
         need(self.backend in BACKENDS, f"backend must be one of {BACKENDS}, got {self.backend!r}")
         need(self.split_mode in SPLIT_MODES, f"split_mode must be one of {SPLIT_MODES}, got {self.split_mode!r}")
         self._check_random_state()
@@ -396,7 +398,8 @@ class _BaseGBDT(ShapMixin, EstimatorBase):
         if trees:
             predict_values_binned(pack_trees(trees), binned_tr, mapper.missing_bin_, out=raw)
         criterion = NewtonCriterion(k, self.l2_regularization, self.min_samples_leaf, self.min_child_weight,
-                                    float(self.cat_smooth), float(self.cat_l2), int(self.min_data_per_group))
+                                    float(self.cat_smooth), float(self.cat_l2), int(self.min_data_per_group),
+                                    int(self.max_cat_threshold))
         grower = LeafwiseGrower(binned_tr, self.bin_mapper_, criterion, max_leaf_nodes=self.max_leaf_nodes,
                                 max_depth=self.max_depth, min_gain=self.min_gain_to_split, comm=comm,
                                 backend=self.backend, split_mode=self.split_mode, quantized=bool(self.quantized))
@@ -586,13 +589,18 @@ class GBDTRegressor(RegressorMixin, _BaseGBDT):
         that column); on ``backend='cuda'`` such a column folds into ``max_bins`` codes
         instead (``histogram.categories``).
     cat_smooth : float, default 10.0
-        Added to a category's hessian sum when categories are ordered for a split
-        (LightGBM's ``cat_smooth``): a category of few rows does not sort to an end on noise.
+        Added to a category's hessian sum when a node's categories are ordered for a split,
+        so a category of few rows does not sort to an end on noise; categories of fewer rows
+        than this in the node are not ordered and stay off the small side (LightGBM's
+        ``cat_smooth``, both uses).
     cat_l2 : float, default 10.0
         L2 regularisation added to the gain of categorical splits (LightGBM's ``cat_l2``).
     min_data_per_group : int, default 100
-        Categories with fewer rows in a node are scanned after all others when its
-        categories are ordered (LightGBM's ``min_data_per_group``).
+        A categorical split is tried only where the categories added to its small side
+        since the last try hold this many rows (LightGBM's ``min_data_per_group``).
+    max_cat_threshold : int, default 32
+        Most categories on the small side of a categorical split: the lowest or the highest
+        of the node's ordered categories (LightGBM's ``max_cat_threshold``).
     random_state : int in [0, 2**32 - 1], RandomState or None
         Seeds binning subsample and validation split (what scikit-learn's
         ``check_random_state`` accepts).

@@ -44,7 +44,8 @@ class ContentMismatch(ValueError):
 #: Parameters added after model files of their estimators were first written: a file
 #: without one gets its default (the behaviour the older model had: it could not have
 #: been fitted on categorical columns, and ``cat_smooth`` only acts on them).
-ADDED_PARAMS = ("categorical_features", "cat_smooth", "cat_l2", "min_data_per_group", "min_node_size", "tune_parameters",
+ADDED_PARAMS = ("categorical_features", "cat_smooth", "cat_l2", "min_data_per_group", "max_cat_threshold",
+                "min_node_size", "tune_parameters",
                 "enable_ll_split", "ll_split_lambda", "ll_split_weight_penalty", "ll_split_variables", "ll_split_cutoff",
                 "tune_num_trees", "tune_num_reps", "tune_num_draws", "honesty_prune_leaves", "stabilize_splits")
 
