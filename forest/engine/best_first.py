@@ -1,4 +1,4 @@
-"""Compiled best-first growth of one boosting tree on one process.
+"""Compiled best-first growth of one boosting tree on one process (numeric features).
 
 :class:`forest.engine.expansion.LeafwiseGrower` grows a tree one split step at a time in
 Python: pick the leaf of largest gain, partition its rows, build the smaller child's
@@ -7,17 +7,23 @@ calls into compiled kernels plus Python bookkeeping, ~200 us per step whatever t
 size; at 5,000 rows x 20 features that was four fifths of a 100-tree fit (cProfile: 3,000
 steps, 0.11 s in the kernels of 0.59 s), and LightGBM fit the same data 2.5x faster.
 
-:func:`grow_tree` runs the same loop inside one compiled function, calling the same
-kernels (histogram builds, the stable partition, the Newton split search) in the same
-order on the same arrays, so the tree is the Python loop's, bit for bit (tested against
-it, and through it against the NumPy references of every kernel). Categorical features
-take the criterion's compiled categorical search, the side-table partition of a category
-set and the subtracted histograms' rounding-only categories dropped, as the Python loop
-does. The Python loop stays the reference and serves what this one does not: several
-ranks (the reducer's collectives sit between the steps), quantized (integer) histograms,
-vector leaves (multiclass), GPU backends, unlimited ``max_leaf_nodes``, and fits recorded
-by a :class:`forest.profiling.FitTrace` (whose per-phase seconds price the cost model's
-phases; this loop's time is one ``"local"`` phase).
+:func:`grow_tree` runs the same loop inside one compiled function on the same arrays, so
+the tree is the Python loop's, bit for bit (tested against it, and through it against the
+NumPy references of every kernel). It calls the kernels whose results it needs: the serial
+histogram build, or the row-split build on the same threads where the Python loop would
+(its sums depend on the thread count); the serial stable partition and the serial Newton
+search, where the Python loop may run their parallel forms, which give the same results.
+
+What it leaves to the Python loop, and why: several ranks (the reducer's collectives sit
+between the steps), quantized (integer) histograms, vector leaves (multiclass), GPU
+backends, unlimited ``max_leaf_nodes``, fits recorded by a :class:`forest.profiling.FitTrace`
+(whose per-phase seconds price the cost model's phases; this loop's time is one ``"local"``
+phase), and categorical features. Compile time decided the last one and the serial
+kernels: Numba links every kernel this loop calls into it and LLVM optimises them again,
+so each one costs its compile once more on a fresh machine. The first 3-tree GBDT fit with
+an empty cache took 5.6 s with the Python loop, 39 s with a loop that also held the
+categorical search and the parallel partition, search and feature-split builds, 20 s as
+it is (15 s without the row-split build, which the thread-count-dependent sums need).
 
 Histograms live in a pool of sibling pairs ``(pairs, 2, n_features, n_bins)`` of
 complex ``(g, h)`` values, viewed as float ``(..., 2)`` for the search: the two children
@@ -29,18 +35,13 @@ threshold, and every step paid page faults for them.
 """
 import numpy as np
 
-from forest.engine.categorical_split import drop_stray_categories
-from forest.engine.partition import _partition_blocks_parallel, _partition_table, _side_table, numeric_side_table
-from forest.engine.splitting import (_newton_categorical_kernel, _newton_categorical_nodes_parallel,
-                                     _newton_nodes_parallel, _newton_search_kernel, tie_threshold_jit)
-from forest.engine.tree import CATEGORICAL_SPLIT
-from histogram.cpu_kernels import _NO_PACKED, _gather, _gh_features, _gh_parallel, _gh_rows_parallel
+from forest.engine.partition import _partition_table, numeric_side_table
+from forest.engine.splitting import _newton_search_kernel, tie_threshold_jit
+from histogram.cpu_kernels import _NO_PACKED, _gather, _gh_features, _gh_rows_parallel
 from histogram.jit import compiled_only, empty, kernel, zeros
 
 #: Node mask argument of the split search when every feature is searched.
 _NO_MASK = np.ones((1, 1), dtype=np.bool_)
-#: Categorical feature indices of a fit without categorical features.
-_NO_CATS = np.zeros(0, dtype=np.int64)
 
 
 @compiled_only(inline="always")
@@ -58,68 +59,33 @@ def _summary(g, h, lam, shrinkage, out, i):
 
 
 @compiled_only
-def _build_child(binned, gh, rows, lo, hi, buf, partial, out, n_threads, gh_parallel_rows, split_by_rows):
-    """One child's (g, h) histogram ``out (n_features, n_bins)`` complex, as
-    :meth:`forest.engine.hist_builder.HistogramBuilder.build_node` builds it for a row subset
-    (the same kernel for the same thread count, so the same sums)."""
+def _build_child(binned, gh, rows, lo, hi, buf, partial, out, n_threads, gh_parallel_rows, split_by_rows, no_packed):
+    """One child's (g, h) histogram ``out (n_features, n_bins)`` complex, the sums
+    :meth:`forest.engine.hist_builder.HistogramBuilder.build_node` forms for a row subset: the
+    row-split build on the same threads (its sums depend on the thread count), else the
+    serial kernel (the feature-split build sums as one thread does)."""
     m = hi - lo
     n_features = binned.shape[0]
     threads = 1 if m < gh_parallel_rows else n_threads
     if split_by_rows and threads > 1 and n_features > 0:
         n_parts = min(threads, max(1, m))
         if n_parts > 1:
-            _gh_rows_parallel(binned, _NO_PACKED, gh, rows, lo, hi, False, False, buf, out, partial[:n_parts - 1])
+            _gh_rows_parallel(binned, no_packed, gh, rows, lo, hi, False, False, buf, out, partial[:n_parts - 1])
             return
-    n_parts = min(threads, n_features)
-    if n_parts > 1:
-        _gh_parallel(binned, gh, rows, lo, hi, False, buf, out, n_parts)
-    else:
-        _gather(gh, rows, lo, hi, buf)
-        _gh_features(binned, buf, rows, lo, hi, False, 0, n_features, out)
-
-
-@compiled_only
-def _search(hist, parent, pcount, nb, missing_bin, mask, lam, min_leaf, min_hess, min_gain, rel_tol, parallel, cat,
-            out_f, out_b, out_ml, out_gain, out_l, out_r, out_bits):
-    """The criterion's compiled search of ``hist.shape[0]`` nodes, as ``LeafwiseGrower._find`` calls it:
-    :meth:`~forest.criteria.basic.NewtonCriterion.numba_search` without categorical features,
-    :meth:`~forest.criteria.basic.NewtonCriterion.numba_categorical_search` with them (``cat``:
-    ``(any, cat_index, cat_pos, two_lambdas, cat_lam, cat_smooth, max_cat, min_data_per_group)``), the
-    nodes on two threads when ``parallel``."""
-    any_cat, cat_index, cat_pos, two_lambdas, cat_lam, cat_smooth, max_cat, min_data_per_group = cat
-    if any_cat:
-        out_bits[:, :] = 0  # the categorical kernels expect zero bitsets
-        if parallel:
-            _newton_categorical_nodes_parallel(hist, parent, nb, missing_bin, mask, False, pcount, True, cat_index,
-                                               cat_pos, 1, lam, two_lambdas, cat_lam, cat_smooth, max_cat,
-                                               min_data_per_group, min_leaf, min_hess, min_gain, rel_tol, out_f,
-                                               out_b, out_ml, out_gain, out_l, out_r, out_bits)
-        else:
-            _newton_categorical_kernel(hist, parent, nb, missing_bin, mask, False, pcount, True, cat_index, cat_pos, 1,
-                                       lam, two_lambdas, cat_lam, cat_smooth, max_cat, min_data_per_group, min_leaf,
-                                       min_hess, min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_l, out_r,
-                                       out_bits)
-    elif parallel:
-        _newton_nodes_parallel(hist, parent, nb, missing_bin, mask, False, pcount, True, 1, lam, min_leaf, min_hess,
-                               min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_l, out_r)
-    else:
-        _newton_search_kernel(hist, parent, nb, missing_bin, mask, False, pcount, True, 1, lam, min_leaf, min_hess,
-                              min_gain, rel_tol, out_f, out_b, out_ml, out_gain, out_l, out_r)
+    _gather(gh, rows, lo, hi, buf)
+    _gh_features(binned, buf, rows, lo, hi, False, 0, n_features, out)
 
 
 @kernel
 def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_count, nb, missing_bin, max_leaves,
           max_depth, split_rows, lam, min_leaf, min_hess, min_gain, rel_tol, shrinkage, n_threads, gh_parallel_rows,
-          split_by_rows, blocks_min_rows, parallel_search, mask, cat, cat_local, feature, bin_, missing_left, gain, left,
-          fields, count, depth, seg, bits):
+          split_by_rows, no_packed, mask, feature, bin_, missing_left, gain, left, fields, count,
+          depth, seg):
     """The best-first loop of :meth:`LeafwiseGrower._grow`; returns the node count.
 
     Node ``i``'s record: ``feature[i]`` (-1 for a leaf), ``bin_[i]``, ``missing_left[i]``,
     ``gain[i]``, ``left[i]`` (right = left + 1), ``fields[i] = (weight, value, objective)``,
-    ``count[i]``, ``depth[i]``, ``seg[i] = (lo, hi)`` its rows ``rows[lo:hi]``, ``bits[i]`` the
-    left categories of a categorical split. ``cat`` as in :func:`_search`; ``cat_local`` the
-    categorical features, whose rounding-only categories a subtracted histogram drops
-    (:func:`forest.engine.categorical_split.drop_stray_categories`).
+    ``count[i]``, ``depth[i]``, ``seg[i] = (lo, hi)`` its rows ``rows[lo:hi]``.
     """
     n_features = root_hist.shape[0]
     n_bins = root_hist.shape[1]
@@ -148,10 +114,6 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
     out_gain = empty(2, np.float64)
     out_l = empty((2, 2), np.float64)
     out_r = empty((2, 2), np.float64)
-    n_words = bits.shape[1]
-    out_bits = zeros((2, n_words), np.uint64)
-    sp_bits = zeros((max_nodes, n_words), np.uint64)
-    any_cat = cat[0]
 
     for i in range(max_nodes):
         feature[i] = -1
@@ -159,8 +121,6 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
         missing_left[i] = False
         gain[i] = 0.0
         left[i] = -1
-        for w in range(n_words):
-            bits[i, w] = 0
     _summary(root_stats[0], root_stats[1], lam, shrinkage, fields, 0)
     count[0] = root_count
     depth[0] = 0
@@ -178,9 +138,9 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
         parent[0, 0] = stats[0, 0]
         parent[0, 1] = stats[0, 1]
         pcount[0] = root_count
-        _search(flat[0, 0:1], parent[0:1], pcount[0:1], nb, missing_bin, mask, lam, min_leaf, min_hess, min_gain,
-                rel_tol, False, cat, out_f[0:1], out_b[0:1], out_ml[0:1], out_gain[0:1], out_l[0:1], out_r[0:1],
-                out_bits[0:1])
+        _newton_search_kernel(flat[0, 0:1], parent[0:1], nb, missing_bin, mask, False, pcount[0:1], True, 1, lam,
+                              min_leaf, min_hess, min_gain, rel_tol, out_f[0:1], out_b[0:1], out_ml[0:1],
+                              out_gain[0:1], out_l[0:1], out_r[0:1])
         has_split[0] = True
         sp_f[0] = out_f[0]
         sp_b[0] = out_b[0]
@@ -190,7 +150,6 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
         sp_left[0, 1] = out_l[0, 1]
         sp_right[0, 0] = out_r[0, 0]
         sp_right[0, 1] = out_r[0, 1]
-        sp_bits[0] = out_bits[0]
         cand[0] = out_f[0] >= 0
         if not cand[0]:
             refs[0] = 0
@@ -220,14 +179,8 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
         f = sp_f[node]
         b = sp_b[node]
         ml = sp_ml[node]
-        if b == CATEGORICAL_SPLIT:
-            table = _side_table(sp_bits[node], ml, np.int64(missing_bin))
-        else:
-            table = numeric_side_table(np.int64(b), np.int64(1 if ml else 0), np.int64(missing_bin))
-        if n_threads > 1 and hi - lo >= blocks_min_rows:
-            n_left = _partition_blocks_parallel(rows, scratch, lo, hi, binned, np.int64(f), table, n_threads)
-        else:
-            n_left = _partition_table(rows, scratch, lo, hi, binned, np.int64(f), table)
+        table = numeric_side_table(np.int64(b), np.int64(1 if ml else 0), np.int64(missing_bin))
+        n_left = _partition_table(rows, scratch, lo, hi, binned, np.int64(f), table)
         mid = lo + n_left
         lid = node_count
         rid = lid + 1
@@ -257,8 +210,6 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
         missing_left[node] = ml
         gain[node] = sp_gain[node]
         left[node] = lid
-        if b == CATEGORICAL_SPLIT:
-            bits[node] = sp_bits[node]
         n_leaves += 1
         parent_slot = slot[node]
         slot[node] = -1
@@ -287,10 +238,10 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
         k = 0 if build_left else 1
         if build_left:
             _build_child(binned, gh, rows, lo, mid, buf, partial, pool[p, 0], n_threads, gh_parallel_rows,
-                         split_by_rows)
+                         split_by_rows, no_packed)
         else:
             _build_child(binned, gh, rows, mid, hi, buf, partial, pool[p, 1], n_threads, gh_parallel_rows,
-                         split_by_rows)
+                         split_by_rows, no_packed)
         pp = parent_slot // 2
         ps = parent_slot - 2 * pp
         built = flat[p, k]
@@ -300,8 +251,6 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
             for bb in range(n_bins):
                 sibling[ff, bb, 0] = phist[ff, bb, 0] - built[ff, bb, 0]
                 sibling[ff, bb, 1] = phist[ff, bb, 1] - built[ff, bb, 1]
-        if any_cat:
-            drop_stray_categories(sibling, phist, cat_local, 1, 2, missing_bin, rel_tol)
         refs[pp] -= 1
         small = np.float64(mid - lo) if build_left else np.float64(hi - mid)
         lc = small if build_left else cnt - small
@@ -319,11 +268,9 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
             parent[j, 0] = stats[nid, 0]
             parent[j, 1] = stats[nid, 1]
             pcount[j] = count[nid]
-        # two nodes on two threads: categorical searches always, numeric ones on long bin axes
-        parallel = n_todo == 2 and (parallel_search or any_cat and n_threads > 1)
-        _search(flat[p, first:first + n_todo], parent[:n_todo], pcount[:n_todo], nb, missing_bin, mask, lam, min_leaf,
-                min_hess, min_gain, rel_tol, parallel, cat, out_f[:n_todo], out_b[:n_todo], out_ml[:n_todo],
-                out_gain[:n_todo], out_l[:n_todo], out_r[:n_todo], out_bits[:n_todo])
+        _newton_search_kernel(flat[p, first:first + n_todo], parent[:n_todo], nb, missing_bin, mask, False,
+                              pcount[:n_todo], True, 1, lam, min_leaf, min_hess, min_gain, rel_tol, out_f[:n_todo],
+                              out_b[:n_todo], out_ml[:n_todo], out_gain[:n_todo], out_l[:n_todo], out_r[:n_todo])
         for j in range(n_todo):
             nid = lid + first + j
             has_split[nid] = True
@@ -335,7 +282,6 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
             sp_left[nid, 1] = out_l[j, 1]
             sp_right[nid, 0] = out_r[j, 0]
             sp_right[nid, 1] = out_r[j, 1]
-            sp_bits[nid] = out_bits[j]
             if out_f[j] >= 0:
                 cand[nid] = True
                 slot[nid] = 2 * p + first + j
@@ -345,7 +291,7 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
 
 def grow_tree(binned, channels, rows, scratch, buf, partial, root_hist, root_stats, root_count, *, nb, missing_bin,
               max_leaves, max_depth, split_rows, criterion, min_gain, rel_tol, shrinkage, n_threads, gh_parallel_rows,
-              split_by_rows, blocks_min_rows, parallel_search, categorical=None, n_words=0):
+              split_by_rows):
     """Grow one one-output Newton tree from its root histogram; the records of its nodes.
 
     Parameters
@@ -375,15 +321,6 @@ def grow_tree(binned, channels, rows, scratch, buf, partial, root_hist, root_sta
     n_threads, gh_parallel_rows : int
     split_by_rows : bool
         ``EngineOptions.gh_hist_split == "rows"``.
-    blocks_min_rows : int
-        Partitions of this many rows run on ``n_threads`` threads.
-    parallel_search : bool
-        Search a step's two numeric children on two threads.
-    categorical : ndarray of bool, shape (n_features,), optional
-        Categorical features (searched by the criterion's categorical search, at the
-        criterion's ``cat_l2``, ``cat_smooth`` and ``min_data_per_group``).
-    n_words : int
-        uint64 words of a categorical split's bitset (``BinInfo.cat_words``).
 
     Returns
     -------
@@ -392,19 +329,8 @@ def grow_tree(binned, channels, rows, scratch, buf, partial, root_hist, root_sta
         (int32, -1 for leaves), ``bin`` (int32), ``missing_left`` (bool), ``gain``,
         ``left`` (int64, -1 for leaves), ``weight``, ``value``, ``objective``, ``count``
         (float64), ``depth`` (int64), ``seg`` (int64 ``(node_count, 2)``: the leaf's rows
-        ``rows[lo:hi]``), ``bits`` (uint64 ``(node_count, n_words)``: left categories of the
-        categorical splits, zero elsewhere).
+        ``rows[lo:hi]``).
     """
-    from forest.criteria.basic import _categorical_positions
-
-    any_cat = categorical is not None and bool(np.any(categorical))
-    if any_cat:
-        mask = np.asarray(categorical, dtype=bool)
-        cat_index, cat_pos = _categorical_positions(mask.tobytes())
-    else:
-        cat_index, cat_pos = _NO_CATS, _NO_CATS
-    cat = (any_cat, cat_index, cat_pos, criterion.cat_l2 != 0.0, criterion.l2_regularization + criterion.cat_l2,
-           criterion.cat_smooth, criterion.max_cat_threshold, criterion.min_data_per_group)
     max_nodes = 2 * int(max_leaves) - 1
     feature = np.empty(max_nodes, dtype=np.int32)
     bin_ = np.empty(max_nodes, dtype=np.int32)
@@ -415,7 +341,6 @@ def grow_tree(binned, channels, rows, scratch, buf, partial, root_hist, root_sta
     count = np.empty(max_nodes)
     depth = np.empty(max_nodes, dtype=np.int64)
     seg = np.empty((max_nodes, 2), dtype=np.int64)
-    bits = np.empty((max_nodes, max(int(n_words), 1) if any_cat else 0), dtype=np.uint64)
     n_features, n_bins = root_hist.shape[:2]
     gh = channels.reshape(-1).view(np.complex128)
     pv = partial.reshape(partial.shape[0], n_features, 2 * n_bins).view(np.complex128)
@@ -423,9 +348,7 @@ def grow_tree(binned, channels, rows, scratch, buf, partial, root_hist, root_sta
               np.ascontiguousarray(root_stats, dtype=np.float64), float(root_count), nb, int(missing_bin),
               int(max_leaves), int(max_depth), float(split_rows), float(criterion.l2_regularization),
               float(criterion.min_samples_leaf), float(criterion.min_child_weight), float(min_gain), float(rel_tol),
-              float(shrinkage), int(n_threads), int(gh_parallel_rows), bool(split_by_rows), int(blocks_min_rows),
-              bool(parallel_search), _NO_MASK, cat, cat_index, feature, bin_, missing_left, gain, left, fields, count,
-              depth, seg, bits)
+              float(shrinkage), int(n_threads), int(gh_parallel_rows), bool(split_by_rows), _NO_PACKED, _NO_MASK, feature, bin_, missing_left, gain, left, fields, count, depth, seg)
     return {"feature": feature[:n], "bin": bin_[:n], "missing_left": missing_left[:n], "gain": gain[:n],
             "left": left[:n], "weight": fields[:n, 0], "value": fields[:n, 1], "objective": fields[:n, 2],
-            "count": count[:n], "depth": depth[:n], "seg": seg[:n], "bits": bits[:n]}
+            "count": count[:n], "depth": depth[:n], "seg": seg[:n]}

@@ -291,7 +291,7 @@ class LeafwiseGrower:
 
     Notes
     -----
-    On one process with scalar leaves and float histograms, :meth:`grow` runs the loop below
+    On one process with numeric features, scalar leaves and float histograms, :meth:`grow` runs the loop below
     in one compiled call (:mod:`forest.engine.best_first`; the same trees), unless
     ``EngineOptions.compiled_best_first`` is False or a ``FitTrace`` is recording.
     """
@@ -354,9 +354,9 @@ class LeafwiseGrower:
         # Fewest rows a splittable leaf holds (both children need min_samples_leaf).
         self._split_rows = 2 * getattr(criterion, "min_samples_leaf", 1)
         # The compiled loop (forest.engine.best_first) grows the float path's trees when one
-        # process holds every row and feature, the leaves are scalar and the histograms the
-        # CPU's (g, h) ones; a leaf budget bounds its node arrays.
-        self._compiled = (self._fused is not None and self.comm.size == 1
+        # process holds every row and feature, the features are numeric, the leaves scalar and
+        # the histograms the CPU's (g, h) ones; a leaf budget bounds its node arrays.
+        self._compiled = (self._fused is not None and not self.bin_info.any_categorical and self.comm.size == 1
                           and type(red) is LocalReducer and self.builder.gh
                           and isinstance(criterion, NewtonCriterion) and criterion.n_outputs == 1
                           and max_leaf_nodes is not None and self.engine.compiled_best_first)
@@ -547,7 +547,6 @@ class LeafwiseGrower:
         """
         import numba
 
-        from forest.criteria.basic import PARALLEL_SEARCH_BINS
 
         info, crit = self.bin_info, self.criterion
         n_features, n_bins = root_hist.shape[:2]
@@ -562,20 +561,16 @@ class LeafwiseGrower:
                             max_depth=self.max_depth, split_rows=self._split_rows, criterion=crit,
                             min_gain=self.min_gain, rel_tol=REL_TOL, shrinkage=shrinkage, n_threads=threads,
                             gh_parallel_rows=self.engine.gh_parallel_rows,
-                            split_by_rows=self.engine.gh_hist_split == "rows",
-                            blocks_min_rows=self.engine.partition_blocks_min_rows,
-                            parallel_search=threads > 1 and n_features * info.missing_bin >= PARALLEL_SEARCH_BINS,
-                            categorical=info.categorical if info.any_categorical else None, n_words=info.cat_words)
+                            split_by_rows=self.engine.gh_hist_split == "rows")
         n = len(rec["feature"])
         tree = Tree(crit.n_outputs, capacity=n)
         tree.append_leaves(rec["weight"], rec["count"], rec["value"].reshape(n, 1), rec["objective"], rec["depth"])
         inner = np.flatnonzero(rec["feature"] >= 0)
         if len(inner):
             features, bins = rec["feature"][inner], rec["bin"][inner]
-            thresholds = np.array([np.nan if b == CATEGORICAL_SPLIT else info.threshold(int(f), int(b))
-                                   for f, b in zip(features, bins)], dtype=np.float64)
+            thresholds = np.array([info.threshold(int(f), int(b)) for f, b in zip(features, bins)], dtype=np.float64)
             tree.set_splits(inner, features, bins, thresholds, rec["missing_left"][inner], rec["gain"][inner],
-                            rec["left"][inner], cat_bits=rec["bits"][inner] if info.any_categorical else None)
+                            rec["left"][inner])
         leaf_nodes = np.flatnonzero(rec["feature"] < 0).astype(np.int64)
         return GrownTree(tree, rows, leaf_nodes, rec["seg"][leaf_nodes, 0].copy(), rec["seg"][leaf_nodes, 1].copy())
 
