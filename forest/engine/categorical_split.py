@@ -71,7 +71,7 @@ _INSERTION_MAX_BINS = 256
 
 
 @compiled_only
-def _sort_present(hist, n, f, nbf, keys, kk, order, spare):
+def _sort_present(hist, n, f, nbf, keys, kk, order, spare, extremes, mark):
     """The present categories of node ``n``, feature ``f`` into ``order[:npres]`` by key, ties by
     code (a stable merge sort): the insertion sort's order; categories are the bins below ``nbf``.
     Returns ``npres``.
@@ -100,17 +100,73 @@ def _sort_present(hist, n, f, nbf, keys, kk, order, spare):
             else:
                 spare[ninf] = b
                 ninf += 1
-    perm = np.argsort(kk[:nfin], kind="mergesort")
-    codes = order[:nfin].copy()
-    for i in range(nfin):
-        order[i] = codes[perm[i]]
+    if extremes > 0 and nfin > 2 * extremes:
+        _sort_extremes(order, nfin, kk, extremes, mark)
+    else:
+        perm = np.argsort(kk[:nfin], kind="mergesort")
+        codes = order[:nfin].copy()
+        for i in range(nfin):
+            order[i] = codes[perm[i]]
     for i in range(ninf):
         order[nfin + i] = spare[i]
     return nfin + ninf
 
 
+@compiled_only
+def _sort_extremes(order, nfin, kk, m, mark):
+    """Order ``order[:nfin]`` (categories of finite key ``kk[:nfin]``, both in code order on
+    entry) so that the ``m`` lowest and the ``m`` highest lead and end it in key order (ties by
+    code: what a stable sort puts first and last), the others between them in code order.
+    Boosting's scan reads only those (:func:`group_categories_kernel`); a full sort of a
+    1,000-level column's categories at every node cost most of its categorical search.
+    ``mark``: bool scratch indexed by code (all False on entry and on return). Requires
+    ``nfin > 2 m``."""
+    lo_key = np.partition(kk[:nfin], m - 1)[m - 1]
+    hi_key = np.partition(kk[:nfin], nfin - m)[nfin - m]
+    n_lo = 0
+    n_hi = 0
+    for i in range(nfin):
+        n_lo += kk[i] <= lo_key
+        n_hi += kk[i] >= hi_key
+    lo = np.empty(n_lo, np.int64)
+    lk = np.empty(n_lo, np.float64)
+    hi = np.empty(n_hi, np.int64)
+    hk = np.empty(n_hi, np.float64)
+    a = 0
+    z = 0
+    for i in range(nfin):
+        if kk[i] <= lo_key:
+            lo[a] = order[i]
+            lk[a] = kk[i]
+            a += 1
+        if kk[i] >= hi_key:
+            hi[z] = order[i]
+            hk[z] = kk[i]
+            z += 1
+    lperm = np.argsort(lk, kind="mergesort")
+    hperm = np.argsort(hk, kind="mergesort")
+    for t in range(m):
+        mark[lo[lperm[t]]] = True
+        mark[hi[hperm[n_hi - m + t]]] = True
+    spare = order[:nfin].copy()
+    pos = 0
+    for t in range(m):
+        order[pos] = lo[lperm[t]]
+        pos += 1
+    for i in range(nfin):
+        if not mark[spare[i]]:
+            order[pos] = spare[i]
+            pos += 1
+    for t in range(m):
+        order[pos] = hi[hperm[n_hi - m + t]]
+        pos += 1
+    for t in range(m):
+        mark[lo[lperm[t]]] = False
+        mark[hi[hperm[n_hi - m + t]]] = False
+
+
 @kernel
-def _permute_kernel(hist, cat_index, keys, out, orders, nb):
+def _permute_kernel(hist, cat_index, keys, out, orders, nb, extremes):
     """:func:`category_orders` and the gather of :func:`permute_categories` in one pass.
 
     Boosting searches one or two nodes per call, where NumPy's per-call costs (lexsort,
@@ -123,20 +179,26 @@ def _permute_kernel(hist, cat_index, keys, out, orders, nb):
     already hold ``hist``'s values (zeros) there. With wide codes every feature's axis is
     as wide as the widest column (1,001 bins for a 1,000-level one), and a 200-level
     column's scan of 1,000 bins was most of its cost.
+
+    ``extremes > 0`` (boosting: its ``max_cat_threshold``): of the categories of finite key,
+    only the ``extremes`` lowest and highest are put in key order, the others between them
+    in code order (:func:`_sort_extremes`), when there are more than ``2 extremes``.
     """
     n_nodes = hist.shape[0]
     nv = hist.shape[2] - 1
     c = hist.shape[3]
     kk = np.empty(nv, np.float64)
     spare = np.empty(nv, np.int64)
+    mark = np.zeros(nv, np.bool_)
     for n in range(n_nodes):
         for j in range(cat_index.shape[0]):
             f = cat_index[j]
             nbf = min(nb[f], nv)
             npres = 0
-            if nbf > _INSERTION_MAX_BINS:
-                npres = _sort_present(hist, n, f, nbf, keys[n, j], kk, orders[n, j], spare)
-            for b in range(nbf if nbf <= _INSERTION_MAX_BINS else 0):
+            insertion = nbf <= _INSERTION_MAX_BINS and extremes == 0
+            if not insertion:
+                npres = _sort_present(hist, n, f, nbf, keys[n, j], kk, orders[n, j], spare, extremes, mark)
+            for b in range(nbf if insertion else 0):
                 present = False
                 for k in range(c):
                     if hist[n, f, b, k] != 0.0:
@@ -365,7 +427,7 @@ def group_categories_reference(stats, keys, parent_rows_per_hess, k, max_cat, mi
     return forward + ([middle] if middle else []) + backward
 
 
-def permute_categories(hist, categorical, keys_fn):
+def permute_categories(hist, categorical, keys_fn, extremes=0):
     """Histograms with each categorical feature's value bins in scan order.
 
     Parameters
@@ -375,6 +437,9 @@ def permute_categories(hist, categorical, keys_fn):
     categorical : ndarray of bool, shape (F,)
     keys_fn : callable
         ``keys_fn(stats (N, Fc, B, C)) -> (N, Fc, B)`` category keys.
+    extremes : int, default 0
+        Boosting's ``max_cat_threshold``: order only the lowest and highest categories
+        (:func:`_permute_kernel`); 0 orders them all.
 
     Returns
     -------
@@ -392,7 +457,8 @@ def permute_categories(hist, categorical, keys_fn):
     keys = np.ascontiguousarray(keys_fn(hist[:, cat_index, :nv, :]), dtype=np.float64)
     permuted = hist.copy()
     orders = np.empty(keys.shape, dtype=np.int64)
-    _permute_kernel(hist, cat_index.astype(np.int64), keys, permuted, orders, np.full(hist.shape[1], nv, np.int64))
+    _permute_kernel(hist, cat_index.astype(np.int64), keys, permuted, orders, np.full(hist.shape[1], nv, np.int64),
+                    int(extremes))
     return permuted, orders, cat_index
 
 

@@ -365,10 +365,11 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
                                                np.asarray(categorical, dtype=bool))
             result.feature[result.feature >= 0] += feature_offset
             return result
+        scan = getattr(criterion, "categorical_scan", None)
         permuted, orders, cat_index = permute_categories(
             hist[:, :, :missing_bin + 1], categorical,
-            lambda stats: criterion.category_keys(stats, parent, parent_count=parent_count))
-        scan = getattr(criterion, "categorical_scan", None)
+            lambda stats: criterion.category_keys(stats, parent, parent_count=parent_count),
+            extremes=0 if scan is None else int(scan()[0]))
         ends = None
         if scan is not None and len(cat_index):
             # boosting's candidate layout (LightGBM's scan): regroup the permuted bins
@@ -790,7 +791,7 @@ def _newton_categorical_kernel(hist, parent, nb, missing_bin, mask, use_mask, pa
     _newton_category_keys(hist, parent, parent_count, use_count, cat_index, nb, k, cat_smooth, cat_smooth, keys)
     permuted = _search_copy(hist, nb, missing_bin, cat_pos)
     orders = empty((n_nodes, n_cat, nv), np.int64)
-    _permute_kernel(hist[:, :, :nv + 1], cat_index, keys, permuted[:, :, :nv + 1], orders, nb)
+    _permute_kernel(hist[:, :, :nv + 1], cat_index, keys, permuted[:, :, :nv + 1], orders, nb, max_cat)
     ends = empty((n_nodes, n_cat, nv), np.int64)
     n_used = empty((n_nodes, n_cat), np.int64)
     group_categories_kernel(hist[:, :, :nv + 1], permuted[:, :, :nv + 1], orders, cat_index, keys, nb, parent,

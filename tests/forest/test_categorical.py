@@ -325,7 +325,7 @@ def test_permute_kernel_orders_equal_category_orders(missing_bin):
     keys[rng.random(keys.shape) < 0.05] = -np.inf
     out = hist.copy()
     orders = np.empty((n_nodes, n_features, missing_bin), dtype=np.int64)
-    _permute_kernel(hist, cat_index, keys, out, orders, nb)
+    _permute_kernel(hist, cat_index, keys, out, orders, nb, 0)
     want = category_orders(hist[:, :, :missing_bin], keys)
     np.testing.assert_array_equal(orders, want)
     gathered = np.take_along_axis(hist[:, :, :missing_bin], want[..., None], axis=2)
@@ -670,7 +670,7 @@ def test_group_categories_kernel_equals_reference(seed, use_count, max_cat, min_
                                                    parent_count=count if use_count else None))
     permuted = hist.copy()
     orders = np.empty((n_nodes, n_features, missing_bin), dtype=np.int64)
-    _permute_kernel(hist, cat_index, keys, permuted, orders, nb)
+    _permute_kernel(hist, cat_index, keys, permuted, orders, nb, max_cat)
     ends = np.empty_like(orders)
     n_used = np.empty((n_nodes, n_features), dtype=np.int64)
     group_categories_kernel(hist, permuted, orders, cat_index, keys, nb, parent, count, use_count, 1, max_cat,
