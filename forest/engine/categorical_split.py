@@ -232,6 +232,15 @@ def _permute_kernel(hist, cat_index, keys, out, orders, nb, extremes):
                     out[n, f, i, k] = hist[n, f, b, k]
 
 
+@compiled_only(inline="always")
+def _category_hessian(hist, n, f, code, k):
+    """Hessian sum of category ``code`` of feature ``f`` at node ``n`` (channels ``k:2k``)."""
+    h = 0.0
+    for j in range(k):
+        h += hist[n, f, code, k + j]
+    return h
+
+
 @kernel
 def group_categories_kernel(hist, permuted, orders, cat_index, keys, nb, parent, parent_count, use_count, k, max_cat,
                             min_group, ends, n_used):
@@ -316,11 +325,7 @@ def group_categories_kernel(hist, permuted, orders, cat_index, keys, nb, parent,
             fwd = 0
             rows = 0.0
             for i in range(m):
-                code = orders[n, jf, i]
-                h = 0.0
-                for j in range(k):
-                    h += hist[n, f, code, k + j]
-                rows += h * per_hess
+                rows += _category_hessian(hist, n, f, orders[n, jf, i], k) * per_hess
                 if rows >= min_group:
                     ends[n, jf, n_bins_used] = i + 1
                     n_bins_used += 1
@@ -334,11 +339,7 @@ def group_categories_kernel(hist, permuted, orders, cat_index, keys, nb, parent,
                 pos = judged - 1 - i
                 if pos < fwd:
                     break
-                code = orders[n, jf, pos]
-                h = 0.0
-                for j in range(k):
-                    h += hist[n, f, code, k + j]
-                rows += h * per_hess
+                rows += _category_hessian(hist, n, f, orders[n, jf, pos], k) * per_hess
                 if rows >= min_group:
                     starts[n_back] = pos
                     n_back += 1
