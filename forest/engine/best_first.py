@@ -92,7 +92,6 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
     max_nodes = feature.shape[0]
     # per node: the row count the size test reads, the channel sums, the best split found
     stats = empty((max_nodes, 2), np.float64)
-    has_split = zeros(max_nodes, np.bool_)
     cand = zeros(max_nodes, np.bool_)
     sp_f = empty(max_nodes, np.int32)
     sp_b = empty(max_nodes, np.int32)
@@ -141,7 +140,6 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
         _newton_search_kernel(flat[0, 0:1], parent[0:1], nb, missing_bin, mask, False, pcount[0:1], True, 1, lam,
                               min_leaf, min_hess, min_gain, rel_tol, out_f[0:1], out_b[0:1], out_ml[0:1],
                               out_gain[0:1], out_l[0:1], out_r[0:1])
-        has_split[0] = True
         sp_f[0] = out_f[0]
         sp_b[0] = out_b[0]
         sp_ml[0] = out_ml[0]
@@ -273,7 +271,6 @@ def _grow(binned, gh, rows, scratch, buf, partial, root_hist, root_stats, root_c
                               out_b[:n_todo], out_ml[:n_todo], out_gain[:n_todo], out_l[:n_todo], out_r[:n_todo])
         for j in range(n_todo):
             nid = lid + first + j
-            has_split[nid] = True
             sp_f[nid] = out_f[j]
             sp_b[nid] = out_b[j]
             sp_ml[nid] = out_ml[j]

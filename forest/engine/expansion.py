@@ -345,7 +345,6 @@ class LeafwiseGrower:
         # a subtracted sibling's rounding-only categories are dropped (drop_stray_categories:
         # otherwise the bitsets of boosting depend on the rank count).
         from forest.criteria.basic import NewtonCriterion
-        from forest.engine.reducers import LocalReducer
 
         cats = np.flatnonzero(self.bin_info.categorical[red.f0:red.f1])
         k = getattr(criterion, "n_outputs", 0)
@@ -357,7 +356,7 @@ class LeafwiseGrower:
         # process holds every row and feature, the features are numeric, the leaves scalar and
         # the histograms the CPU's (g, h) ones; a leaf budget bounds its node arrays.
         self._compiled = (self._fused is not None and not self.bin_info.any_categorical and self.comm.size == 1
-                          and type(red) is LocalReducer and self.builder.gh
+                          and self.builder.gh
                           and isinstance(criterion, NewtonCriterion) and criterion.n_outputs == 1
                           and max_leaf_nodes is not None and self.engine.compiled_best_first)
         self._cbuf = None
@@ -546,7 +545,6 @@ class LeafwiseGrower:
         takes the Python loop instead.
         """
         import numba
-
 
         info, crit = self.bin_info, self.criterion
         n_features, n_bins = root_hist.shape[:2]

@@ -366,16 +366,20 @@ def find_best_splits(hist, parent, criterion, n_bins_non_missing, missing_bin, f
             result.feature[result.feature >= 0] += feature_offset
             return result
         scan = getattr(criterion, "categorical_scan", None)
-        permuted, orders, cat_index = permute_categories(
-            hist[:, :, :missing_bin + 1], categorical,
-            lambda stats: criterion.category_keys(stats, parent, parent_count=parent_count),
-            extremes=0 if scan is None else int(scan()[0]))
+        keys = None
+
+        def keys_fn(stats):  # kept: boosting's regrouping below reads the same keys
+            nonlocal keys
+            keys = np.ascontiguousarray(criterion.category_keys(stats, parent, parent_count=parent_count),
+                                        dtype=np.float64)
+            return keys
+
+        permuted, orders, cat_index = permute_categories(hist[:, :, :missing_bin + 1], categorical, keys_fn,
+                                                         extremes=0 if scan is None else int(scan()[0]))
         ends = None
         if scan is not None and len(cat_index):
             # boosting's candidate layout (LightGBM's scan): regroup the permuted bins
             max_cat, min_group = scan()
-            keys = np.ascontiguousarray(criterion.category_keys(hist[:, cat_index, :missing_bin], parent,
-                                                                parent_count=parent_count), dtype=np.float64)
             ends = np.empty(orders.shape, dtype=np.int64)
             use_count = parent_count is not None
             pc = np.ascontiguousarray(parent_count, dtype=np.float64) if use_count else np.zeros(1)
