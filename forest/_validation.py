@@ -686,15 +686,18 @@ def moment_sums(g, Y, W=None):
     ag = np.abs(g)
     ay = np.abs(as_columns(Y)) if Y is not None else np.zeros((len(g), 1))
     out = np.zeros(5)
+    # einsum's own loops, not ``@``: a matrix product over n rows goes to BLAS, whose
+    # threaded dot products leave a worker spinning for ~0.1 s after the call, on the core
+    # the fit's Numba threads are about to use (see histogram._thread_wait).
     with np.errstate(over="ignore", invalid="ignore"):
         out[0] = ag.sum()
-        out[1] = np.max(ag @ ay)
+        out[1] = np.max(np.einsum("i,im->m", ag, ay))
         if W is not None:
             aw = np.abs(as_columns(W))
             gw = ag[:, None] * aw
             out[2] = np.max(gw.sum(axis=0))
-            out[3] = np.max(gw.T @ aw)
-            out[4] = np.max(gw.T @ ay)
+            out[3] = np.max(np.einsum("ik,il->kl", gw, aw))
+            out[4] = np.max(np.einsum("ik,im->km", gw, ay))
     return out
 
 

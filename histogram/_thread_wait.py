@@ -26,6 +26,15 @@ categorical GBDT fit of ``benchmarks/bench_categorical.py`` at 200,000 rows, 2 t
 the loaded fit 3-5x; ``HISTFOREST_SPINCOUNT=2000`` halves it again on a machine known to
 be crowded, at the quiet machine's 15 %.
 
+BLAS's workers wait the same way, and no setting of ours reaches them: OpenBLAS (NumPy's)
+keeps a worker spinning for about 0.1 s of CPU after every threaded call, which is any
+``@`` / ``np.dot`` over more than ~10,000 rows. In a fit that spin lands on the core the
+Numba threads are about to use. Two such dot products in the input checks and the boosting
+baseline made a 50,000 x 10 boosting fit take 0.24 s instead of 0.14 s on 2 cores
+(benchmarks/RESULTS.md, "GBDT shapes"). So code that runs during a fit sums over rows with
+NumPy's own loops (``np.einsum``, ``np.sum``), never BLAS, and
+``tests/forest/test_blas_quiet.py`` checks that no fit leaves a worker spinning.
+
 So, unless the user chose a policy (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``; or
 ``HISTFOREST_SPINCOUNT``, ours, which ``default`` turns off), importing
 :mod:`histogram` sets ``GOMP_SPINCOUNT`` to :data:`SPIN_COUNT` in the environment:
