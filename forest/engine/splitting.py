@@ -145,6 +145,39 @@ tie_threshold_jit = kernel(tie_threshold, inline="always")
 admissible_jit = kernel(admissible, inline="always")
 
 
+@compiled_only(inline="always")
+def largest_gain(gains, n):
+    """The largest of ``gains[:n]`` (a 1-D view) that is not NaN; -inf if there is none.
+
+    Four running maxima, combined at the end: one maximum carried through every
+    candidate is a chain of dependent compares (~4 cycles each), which took as long as
+    computing the gains of the boosting search (measured alone: 0.93 against 0.33 ns per
+    candidate). Strict compares in any order keep the same value, and a NaN never wins.
+    """
+    m0 = -np.inf
+    m1 = -np.inf
+    m2 = -np.inf
+    m3 = -np.inf
+    i = 0
+    while i + 3 < n:
+        g0 = gains[i]
+        g1 = gains[i + 1]
+        g2 = gains[i + 2]
+        g3 = gains[i + 3]
+        m0 = g0 if g0 > m0 else m0
+        m1 = g1 if g1 > m1 else m1
+        m2 = g2 if g2 > m2 else m2
+        m3 = g3 if g3 > m3 else m3
+        i += 4
+    while i < n:
+        g0 = gains[i]
+        m0 = g0 if g0 > m0 else m0
+        i += 1
+    m0 = m1 if m1 > m0 else m0
+    m2 = m3 if m3 > m2 else m2
+    return m2 if m2 > m0 else m0
+
+
 @kernel(inline="always")
 def first_near_best(cand_gain, n_cand, best, rel_tol):
     """``(feature, candidate)`` of the first candidate tying ``best``; ``(-1, -1)`` if none.
@@ -294,9 +327,9 @@ def _compiled_search_kernel(p, n_consts, weight_channel, hist, parent, nb, missi
             n_cand[f] = nc
             if nc > 0:
                 cc.gains(p, lefts, rights, consts, cand_gain, f, nc)
-                for j in range(nc):
-                    if cand_gain[f, j] > best:
-                        best = cand_gain[f, j]
+                best_f = largest_gain(cand_gain[f], nc)
+                if best_f > best:
+                    best = best_f
         out_f[n] = -1
         out_gain[n] = -np.inf
         if not admissible_jit(best, min_gain):
@@ -575,12 +608,11 @@ def _newton_scan_k1(hist, n, f, nbf, missing_bin, lam, min_leaf, min_hess, facto
     else:
         for b in range(nbf):
             gains[1, b] = -np.inf
-    best = -np.inf
-    for b in range(nbf):
-        if gains[0, b] > best:
-            best = gains[0, b]
-        if gains[1, b] > best:
-            best = gains[1, b]
+    best = largest_gain(gains[0], nbf)
+    if has_missing:
+        best_ml = largest_gain(gains[1], nbf)
+        if best_ml > best:
+            best = best_ml
     return best
 
 
