@@ -53,10 +53,13 @@ def blas_workers():
     start = _thread_cpu_s()
     time.sleep(IDLE_S)
     before = _thread_cpu_s()
-    a @ a
-    time.sleep(IDLE_S)
+    busy_anyway = {t for t in before if before[t] - start.get(t, 0.0) >= 1.5 * TICK_S}
+    # Three dot products: on a loaded machine (the suite's other worker) a spinning worker
+    # gets a share of a core, 0.04-0.05 s of CPU per call here with two busy processes.
+    for _ in range(3):
+        a @ a
+        time.sleep(IDLE_S)
     after = _thread_cpu_s()
-    busy_anyway = {t for t in before if before[t] - start.get(t, 0.0) >= 0.02}
     workers = {t for t in after if t != os.getpid() and t not in busy_anyway
                and after[t] - before.get(t, 0.0) >= 0.05}
     if not workers:
@@ -100,7 +103,9 @@ def test_fit_makes_no_threaded_blas_call(name, data, blas_workers):
     FITS[name](data)
     time.sleep(IDLE_S)          # a call near the fit's end spins on into this
     spun = _grown(before, _thread_cpu_s(), blas_workers)
-    assert spun < 0.03, (
+    # An idle worker sleeps and gathers no CPU time at all; a spinning one gathers several
+    # clock ticks even on a loaded machine, so more than one tick means a threaded call.
+    assert spun < 1.5 * TICK_S, (
         f"BLAS's worker threads ran {spun:.2f} CPU s during and after {name}.fit: a reduction over rows "
         f"went through BLAS (use np.einsum or np.sum; histogram._thread_wait)")
 
@@ -112,4 +117,4 @@ def test_a_threaded_call_is_seen(blas_workers):
     before = _thread_cpu_s()
     a @ a
     time.sleep(IDLE_S)
-    assert _grown(before, _thread_cpu_s(), blas_workers) >= 0.03
+    assert _grown(before, _thread_cpu_s(), blas_workers) >= 1.5 * TICK_S
