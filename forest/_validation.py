@@ -686,9 +686,7 @@ def moment_sums(g, Y, W=None):
     ag = np.abs(g)
     ay = np.abs(as_columns(Y)) if Y is not None else np.zeros((len(g), 1))
     out = np.zeros(5)
-    # einsum's own loops, not ``@``: a matrix product over n rows goes to BLAS, whose
-    # threaded dot products leave a worker spinning for ~0.1 s after the call, on the core
-    # the fit's Numba threads are about to use (see histogram._thread_wait).
+    # einsum, not ``@``: fits make no threaded BLAS call (histogram._thread_wait).
     with np.errstate(over="ignore", invalid="ignore"):
         out[0] = ag.sum()
         out[1] = np.max(np.einsum("i,im->m", ag, ay))

@@ -72,9 +72,7 @@ def restricted_mean(S, grid, horizon):
     horizon : float
     """
     widths = np.diff(np.append(grid, horizon))
-    # einsum's loop, not BLAS: a threaded gemv's sum depends on BLAS's thread count, and it
-    # leaves a worker spinning ~0.1 s on a core the fit's Numba threads need (see
-    # histogram._thread_wait).
+    # einsum, not ``@``: fits make no threaded BLAS call (histogram._thread_wait).
     return grid[0] + np.einsum("ng,g->n", S, widths)
 
 
